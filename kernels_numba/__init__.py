@@ -1,0 +1,17 @@
+"""The lesson's ``numba.cuda`` kernels and the device functions they share.
+
+Files, by lesson §:
+- ``reductions.py`` — §6 warp shuffles, §10 block reductions, §19 the (m, l) merge.
+- ``softmax.py`` — §1–§11, §18–§20: one kernel per softmax method.
+- ``simwarp.py`` — warp operations for Numba's CUDA simulator, installed here automatically
+  when the simulator is on, so the same kernel source runs on the GPU and on the CPU.
+
+This package imports numba, numpy and math only (never ``flashlesson``).
+"""
+
+from numba import cuda
+
+if cuda.config.ENABLE_CUDASIM:
+    from . import simwarp
+
+    simwarp.install()

@@ -1,0 +1,32 @@
+"""Pure-NumPy float64 oracles for lesson 22; every kernel is checked against one of these.
+
+This package imports NumPy only (never numba), so it runs where no GPU is.
+Softmax, §1–§3 and §17–§20: see :mod:`reference.softmax` for the menu and the conventions
+(-inf rows give zeros, NaN or +inf in a row gives a NaN row).
+"""
+
+from .softmax import (
+    ORACLES,
+    merge_ml,
+    normalize_with_ml,
+    online_softmax_state,
+    softmax_naive,
+    softmax_of_first_tile_only,
+    softmax_online,
+    softmax_stable,
+    softmax_three_pass,
+    softmax_tiled_ml,
+)
+
+__all__ = [
+    "softmax_naive",
+    "softmax_stable",
+    "softmax_three_pass",
+    "online_softmax_state",
+    "normalize_with_ml",
+    "softmax_online",
+    "merge_ml",
+    "softmax_tiled_ml",
+    "softmax_of_first_tile_only",
+    "ORACLES",
+]

@@ -1,0 +1,16 @@
+"""flashlesson — lesson 22 ("why softmax is hard to make fast, and how FlashAttention cuts memory
+traffic") as ``numba.cuda`` kernels, each checked against a NumPy float64 oracle.
+
+Importing this package chooses where kernels run (the GPU, or Numba's CUDA simulator on the CPU)
+before Numba's CUDA target loads, and says once which one it is; see ``flashlesson.device``.
+"""
+
+from . import device  # noqa: I001 - must come first: it sets NUMBA_ENABLE_CUDASIM if needed
+
+device.announce()
+
+from .device import DeviceError, MODE, SIMULATOR  # noqa: E402
+from .softmax_methods import METHODS as SOFTMAX_METHODS, choose as choose_softmax, softmax  # noqa: E402
+
+__version__ = "0.1.0"
+__all__ = ["softmax", "choose_softmax", "SOFTMAX_METHODS", "DeviceError", "MODE", "SIMULATOR"]

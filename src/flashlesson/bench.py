@@ -1,0 +1,170 @@
+"""Benchmarks (GPU only): ``flashlesson bench softmax``.
+
+Method, as the lesson's claims need it (§4: softmax is bound by memory, not by arithmetic):
+- every variant is first checked against the float64 oracle on the benchmark's own data;
+- times are CUDA-event medians after a warm-up (the first call compiles), each sample the mean
+  of ``INNER`` back-to-back launches so that Python's launch overhead overlaps GPU work;
+- tensors of ≈2^26 elements (256 MB in fp32), 5× the H200's 50 MB L2, so each launch goes to HBM;
+- bandwidth = (one read + one write of the tensor) / time — the bytes the ideal kernel moves,
+  whatever the kernel really re-reads — next to the device-to-device copy measured in the same
+  run (the ceiling), and ``torch.softmax`` measured in the same run when torch is installed.
+"""
+
+import math
+import statistics
+import sys
+
+import numpy as np
+from numba import cuda
+
+from . import device
+from . import softmax_methods as sm
+
+INNER = 10          # launches per timing sample
+SAMPLES = 15        # samples; the median is reported
+WARMUP = 2
+DEFAULT_NS = tuple(2 ** p for p in range(5, 16))     # 32 … 32768
+DEFAULT_ELEMENTS = 2 ** 26
+
+
+def softmax_bytes(rows, n, itemsize):
+    """§4: the bytes an ideal softmax moves: read x once, write y once."""
+    return 2 * rows * n * itemsize
+
+
+def time_gpu(fn, samples=SAMPLES, inner=INNER, warmup=WARMUP):
+    """Median milliseconds per call of ``fn`` (which launches GPU work on the default stream)."""
+    for _ in range(warmup):
+        fn()
+    cuda.synchronize()
+    start, stop = cuda.event(timing=True), cuda.event(timing=True)
+    times = []
+    for _ in range(samples):
+        start.record()
+        for _ in range(inner):
+            fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cuda.event_elapsed_time(start, stop) / inner)
+    return statistics.median(times)
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def _check(y_dev, x_host, n_check=32):
+    """Max abs error of the first and last rows against the float64 oracle (NaN if unwritten)."""
+    from reference import softmax_stable
+    rows = x_host.shape[0]
+    errs = []
+    for lo in sorted({0, max(0, rows - n_check)}):
+        hi = min(rows, lo + n_check)
+        got = y_dev[lo:hi].copy_to_host().astype(np.float64)
+        want = softmax_stable(x_host[lo:hi].astype(np.float64))
+        errs.append(np.max(np.abs(got - want)))
+    return float(max(errs))
+
+
+def bench_softmax(ns=DEFAULT_NS, dtypes=("float32", "float16"), methods=None,
+                  elements=DEFAULT_ELEMENTS, log=print):
+    """Time every method × N × dtype. Returns a list of result dicts (one per measurement)."""
+    device.gpu_only("flashlesson bench softmax")
+    torch = _torch()
+    methods = list(methods or (["auto"] + [m for m in sm.METHODS if m != "naive"]))
+    rng = np.random.default_rng(0)
+    results = []
+    # the ceiling: a device-to-device copy of the same number of bytes
+    copy_bw = {}
+    for dt in dtypes:
+        a = cuda.to_device(rng.standard_normal(elements).astype(dt))
+        b = cuda.device_array_like(a)
+        ms = time_gpu(lambda: b.copy_to_device(a))
+        copy_bw[dt] = 2 * a.nbytes / ms / 1e6
+        log(f"copy {dt}: {copy_bw[dt]:.0f} GB/s")
+        del a, b
+    for dt in dtypes:
+        itemsize = np.dtype(dt).itemsize
+        for n in ns:
+            rows = max(1, elements // n)
+            x_host = (rng.standard_normal((rows, n)) * 3).astype(dt)
+            x = cuda.to_device(x_host)
+            y = cuda.device_array_like(x)
+            nbytes = softmax_bytes(rows, n, itemsize)
+            torch_ms = None
+            if torch is not None:
+                tx = torch.as_tensor(x, device="cuda")
+                ty = torch.empty_like(tx)
+                torch_ms = time_gpu(lambda: torch.softmax(tx, dim=-1, out=ty))
+            for name in methods:
+                real = sm.choose(n) if name == "auto" else name
+                meth = sm.METHODS[real]
+                if meth.max_n is not None and n > meth.max_n:
+                    continue
+                y[:] = np.nan                       # poison: unwritten elements fail the check
+                meth.launch(x, y, None)
+                err = _check(y, x_host)
+                ms = time_gpu(lambda: meth.launch(x, y, None))
+                gbs = nbytes / ms / 1e6
+                row = {"dtype": dt, "N": n, "rows": rows, "method": name, "runs": real,
+                       "ms": ms, "GB/s": gbs, "% copy": 100 * gbs / copy_bw[dt],
+                       "max err": err}
+                if torch_ms is not None:
+                    row["torch GB/s"] = nbytes / torch_ms / 1e6
+                    row["vs torch"] = torch_ms / ms
+                results.append(row)
+                log(f"{dt} N={n:6d} {name:12s} {ms:8.4f} ms {gbs:7.0f} GB/s "
+                    f"err {err:.1e}" + (f"  torch {row['torch GB/s']:.0f} GB/s "
+                                        f"ratio {row['vs torch']:.2f}" if torch_ms else ""))
+            del x, y
+    return results, copy_bw
+
+
+def geomean(values):
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def summarize(results, method="auto"):
+    """Per dtype: min and geometric mean of the ratio vs torch for one method."""
+    out = {}
+    for dt in sorted({r["dtype"] for r in results}):
+        ratios = [r["vs torch"] for r in results
+                  if r["dtype"] == dt and r["method"] == method and "vs torch" in r]
+        if ratios:
+            out[dt] = (min(ratios), geomean(ratios))
+    return out
+
+
+def plot_softmax(results, copy_bw, path):
+    """Bandwidth vs N for each method, torch and the copy roofline (needs matplotlib)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("--plot needs matplotlib (pip install 'flashlesson[plot]')", file=sys.stderr)
+        return False
+    dtypes = sorted({r["dtype"] for r in results})
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(7 * len(dtypes), 5), squeeze=False)
+    for ax, dt in zip(axes[0], dtypes):
+        rs = [r for r in results if r["dtype"] == dt]
+        for name in dict.fromkeys(r["method"] for r in rs):
+            pts = [(r["N"], r["GB/s"]) for r in rs if r["method"] == name]
+            ax.plot(*zip(*pts), marker="o", label=name)
+        tp = sorted({(r["N"], r["torch GB/s"]) for r in rs if "torch GB/s" in r})
+        if tp:
+            ax.plot(*zip(*tp), "k--", marker="x", label="torch.softmax")
+        ax.axhline(copy_bw[dt], color="gray", linestyle=":", label="copy (ceiling)")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("N (row length)")
+        ax.set_ylabel("GB/s (1 read + 1 write)")
+        ax.set_title(f"softmax, {dt}")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return True

@@ -1,0 +1,114 @@
+"""The ``flashlesson`` command: tour, section N, methods, info, bench.
+
+    flashlesson tour                  run every section's example and check, then a summary table
+    flashlesson section 8             run one section's example
+    flashlesson methods               the registry of softmax methods (§, kernel, limits)
+    flashlesson info                  device, versions, mode (GPU or simulator)
+    flashlesson bench softmax [...]   GPU only: every method × N × dtype, GB/s, vs torch
+"""
+
+import argparse
+import json
+import sys
+
+from tabulate import tabulate
+
+
+def _cmd_info(args):
+    from . import device
+    facts = device.describe()
+    print(tabulate(list(facts.items()), tablefmt="plain"))
+    return 0
+
+
+def _cmd_methods(args):
+    from .registry import softmax_table
+    print(softmax_table(args.format))
+    return 0
+
+
+def _cmd_tour(args):
+    from .tour import run_tour
+    return run_tour(sections=None, verbose=args.verbose)
+
+
+def _cmd_section(args):
+    from .tour import run_tour
+    return run_tour(sections=args.numbers, verbose=True)
+
+
+def _cmd_bench(args):
+    from . import bench, softmax_methods as softmax
+    if args.what != "softmax":
+        print(f"bench: unknown benchmark {args.what!r}; expected 'softmax'", file=sys.stderr)
+        return 2
+    methods = args.method or None
+    for m in methods or ():
+        if m not in softmax.CHOICES:
+            print(f"--method: expected one of {', '.join(softmax.CHOICES)}; got {m!r}",
+                  file=sys.stderr)
+            return 2
+    results, copy_bw = bench.bench_softmax(ns=args.n or bench.DEFAULT_NS, dtypes=args.dtype,
+                                           methods=methods, elements=args.elements)
+    cols = ["dtype", "N", "method", "runs", "ms", "GB/s", "% copy", "torch GB/s", "vs torch",
+            "max err"]
+    table = [[r.get(c, "") for c in cols] for r in results]
+    print()
+    print(tabulate(table, headers=cols, floatfmt=".3g"))
+    summary = bench.summarize(results)
+    if summary:
+        print()
+        print(tabulate([[dt, mn, gm] for dt, (mn, gm) in summary.items()],
+                       headers=["dtype", "auto/torch min", "auto/torch geomean"], floatfmt=".3f"))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"copy GB/s": copy_bw, "results": results}, f, indent=1)
+    if args.plot:
+        bench.plot_softmax(results, copy_bw, args.plot)
+    bad = [r for r in results if not r["max err"] < 1e-2]
+    if bad:
+        print(f"{len(bad)} measurement(s) failed the correctness check", file=sys.stderr)
+        return 1
+    return 0
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="flashlesson", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("info", help="device, versions, mode")
+    s.set_defaults(fn=_cmd_info)
+    s = sub.add_parser("methods", help="the softmax methods of the registry")
+    s.add_argument("--format", default="github", help="tabulate format (default: github)")
+    s.set_defaults(fn=_cmd_methods)
+    s = sub.add_parser("tour", help="run every section in order, then a summary table")
+    s.add_argument("-v", "--verbose", action="store_true", help="show each example's output")
+    s.set_defaults(fn=_cmd_tour)
+    s = sub.add_parser("section", help="run the example of one or more sections")
+    s.add_argument("numbers", nargs="+", type=int, metavar="N")
+    s.set_defaults(fn=_cmd_section)
+    s = sub.add_parser("bench", help="GPU benchmarks")
+    s.add_argument("what", choices=["softmax"])
+    s.add_argument("--n", type=int, nargs="+", help="row lengths (default 32 … 32768)")
+    s.add_argument("--dtype", nargs="+", default=["float32", "float16"],
+                   choices=["float32", "float16"])
+    s.add_argument("--method", nargs="+", help="methods (default: auto and every method)")
+    s.add_argument("--elements", type=int, default=2 ** 26, help="elements per tensor")
+    s.add_argument("--json", help="write the results as JSON to this file")
+    s.add_argument("--plot", help="write a bandwidth-vs-N PNG (needs matplotlib)")
+    s.set_defaults(fn=_cmd_bench)
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    import flashlesson  # noqa: F401 - chooses the device and announces it once
+    try:
+        return args.fn(args)
+    except flashlesson.DeviceError as exc:
+        print(f"flashlesson: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,265 @@
+"""The tour: run every section's example (``examples/s*.py``) in lesson order, then a summary.
+
+    flashlesson tour            all sections, one progress line each, then the summary table
+    flashlesson section 8       one section (or several), with the example's own tables
+
+Each example is a plain script with ``SECTIONS = (6, 7)``, ``TOPIC = "..."`` and
+``main(verbose=True) -> list[Check]``: one :class:`Check` per claim of the lesson it checked.
+The tour loads the scripts by path (``runpy.run_path``), never as a package, so ``flashlesson``
+does not depend on ``examples/``; the scripts are found by :func:`find_examples` (a source
+checkout, or ``FLASHLESSON_EXAMPLES``). A script that crashes becomes a failed Check carrying
+the exception, and the tour goes on with the next one.
+
+Also here, for the examples: :func:`check_close` (kernel vs oracle → Check) and
+:func:`example_rng` / :func:`lesson_rows` (fresh random rows, replayable by seed).
+"""
+
+import math
+import os
+import re
+import runpy
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+from tabulate import tabulate
+
+ENV_EXAMPLES = "FLASHLESSON_EXAMPLES"
+ENV_SEED = "FLASHLESSON_SEED"
+
+# Kernel vs float64 oracle: |got − want| ≤ ATOL + RTOL·|want| elementwise. float32 arithmetic
+# with __expf (relative error ≈ 2^-21 near 0, a few ulp more for exponents down to −20) stays
+# well inside; a wrong index or a missed element is off by far more.
+RTOL = 1e-5
+ATOL = 1e-6
+
+
+class TourError(ValueError):
+    """The tour cannot start: no examples folder, or a section with no example."""
+
+
+@dataclass
+class Check:
+    """One claim of the lesson, checked by an example.
+
+    section: the § it belongs to ("6", or "6–7" for a claim spanning two).
+    kernel: what produced the value checked (a softmax method, "numpy", "formula", …).
+    max_err: largest |kernel − oracle|, or None when the check is not a numeric comparison.
+    """
+    section: str
+    topic: str
+    kernel: str
+    max_err: Optional[float]
+    passed: bool
+    note: str = ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers for the examples
+# ---------------------------------------------------------------------------------------------
+def example_rng():
+    """(rng, seed): fresh random data each run; ``FLASHLESSON_SEED=<seed>`` replays a run."""
+    seed = int(os.environ.get(ENV_SEED, np.random.SeedSequence().entropy))
+    return np.random.default_rng(seed), seed
+
+
+def lesson_rows(rng, rows, n, dtype=np.float32):
+    """[rows, n] test rows chosen so a check means something (STYLE: outliers injected).
+
+    N(0, 3²) values; row 0 shifted by +1000 (the §1 input that overflows a naive kernel);
+    one element per row raised by 20, so one probability dominates and a wrong max shows.
+    """
+    x = rng.standard_normal((rows, n)) * 3.0
+    x[0] += 1000.0
+    x[np.arange(rows), rng.integers(0, n, rows)] += 20.0
+    return x.astype(dtype)
+
+
+def max_abs_err(got, want):
+    """max |got − want| in float64; NaN if either side has a NaN where the other has not."""
+    got = np.asarray(got, np.float64)
+    want = np.asarray(want, np.float64)
+    if not np.array_equal(np.isnan(got), np.isnan(want)):
+        return math.nan
+    both = ~np.isnan(want)
+    return float(np.max(np.abs(got[both] - want[both]), initial=0.0))
+
+
+def check_close(section, topic, kernel, got, want, note="", rtol=RTOL, atol=ATOL):
+    """A Check of ``got`` (a kernel's output) against ``want`` (the float64 oracle).
+
+    Passes when every element satisfies |got − want| ≤ atol + rtol·|want| (NaN only where
+    the oracle has NaN); ``max_err`` is the largest absolute difference.
+    """
+    got64 = np.asarray(got, np.float64)
+    want64 = np.asarray(want, np.float64)
+    if got64.shape != want64.shape:
+        return Check(section, topic, kernel, None, False,
+                     f"shape {got64.shape} != oracle's {want64.shape}. {note}".strip())
+    err = max_abs_err(got64, want64)
+    passed = bool(np.allclose(got64, want64, rtol=rtol, atol=atol, equal_nan=True))
+    return Check(section, topic, kernel, err, passed, note)
+
+
+# ---------------------------------------------------------------------------------------------
+# Finding and loading the examples
+# ---------------------------------------------------------------------------------------------
+_NAME = re.compile(r"^s(\d+)((?:_s\d+)*)_\w+\.py$")
+
+
+def find_examples():
+    """The folder holding ``s*.py`` examples.
+
+    ``$FLASHLESSON_EXAMPLES`` if set (it must exist), else ``<checkout>/examples`` next to
+    ``src/`` (this file is ``<checkout>/src/flashlesson/tour.py``), else ``./examples``.
+    """
+    env = os.environ.get(ENV_EXAMPLES)
+    if env:
+        path = Path(env)
+        if not path.is_dir():
+            raise TourError(f"{ENV_EXAMPLES}={env!r} is not a folder; point it at the "
+                            "examples/ folder of a flashlesson source checkout")
+        return path
+    for path in (Path(__file__).resolve().parents[2] / "examples", Path.cwd() / "examples"):
+        if path.is_dir():
+            return path
+    raise TourError("no examples/ folder found: the tour runs the scripts in examples/ of a "
+                    "source checkout; run it from the checkout, or set "
+                    f"{ENV_EXAMPLES}=/path/to/examples")
+
+
+def sections_of(label):
+    """The § numbers in a label: "6" → {6}, "6–7" or "6-7" → {6, 7}, "9, 11" → {9, 11}."""
+    nums = [int(s) for s in re.findall(r"\d+", str(label))]
+    if len(nums) == 2 and re.search(r"\d\s*[–-]\s*\d", str(label)):
+        return set(range(nums[0], nums[1] + 1))
+    return set(nums)
+
+
+def _label(sections):
+    s = sorted(sections)
+    return str(s[0]) if len(s) == 1 else f"{s[0]}–{s[-1]}" if s == list(
+        range(s[0], s[-1] + 1)) else ", ".join(map(str, s))
+
+
+def list_examples(folder=None):
+    """[(sections tuple, path)] of the examples, in § order (sections read from the file name)."""
+    folder = Path(folder) if folder is not None else find_examples()
+    found = []
+    for path in sorted(folder.glob("s*.py")):
+        m = _NAME.match(path.name)
+        if not m:
+            continue
+        secs = (int(m.group(1)),) + tuple(int(s) for s in re.findall(r"\d+", m.group(2)))
+        found.append((secs, path))
+    found.sort(key=lambda item: (item[0], item[1].name))
+    return found
+
+
+def _select(examples, sections):
+    if sections is None:
+        return examples
+    available = sorted({s for secs, _ in examples for s in secs})
+    wanted = []
+    for s in sections:
+        if not isinstance(s, (int, np.integer)) or isinstance(s, bool):
+            raise TourError(f"sections: expected § numbers (ints); got {s!r}")
+        if s not in available:
+            raise TourError(f"section {s}: no example for it; available sections: "
+                            f"{', '.join(map(str, available))}")
+        wanted.append(int(s))
+    return [(secs, path) for secs, path in examples if set(secs) & set(wanted)]
+
+
+def _run_one(secs, path, verbose):
+    """Load one example by path and run its main(); any failure becomes a failed Check."""
+    label = _label(secs)
+    topic = path.stem
+    try:
+        ns = runpy.run_path(str(path))
+        topic = ns.get("TOPIC", topic)
+        declared = tuple(ns.get("SECTIONS", ()))
+        if declared != tuple(secs):
+            raise TourError(f"{path.name}: SECTIONS = {declared} does not match the file "
+                            f"name's {tuple(secs)}")
+        if not callable(ns.get("main")):
+            raise TourError(f"{path.name}: no main(verbose) function")
+        checks = ns["main"](verbose=verbose)
+        if not checks:
+            raise TourError(f"{path.name}: main() returned no checks")
+        for c in checks:
+            if not all(hasattr(c, f) for f in ("section", "topic", "kernel", "max_err",
+                                                 "passed")):
+                raise TourError(f"{path.name}: main() returned {c!r}, not a Check")
+        return list(checks), topic
+    except Exception as exc:  # noqa: BLE001 - reported as a failed check, traceback shown
+        print(f"  {path.name} crashed:", file=sys.stderr)
+        traceback.print_exc(file=sys.stderr)
+        note = f"crashed: {type(exc).__name__}: {exc}"
+        return [Check(label, topic, "?", None, False, note)], topic
+
+
+def collect(sections=None, verbose=False, folder=None):
+    """Run the examples of ``sections`` (all if None) in § order; return every Check.
+
+    Raises :class:`TourError` for an unknown section or a missing examples folder.
+    """
+    examples = _select(list_examples(folder), sections)
+    checks = []
+    total = len(examples)
+    for i, (secs, path) in enumerate(examples, 1):
+        print(f"[{i}/{total}] §{_label(secs)} {path.stem} ...", flush=True)
+        t0 = time.perf_counter()
+        got, topic = _run_one(secs, path, verbose)
+        bad = sum(not c.passed for c in got)
+        print(f"      {topic}: {len(got) - bad}/{len(got)} checks passed "
+              f"({time.perf_counter() - t0:.1f} s)", flush=True)
+        checks.extend(got)
+    return checks
+
+
+def _fmt_err(e):
+    if e is None:
+        return "—"
+    return "NaN" if isinstance(e, float) and math.isnan(e) else f"{e:.2e}"
+
+
+def summary_table(checks, fmt="simple"):
+    rows = [[f"§{c.section}", c.topic, c.kernel, _fmt_err(c.max_err),
+             "pass" if c.passed else "FAIL", c.note] for c in checks]
+    return tabulate(rows, headers=["§", "topic", "kernel", "max err vs oracle", "result",
+                                   "note"], tablefmt=fmt, disable_numparse=True)
+
+
+def run_tour(sections=None, verbose=False, *, checks=None):
+    """Run the tour and print the summary table. Returns 0 if every check passed, 1 if one
+    failed, 2 if the tour could not start (the reason is printed on stderr).
+
+    checks: optional list; every Check is appended to it (tests read the results from it).
+    """
+    from . import device
+    t0 = time.perf_counter()
+    try:
+        got = collect(sections, verbose)
+    except TourError as exc:
+        print(f"flashlesson: {exc}", file=sys.stderr)
+        return 2
+    if checks is not None:
+        checks.extend(got)
+    failed = [c for c in got if not c.passed]
+    print()
+    print(summary_table(got))
+    print()
+    where = "Numba's CUDA simulator (small sizes)" if device.SIMULATOR else "the GPU"
+    print(f"{len(got)} checks, {len(failed)} failed, on {where}, "
+          f"in {time.perf_counter() - t0:.1f} s")
+    return 1 if failed else 0
+
+
+__all__ = ["Check", "TourError", "check_close", "collect", "example_rng", "find_examples",
+           "lesson_rows", "list_examples", "max_abs_err", "run_tour", "sections_of",
+           "summary_table"]
