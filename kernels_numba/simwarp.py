@@ -42,28 +42,34 @@ Shuffles return the source lane's value object itself, so its type is kept (nump
 stays float32); votes return ``bool``, masks return non-negative ``int`` (store them in
 uint32 or int64 arrays: bit 31 does not fit an int32 array in NumPy).
 
-Errors, never hangs. A waiting lane polls (every ``POLL_S`` s, no busy loop) and raises
-:class:`WarpOpError`, naming the block, the warp, the operation, the lanes and why, when:
-the caller is not in its own mask; lanes of one rendezvous called different operations; a
-lane reads from a lane that did not take part; or a named lane can never arrive because it
-waits in ``cuda.syncthreads()`` (reported after ``SYNC_GRACE_S`` s, in case the barrier is
-just being released) or waits at another warp operation that can never complete (a
-different mask: reported at once). If the block aborts (another thread raised), waiting
-lanes leave within ``POLL_S`` s.
+Errors, never hangs. A waiting lane re-checks after ``POLL_S`` s, then less and less often
+(up to every ``MAX_POLL_S`` s; no busy loop), and :class:`WarpOpError` names the block, the
+warp, the operation, the lanes and why, when: the caller is not in its own mask; lanes of
+one rendezvous called different operations; a lane reads from a lane that did not take
+part; or a named lane can never arrive because it waits in ``cuda.syncthreads()`` (a
+barrier the waiting lanes have not passed, so it cannot finish) or at another warp
+operation that can never complete (lanes using different masks). If the block aborts
+(another thread raised), waiting lanes leave within ``MAX_POLL_S`` s; if a lane being
+waited for raised, the lanes waiting for it raise the same exception type and message, so
+the launch reports the real cause whichever thread it picks.
 
-Limits. Lanes do not run in lockstep between warp operations, so ``activemask()`` models
-convergence: it waits until no lane of the warp is still running (each has exited, or waits
-at a warp operation, in syncthreads() or in activemask()) and returns the lanes then waiting
-at the same call site (same line of the same function): all existing lanes at a kernel's
-start, lanes 0-15 after lanes 16-31 returned, one branch's lanes in divergent code. A lane
-still running after ``ACTIVEMASK_SETTLE_S`` s (spinning on a flag) is counted as active. On
-a GPU the hardware may report fewer lanes (convergence is never guaranteed).
-Shuffled and matched values must be ``int``, ``float`` or NumPy int32/int64/float32/float64
-(numba-cuda's i4/i8/f4/f8), predicates integers or bools: anything else raises TypeError,
-as numba-cuda's typing would on a GPU. Only ``cuda.<op>`` calls are covered (the simulator swaps
-the module named ``cuda``); ``from numba.cuda import shfl_sync`` works only after install().
-Set ``ON_UNDEFINED_READ = "poison"`` to have undefined shuffle reads return NaN (floats) or
-0xDEADBEEF (ints) instead of raising.
+Limits.
+- Lanes do not run in lockstep between warp operations, so ``activemask()`` models
+  convergence: it waits until no lane of the warp is still running (each has exited, or
+  waits at a warp operation, in syncthreads() or in activemask()), then returns the lanes
+  waiting at the same call site (same line of the same function): all existing lanes at a
+  kernel's start, lanes 0-15 after lanes 16-31 returned, one branch's lanes in divergent
+  code. A lane still running after ``ACTIVEMASK_SETTLE_S`` s (spinning on a flag) counts as
+  active. On a GPU the hardware may report fewer lanes (convergence is never guaranteed).
+- Strict reads: a shuffle tree whose upper lanes read past the end of a partial warp or of
+  the mask raises, even where a GPU would compute those undefined values and never use
+  them. Set ``simwarp.ON_UNDEFINED_READ = "poison"`` to get NaN (floats) or 0xDEADBEEF
+  (ints) for such reads instead.
+- Shuffled and matched values must be ``int``, ``float`` or NumPy int32/int64/float32/float64
+  (numba-cuda's i4/i8/f4/f8), predicates integers or bools: anything else raises TypeError,
+  as numba-cuda's typing would. Nothing else is type-checked (the simulator compiles nothing).
+- Only ``cuda.<op>`` calls in kernels are covered (the simulator swaps the module named
+  ``cuda``); ``from numba.cuda import shfl_sync`` works in the simulator after install().
 
 Tests: ``NUMBA_ENABLE_CUDASIM=1 PYTHONPATH=.:src python3 -m pytest tests/test_simwarp.py -q``
 (from the repository root; the non-error tests also run unchanged on a GPU).
@@ -97,8 +103,8 @@ __all__ = [
 
 WARP_SIZE = 32
 FULL_MASK = 0xFFFFFFFF
-POLL_S = 0.05  # how often a waiting lane re-checks (abort, dead lanes, deadlock)
-SYNC_GRACE_S = 1.0  # a named lane seen in syncthreads() this long means deadlock
+POLL_S = 0.05  # first re-check of a waiting lane (abort, dead lanes, deadlock) ...
+MAX_POLL_S = 0.4  # ... then doubling up to this (fewer wake-ups: big blocks stay fast)
 ON_UNDEFINED_READ = "raise"  # or "poison": NaN / 0xDEADBEEF instead of an error
 ACTIVEMASK_SETTLE_S = 0.5  # activemask() waits at most this long for running lanes
 
@@ -117,33 +123,41 @@ class WarpOpError(RuntimeError):
 
 
 class _BlockState:
-    """What one simulated block knows about its warps, kept on its BlockManager."""
+    """What one simulated block knows of its threads, kept on its BlockManager."""
 
     def __init__(self, manager):
-        self.lock = threading.Lock()
         self.threads = {}  # linear thread id -> BlockThread (registered at creation)
         self.nthreads = int(np.prod(manager._block_dim))
+        self.warps = {}  # warp -> _WarpState
+
+
+class _WarpState:
+    """One warp's rendezvous. One lock per warp: a lock per block convoys big blocks."""
+
+    def __init__(self, block):
+        self.lock = threading.Lock()
+        self.threads = block.threads
+        self.nthreads = block.nthreads
         self.pending = {}  # (warp, mask) -> _Rendezvous not yet complete
         self.waiting = {}  # linear thread id -> the _Rendezvous it waits in
         self.am_groups = {}  # (warp, call site) -> _Rendezvous of lanes in activemask()
 
 
 class _Rendezvous:
-    __slots__ = (
-        "op", "warp", "mask", "key", "args", "cond", "done", "results", "error", "stuck_since"
-    )
+    """Lanes meeting at one warp operation (or, for activemask, at one call site)."""
 
-    def __init__(self, op, warp, mask, lock, key=None):
+    __slots__ = ("op", "warp", "mask", "key", "args", "event", "done", "results", "error")
+
+    def __init__(self, op, warp, mask, key=None):
         self.op = op
         self.key = key
         self.warp = warp
         self.mask = mask
         self.args = {}  # lane -> argument tuple
-        self.cond = threading.Condition(lock)
+        self.event = threading.Event()  # set once results (or error) are ready
         self.done = False
         self.results = None
         self.error = None
-        self.stuck_since = None
 
 
 def _block_state(manager):
@@ -155,6 +169,17 @@ def _block_state(manager):
                 st = _BlockState(manager)
                 setattr(manager, _STATE_ATTR, st)
     return st
+
+
+def _warp_state(manager, warp):
+    block = _block_state(manager)
+    ws = block.warps.get(warp)
+    if ws is None:
+        with _state_lock:
+            ws = block.warps.get(warp)
+            if ws is None:
+                ws = block.warps[warp] = _WarpState(block)
+    return ws
 
 
 def _register_thread(thread):
@@ -234,7 +259,7 @@ def _check_predicate(pred, op):
 
 
 # --------------------------------------------------------------------------------------
-# Lane states and deadlock analysis (all under the block lock)
+# Lane states and deadlock analysis (all under the warp's lock)
 
 _NONEXISTENT, _STARTING, _FAILED, _EXITED, _WAITING, _SYNCTHREADS, _RUNNING = range(7)
 
@@ -256,6 +281,12 @@ def _lane_state(st, tid):
     if rv is not None:
         return _WAITING, rv
     if th.syncthreads_blocked:
+        # The flag stays set for a while after the barrier is released (the simulator clears
+        # it thread by thread): if the caller has passed more barriers than th, th's
+        # barrier is released already and th is about to run.
+        me = threading.current_thread()
+        if getattr(th, "_simwarp_barriers", 0) < getattr(me, "_simwarp_barriers", 0):
+            return _RUNNING, th
         return _SYNCTHREADS, th
     return _RUNNING, th
 
@@ -334,7 +365,7 @@ def _finish(st, rv, error=None):
     for lane in rv.args:
         if st.waiting.get(base + lane) is rv:
             del st.waiting[base + lane]
-    rv.cond.notify_all()
+    rv.event.set()
 
 
 # --------------------------------------------------------------------------------------
@@ -443,13 +474,13 @@ def _warp_op(op, mask, arg):
             f"{_where(t, op, warp, mask)}: lane {lane} called it with a mask that does not "
             f"name the calling lane (its bit {1 << lane:#010x} must be set)"
         )
-    st = _block_state(t._manager)
+    st = _warp_state(t._manager, warp)
     key = (warp, mask)
     with st.lock:
         st.threads.setdefault(tid, t)
         rv = st.pending.get(key)
         if rv is None:
-            rv = st.pending[key] = _Rendezvous(op, warp, mask, st.lock)
+            rv = st.pending[key] = _Rendezvous(op, warp, mask)
         elif rv.op != op:
             msg = (
                 f"{_where(t, op, warp, mask)}: lanes of one warp operation called different "
@@ -463,19 +494,28 @@ def _warp_op(op, mask, arg):
         base = warp * WARP_SIZE
         if all(m in rv.args or base + m >= st.nthreads for m in _bits(mask)):
             _finish(st, rv)
-        polls = 0
-        while not rv.done:
-            if t.abort:
-                raise RuntimeError(f"abort flag set while waiting at {op}")
-            if polls:
-                _check_progress(st, rv, t)
-                if rv.done:
-                    break
-            polls += 1
-            rv.cond.wait(POLL_S)
-        if rv.error is not None:
-            raise WarpOpError(rv.error)
-        return rv.results[lane]
+    # Wait outside the lock (waking 32 lanes that all want the lock again is slow).
+    timeout = POLL_S
+    while not rv.event.wait(timeout):
+        if t.abort:
+            raise RuntimeError(f"abort flag set while waiting at {op}")
+        if _worth_checking(st, rv):
+            with st.lock:
+                if not rv.done:
+                    _check_progress(st, rv, t)
+        timeout = min(2 * timeout, MAX_POLL_S)
+    if rv.error is not None:
+        raise WarpOpError(rv.error)
+    return rv.results[lane]
+
+
+def _worth_checking(st, rv):
+    """Cheap test without the lock: is some missing lane anything but running?"""
+    base = rv.warp * WARP_SIZE
+    for m in _bits(rv.mask):
+        if m not in rv.args and _lane_state(st, base + m)[0] not in (_RUNNING, _STARTING):
+            return True
+    return False
 
 
 def _check_progress(st, rv, t):
@@ -494,15 +534,7 @@ def _check_progress(st, rv, t):
         return
     stuck = [m for m, (k, _) in kinds.items() if not _gone(k) and m not in free]
     if not stuck:
-        rv.stuck_since = None
         return
-    now = time.monotonic()
-    if any(k == _SYNCTHREADS for k, _ in states.values()):
-        # syncthreads_blocked can be stale for a moment while the barrier is released.
-        if rv.stuck_since is None:
-            rv.stuck_since = now
-        if now - rv.stuck_since < SYNC_GRACE_S:
-            return
     groups = {}
     for m in stuck:
         k, info = kinds[m]
@@ -600,24 +632,27 @@ def activemask():
     frame = sys._getframe(1)
     site = (id(frame.f_code), frame.f_lasti)
     del frame
-    st = _block_state(t._manager)
     warp, lane = divmod(t.thread_id, WARP_SIZE)
+    st = _warp_state(t._manager, warp)
     with st.lock:
         st.threads.setdefault(t.thread_id, t)
         key = (warp, site)
         g = st.am_groups.get(key)
         if g is None:
-            g = st.am_groups[key] = _Rendezvous("activemask", warp, 0, st.lock, key)
+            g = st.am_groups[key] = _Rendezvous("activemask", warp, 0, key)
         g.args[lane] = ()
         st.waiting[t.thread_id] = g
         start = time.monotonic()
-        while True:
-            _settle_activemask(st, g, time.monotonic() - start >= ACTIVEMASK_SETTLE_S)
-            if g.done:
-                return g.results
-            if t.abort:
-                raise RuntimeError("abort flag set while waiting at activemask")
-            g.cond.wait(POLL_S)
+        _settle_activemask(st, g, False)
+    timeout = POLL_S
+    while not g.event.wait(timeout):
+        if t.abort:
+            raise RuntimeError("abort flag set while waiting at activemask")
+        with st.lock:
+            if not g.done:
+                _settle_activemask(st, g, time.monotonic() - start >= ACTIVEMASK_SETTLE_S)
+        timeout = min(2 * timeout, MAX_POLL_S)
+    return g.results
 
 
 def _settle_activemask(st, g, give_up):
@@ -636,7 +671,7 @@ def _settle_activemask(st, g, give_up):
     for lane in g.args:
         if st.waiting.get(base + lane) is g:
             del st.waiting[base + lane]
-    g.cond.notify_all()
+    g.event.set()
 
 
 def lanemask_lt():
@@ -675,6 +710,16 @@ def install():
 
         bt._simwarp_orig_init = orig
         bt.__init__ = __init__
+
+        orig_sync = bt.__dict__.get("_simwarp_orig_syncthreads") or bt.syncthreads
+
+        def syncthreads(self):
+            orig_sync(self)
+            # barriers this thread has passed: tells a stale syncthreads_blocked flag apart
+            self._simwarp_barriers = getattr(self, "_simwarp_barriers", 0) + 1
+
+        bt._simwarp_orig_syncthreads = orig_sync
+        bt.syncthreads = syncthreads
 
         if cuda.config.ENABLE_CUDASIM:
             # Host-side references (e.g. `from numba.cuda import shfl_sync`) in the simulator.

@@ -17,6 +17,19 @@ from .softmax import (
     softmax_three_pass,
     softmax_tiled_ml,
 )
+from .attention import (
+    attention,
+    attention_flops,
+    attention_per_query,
+    attention_state,
+    attention_state_sizes,
+    causal_mask,
+    flash_attention_bytes,
+    flash_attention_tiled,
+    merge_attention,
+    merge_states,
+    naive_attention_bytes,
+)
 
 __all__ = [
     "softmax_naive",
@@ -29,4 +42,15 @@ __all__ = [
     "softmax_tiled_ml",
     "softmax_of_first_tile_only",
     "ORACLES",
+    "causal_mask",
+    "attention",
+    "attention_per_query",
+    "attention_state",
+    "merge_states",
+    "merge_attention",
+    "flash_attention_tiled",
+    "attention_flops",
+    "naive_attention_bytes",
+    "flash_attention_bytes",
+    "attention_state_sizes",
 ]

@@ -8,7 +8,8 @@ hand in NumPy. Blocks of 32 and 64 threads are full warps; 40 and 48 end with a 
 - Tests marked ``sim_only`` check what only the simulator can (errors, exact activemask,
   value types); they are skipped on a GPU.
 
-Run (from the repository root)::
+Run (from the repository root; ``tests/conftest.py`` picks the device, the simulator when
+there is no GPU, and ``NUMBA_ENABLE_CUDASIM=1`` forces it)::
 
     NUMBA_ENABLE_CUDASIM=1 PYTHONPATH=.:src python3 -m pytest tests/test_simwarp.py -q
 """
@@ -22,7 +23,7 @@ if (
     and not os.path.exists(os.path.join(os.path.dirname(__file__), "conftest.py"))
     and not os.path.exists("/dev/nvidiactl")
 ):
-    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # no GPU here: use the simulator
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # no conftest to pick the device, no GPU: simulate
 
 import numpy as np
 import pytest
@@ -341,6 +342,35 @@ def test_butterfly_xor_reduction():
         assert len(set(out_sum[seg].tolist())) == 1
 
 
+@cuda.jit
+def grid_2d_butterfly_kernel(values, out):
+    """2-D blocks, several of them: warps follow the linear id x + y * blockDim.x."""
+    t = cuda.threadIdx.x + cuda.threadIdx.y * cuda.blockDim.x
+    nthreads = cuda.blockDim.x * cuda.blockDim.y
+    i = cuda.blockIdx.x * nthreads + t
+    n = min(32, nthreads - (t - t % 32))  # lanes in this warp (a power of two here)
+    mask = FULL if n == 32 else (1 << n) - 1
+    s = values[i]
+    offset = n // 2
+    while offset > 0:
+        s += cuda.shfl_xor_sync(mask, s, offset)
+        offset //= 2
+    out[i] = s
+
+
+def test_grid_of_2d_blocks():
+    """3 blocks of 16 x 3 = 48 threads: warp 0 is y = 0-1, warp 1 (16 lanes) is y = 2."""
+    n = 3 * 48
+    vals = np.arange(n, dtype=np.int32) * 7 % 101
+    out = np.zeros(n, np.int32)
+    grid_2d_butterfly_kernel[3, (16, 3)](vals, out)
+    for b in range(3):
+        w0 = slice(48 * b, 48 * b + 32)
+        w1 = slice(48 * b + 32, 48 * b + 48)
+        assert (out[w0] == vals[w0].sum()).all()
+        assert (out[w1] == vals[w1].sum()).all()
+
+
 # ---------------------------------------------------------------------------------------------
 # Votes, ballot, match
 # ---------------------------------------------------------------------------------------------
@@ -555,7 +585,10 @@ def test_error_read_from_lane_not_in_mask():
         if lane < 8:
             out[lane] = cuda.shfl_sync(0xFF, lane, 20)  # lane 20 is not in the mask
 
-    with pytest.raises(simwarp.WarpOpError, match=r"lanes 0-7 read from lane 20, which did not take part: it is not named"):
+    with pytest.raises(
+        simwarp.WarpOpError,
+        match=r"lanes 0-7 read from lane 20, which did not take part: it is not named",
+    ):
         k[1, 32](np.zeros(32, np.int32))
 
 
@@ -608,7 +641,10 @@ def test_error_lane_waits_in_syncthreads():
         out[i] = cuda.shfl_xor_sync(FULL, i, 1)
 
     t0 = time.monotonic()
-    with pytest.raises(simwarp.WarpOpError, match=r"wait for lane 3, named in the mask, .*lane 3 waits in cuda.syncthreads"):
+    with pytest.raises(
+        simwarp.WarpOpError,
+        match=r"wait for lane 3, named in the mask, .*lane 3 waits in cuda.syncthreads",
+    ):
         k[1, 32](np.zeros(32, np.int32))
     assert time.monotonic() - t0 < 10
 

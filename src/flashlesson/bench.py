@@ -3,7 +3,8 @@
 Method, as the lesson's claims need it (§4: softmax is bound by memory, not by arithmetic):
 - every variant is first checked against the float64 oracle on the benchmark's own data;
 - times are CUDA-event medians after a warm-up (the first call compiles), each sample the mean
-  of ``INNER`` back-to-back launches so that Python's launch overhead overlaps GPU work;
+  of ``INNER`` back-to-back launches, enqueued while a sleeping kernel holds the GPU, so the
+  events see GPU time only, not Python's launch overhead (the same for torch and for Numba);
 - tensors of ≈2^26 elements (256 MB in fp32), 5× the H200's 50 MB L2, so each launch goes to HBM;
 - bandwidth = (one read + one write of the tensor) / time — the bytes the ideal kernel moves,
   whatever the kernel really re-reads — next to the device-to-device copy measured in the same
@@ -33,13 +34,20 @@ def softmax_bytes(rows, n, itemsize):
 
 
 def time_gpu(fn, samples=SAMPLES, inner=INNER, warmup=WARMUP):
-    """Median milliseconds per call of ``fn`` (which launches GPU work on the default stream)."""
+    """Median milliseconds per call of ``fn`` (which launches GPU work on the default stream).
+
+    Before each sample a kernel sleeps ~1 ms on the GPU while the ``inner`` calls are enqueued
+    behind it, so the start event fires when the GPU reaches the first of them.
+    """
+    from kernels_numba.timing import gpu_sleep
     for _ in range(warmup):
         fn()
+    gpu_sleep[1, 1](1)
     cuda.synchronize()
     start, stop = cuda.event(timing=True), cuda.event(timing=True)
     times = []
     for _ in range(samples):
+        gpu_sleep[1, 1](1000)
         start.record()
         for _ in range(inner):
             fn()
@@ -78,12 +86,17 @@ def bench_softmax(ns=DEFAULT_NS, dtypes=("float32", "float16"), methods=None,
     methods = list(methods or (["auto"] + [m for m in sm.METHODS if m != "naive"]))
     rng = np.random.default_rng(0)
     results = []
-    # the ceiling: a device-to-device copy of the same number of bytes
+    # the ceiling: a device-to-device copy of the same number of bytes (cuMemcpyDtoD through
+    # Numba, and torch's copy_ when torch is there; the faster one is the ceiling)
     copy_bw = {}
     for dt in dtypes:
         a = cuda.to_device(rng.standard_normal(elements).astype(dt))
         b = cuda.device_array_like(a)
         ms = time_gpu(lambda: b.copy_to_device(a))
+        if torch is not None:
+            ta, tb = torch.as_tensor(a, device="cuda"), torch.as_tensor(b, device="cuda")
+            ms = min(ms, time_gpu(lambda: tb.copy_(ta)))
+            del ta, tb
         copy_bw[dt] = 2 * a.nbytes / ms / 1e6
         log(f"copy {dt}: {copy_bw[dt]:.0f} GB/s")
         del a, b

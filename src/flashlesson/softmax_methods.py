@@ -40,10 +40,19 @@ class Method:
     sections: str            # lesson §, e.g. "6–7"
     idea: str
     kernel: str              # kernel name(s) in kernels_numba/softmax.py
-    traffic: str             # global-memory traffic per row, from the kernel's menu
+    reads: int               # global-memory traffic per row, from the kernel's menu: reads of
+    writes: int              # the row and writes of the output, in units of N elements
     max_n: Optional[int]     # largest row length it takes (None: any)
     launch: Callable         # launch(x2, y2, threads) on [rows, N] device arrays
     auto: bool = True        # may ``auto`` choose it?
+    extra: str = ""          # traffic beyond the row, said in words (e.g. "+ m, l per row")
+
+    @property
+    def traffic(self):
+        """E.g. "3 reads + 1 write (+ m, l per row)"."""
+        text = (f"{self.reads} read{'s' * (self.reads != 1)} + "
+                f"{self.writes} write{'s' * (self.writes != 1)}")
+        return f"{text} ({self.extra})" if self.extra else text
 
     def check_n(self, n):
         if self.max_n is not None and n > self.max_n:
@@ -123,12 +132,13 @@ def block_shape(n, dtype=np.float32, threads=None):
     """(K, T) for the §9 kernel: T threads per block, K = pow2(N)/T values per thread.
 
     From the H200 sweep: about V = 16 values per thread in fp32 and 32 in fp16, with
-    128 ≤ T ≤ 512; T = 1024 only when K would exceed 32 (N = 32768). Simulator: T = 64.
+    128 ≤ T ≤ 512; T = 1024 only when K would exceed 32 (N = 32768). Simulator: the fewest
+    threads that hold the row, at least 64 (two warps, so §10's second level runs).
     """
     p = _pow2_at_least(n)
     if threads is None:
         if device.SIMULATOR:
-            threads = 2 * WARP
+            threads = max(2 * WARP, p // MAX_K)
         else:
             v = 32 if np.dtype(dtype).itemsize == 2 else 16
             threads = min(512, max(128, p // v))
@@ -139,7 +149,8 @@ def block_shape(n, dtype=np.float32, threads=None):
     k = max(1, p // threads)
     if k > MAX_K:
         raise ValueError(f"softmax method 'block' keeps at most {MAX_K} values per thread: "
-                         f"N = {n} needs threads ≥ {-(-n // MAX_K)} (got {threads})")
+                         f"N = {n} needs threads ≥ {_pow2_at_least(-(-n // MAX_K))} "
+                         f"(got {threads})")
     return k, threads
 
 
@@ -151,26 +162,27 @@ def _launch_block(x2, y2, threads):
 
 METHODS = {m.name: m for m in [
     Method("naive", "1", "e^x / Σe^x with no max: overflows for x ≈ 100 on purpose",
-           "softmax_naive", "2 reads + 1 write", None, _launch_rowwise(K.softmax_naive),
+           "softmax_naive", 2, 1, None, _launch_rowwise(K.softmax_naive),
            auto=False),
     Method("three_pass", "3", "max pass, exp+sum pass, normalize pass: three launches, "
            "m and l through global memory", "row_max, row_sum_exp, normalize",
-           "3 reads + 1 write", None, _launch_three_pass),
+           3, 1, None, _launch_three_pass, extra="+ m and l per row, written and read back"),
     Method("warp", "6–7", "one warp per row, one element per lane, shuffles only",
-           "softmax_warp", "1 read + 1 write", WARP, _launch_warp),
-    Method("warp_multi", "8", "one warp per row, lane t holds t, t+32, …; row in registers",
-           "warp_multi_kernel(K, R, G)", "1 read + 1 write", WARP * MAX_K, _launch_warp_multi),
+           "softmax_warp", 1, 1, WARP, _launch_warp),
+    Method("warp_multi", "8", "one warp per row, lane t holds t, t+32, … in registers (rows < 256: G < 32 lanes "
+           "a row, 32/G rows per warp)",
+           "warp_multi_kernel(K, R, G)", 1, 1, WARP * MAX_K, _launch_warp_multi),
     Method("block", "9–10", "one block per row, N/T values per thread in registers, "
-           "two-level reduction", "block_kernel(K, T)", "1 read + 1 write", MAX_K * MAX_THREADS,
+           "two-level reduction", "block_kernel(K, T)", 1, 1, MAX_K * MAX_THREADS,
            _launch_block),
     Method("block_smem", "9–11", "one block per row, row cached in shared memory",
-           "softmax_block_smem", "1 read + 1 write", SMEM_MAX_N,
+           "softmax_block_smem", 1, 1, SMEM_MAX_N,
            _launch_rowwise(K.softmax_block_smem, shared=True)),
     Method("block_reread", "11", "one block per row, any N, re-reads global memory each pass",
-           "softmax_block_reread", "3 reads + 1 write", None,
+           "softmax_block_reread", 3, 1, None,
            _launch_rowwise(K.softmax_block_reread)),
     Method("online", "18–20", "single pass of (m, l) per thread, merged by §19, then normalize",
-           "softmax_online", "2 reads + 1 write", None, _launch_rowwise(K.softmax_online)),
+           "softmax_online", 2, 1, None, _launch_rowwise(K.softmax_online)),
 ]}
 
 AUTO = "auto"

@@ -21,6 +21,7 @@ import runpy
 import sys
 import time
 import traceback
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -175,51 +176,86 @@ def _select(examples, sections):
     return [(secs, path) for secs, path in examples if set(secs) & set(wanted)]
 
 
-def _run_one(secs, path, verbose):
-    """Load one example by path and run its main(); any failure becomes a failed Check."""
-    label = _label(secs)
-    topic = path.stem
-    try:
-        ns = runpy.run_path(str(path))
-        topic = ns.get("TOPIC", topic)
-        declared = tuple(ns.get("SECTIONS", ()))
-        if declared != tuple(secs):
-            raise TourError(f"{path.name}: SECTIONS = {declared} does not match the file "
-                            f"name's {tuple(secs)}")
-        if not callable(ns.get("main")):
-            raise TourError(f"{path.name}: no main(verbose) function")
-        checks = ns["main"](verbose=verbose)
-        if not checks:
-            raise TourError(f"{path.name}: main() returned no checks")
-        for c in checks:
-            if not all(hasattr(c, f) for f in ("section", "topic", "kernel", "max_err",
-                                                 "passed")):
-                raise TourError(f"{path.name}: main() returned {c!r}, not a Check")
-        return list(checks), topic
-    except Exception as exc:  # noqa: BLE001 - reported as a failed check, traceback shown
-        print(f"  {path.name} crashed:", file=sys.stderr)
-        traceback.print_exc(file=sys.stderr)
-        note = f"crashed: {type(exc).__name__}: {exc}"
-        return [Check(label, topic, "?", None, False, note)], topic
+def _load(secs, path):
+    """The example's globals (``runpy.run_path``: by path, never imported as a package)."""
+    ns = runpy.run_path(str(path))
+    declared = tuple(ns.get("SECTIONS", ()))
+    if declared != tuple(secs):
+        raise TourError(f"{path.name}: SECTIONS = {declared} does not match the file "
+                        f"name's {tuple(secs)}")
+    if not callable(ns.get("main")):
+        raise TourError(f"{path.name}: no main(verbose) function")
+    return ns
+
+
+def _run(path, ns, verbose):
+    checks = ns["main"](verbose=verbose)
+    if not checks:
+        raise TourError(f"{path.name}: main() returned no checks")
+    for c in checks:
+        if not all(hasattr(c, f) for f in ("section", "topic", "kernel", "max_err", "passed")):
+            raise TourError(f"{path.name}: main() returned {c!r}, not a Check")
+    return list(checks)
+
+
+def _crashed(secs, topic, path, exc):
+    """A crashed example: its traceback on stderr, and a failed Check carrying the exception."""
+    print(f"  {path.name} crashed:", file=sys.stderr)
+    traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    return [Check(_label(secs), topic, "?", None, False,
+                  f"crashed: {type(exc).__name__}: {exc}")]
 
 
 def collect(sections=None, verbose=False, folder=None):
     """Run the examples of ``sections`` (all if None) in § order; return every Check.
 
-    Raises :class:`TourError` for an unknown section or a missing examples folder.
+    Each example runs on fresh random data; one seed serves the whole tour (``$FLASHLESSON_SEED``
+    if set, else a new one, printed first), so that ``FLASHLESSON_SEED=<seed>`` replays it.
+    A crashed example becomes a failed Check and the tour goes on. Raises
+    :class:`TourError` for an unknown section or a missing examples folder.
     """
     examples = _select(list_examples(folder), sections)
+    seed = os.environ.get(ENV_SEED) or str(np.random.SeedSequence().entropy)
+    print(f"random inputs: {ENV_SEED}={seed}", flush=True)
+    saved = os.environ.get(ENV_SEED)
+    os.environ[ENV_SEED] = seed
     checks = []
-    total = len(examples)
+    try:
+        with warnings.catch_warnings():
+            # the examples launch tiny grids on purpose; Numba's low-occupancy warning is noise
+            warnings.filterwarnings("ignore", message=r".*Grid size \d+ will likely result in "
+                                    "GPU under-utilization")
+            _run_all(examples, verbose, checks)
+    finally:
+        if saved is None:
+            del os.environ[ENV_SEED]
+        else:
+            os.environ[ENV_SEED] = saved
+    return checks
+
+
+def _run_all(examples, verbose, checks):
+    """Run each example in turn, printing progress; append its Checks to ``checks``."""
     for i, (secs, path) in enumerate(examples, 1):
-        print(f"[{i}/{total}] §{_label(secs)} {path.stem} ...", flush=True)
         t0 = time.perf_counter()
-        got, topic = _run_one(secs, path, verbose)
+        topic, ns, failure = path.stem, None, None
+        try:
+            ns = _load(secs, path)
+            topic = ns.get("TOPIC", topic)
+        except Exception as exc:  # noqa: BLE001 - reported as a failed check below
+            failure = exc
+        print(f"[{i}/{len(examples)}] §{_label(secs)} {topic} ...", flush=True)
+        if failure is None:
+            try:
+                got = _run(path, ns, verbose)
+            except Exception as exc:  # noqa: BLE001 - reported as a failed check
+                failure = exc
+        if failure is not None:
+            got = _crashed(secs, topic, path, failure)
         bad = sum(not c.passed for c in got)
-        print(f"      {topic}: {len(got) - bad}/{len(got)} checks passed "
+        print(f"      {len(got) - bad}/{len(got)} checks passed "
               f"({time.perf_counter() - t0:.1f} s)", flush=True)
         checks.extend(got)
-    return checks
 
 
 def _fmt_err(e):
