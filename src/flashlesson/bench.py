@@ -181,3 +181,107 @@ def plot_softmax(results, copy_bw, path):
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention (§14, §23–24, §28–29, §34): TFLOP/s of naive and flash vs torch SDPA per backend
+# ---------------------------------------------------------------------------------------------
+ATTENTION_SHAPES = (            # (B, H, N, d): the issue's three, then an N sweep
+    (4, 16, 1024, 64),
+    (2, 16, 4096, 64),
+    (1, 16, 8192, 128),
+)
+ATTENTION_SWEEP = tuple((1, 16, n, 64) for n in (256, 512, 1024, 2048, 4096, 8192, 16384))
+
+
+def attention_flops(b, h, nq, nk, d, causal):
+    """§16, §28: QKᵀ and PV are 2·Nq·Nk·d FLOPs each per head: 4·B·H·Nq·Nk·d, halved when
+    causal (the convention of flash-attn's and torch's benchmarks)."""
+    f = 4 * b * h * nq * nk * d
+    return f // 2 if causal else f
+
+
+def time_gpu_adaptive(fn, target_ms=20.0, samples=7):
+    """time_gpu with as many launches per sample as make ~target_ms (1 … 10)."""
+    fn()
+    cuda.synchronize()
+    one = time_gpu(fn, samples=1, inner=1, warmup=0)
+    inner = int(min(10, max(1, target_ms // max(one, 1e-3))))
+    return time_gpu(fn, samples=samples, inner=inner, warmup=1)
+
+
+def _device_used_bytes():
+    free, total = cuda.current_context().get_memory_info()
+    return total - free
+
+
+def bench_attention(shapes=ATTENTION_SHAPES + ATTENTION_SWEEP, causal_modes=(False, True),
+                    methods=("flash", "naive"), long_check=True, log=print):
+    """Check, then time every method on every shape; torch SDPA (math, efficient) beside it."""
+    from .attention import attention as fl_attention
+    device.gpu_only("flashlesson bench attention")
+    torch = _torch()
+    results = []
+    rng = np.random.default_rng(0)
+    for (b, h, n, d) in shapes:
+        shape = (b, h, n, d)
+        qh, kh, vh = (rng.standard_normal(shape).astype(np.float32) for _ in range(3))
+        q, k, v = cuda.to_device(qh), cuda.to_device(kh), cuda.to_device(vh)
+        for causal in causal_modes:
+            flops = attention_flops(b, h, n, n, d, causal)
+            ref = None
+            row = {"B": b, "H": h, "N": n, "d": d, "causal": causal}
+            if torch is not None:
+                from torch.nn.attention import SDPBackend, sdpa_kernel
+                tq, tk, tv = (torch.as_tensor(a, device="cuda") for a in (q, k, v))
+                # float64 reference for head (0, 0), from torch's math backend
+                ref = torch.nn.functional.scaled_dot_product_attention(
+                    tq[:1, :1].double(), tk[:1, :1].double(), tv[:1, :1].double(),
+                    is_causal=causal)[0, 0].cpu().numpy()
+                for name, backend in (("math", SDPBackend.MATH),
+                                      ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
+                    try:
+                        with sdpa_kernel(backend):
+                            f = (lambda: torch.nn.functional.scaled_dot_product_attention(
+                                tq, tk, tv, is_causal=causal))
+                            ms = time_gpu_adaptive(f)
+                        row[f"sdpa {name} TFLOP/s"] = flops / ms / 1e9
+                    except RuntimeError as exc:          # e.g. out of memory for math
+                        log(f"sdpa {name} {shape} causal={causal}: {str(exc)[:80]}")
+                    torch.cuda.empty_cache()
+            for method in methods:
+                if method == "naive" and n * n * b * h * 4 * 2 > 40e9:
+                    continue                            # S and P would not fit: flash only
+                f = (lambda: fl_attention(q, k, v, causal=causal, method=method))
+                before = _device_used_bytes()
+                o = f()
+                cuda.synchronize()
+                peak_extra = _device_used_bytes() - before
+                err = None
+                if ref is not None:
+                    got = o[0, 0].copy_to_host().astype(np.float64)
+                    err = float(np.max(np.abs(got - ref)) / np.max(np.abs(ref)))
+                del o
+                ms = time_gpu_adaptive(f)
+                row[f"{method} ms"] = ms
+                row[f"{method} TFLOP/s"] = flops / ms / 1e9
+                row[f"{method} rel err"] = err
+                row[f"{method} MB held"] = peak_extra / 2 ** 20
+            for base in ("math", "efficient"):
+                if f"sdpa {base} TFLOP/s" in row and "flash TFLOP/s" in row:
+                    row[f"flash / {base}"] = row["flash TFLOP/s"] / row[f"sdpa {base} TFLOP/s"]
+            results.append(row)
+            log(" ".join(f"{key}={val:.4g}" if isinstance(val, float) else f"{key}={val}"
+                         for key, val in row.items()))
+        del q, k, v
+    if long_check:
+        n = 65536
+        q, k, v = (cuda.to_device(rng.standard_normal((1, 1, n, 64)).astype(np.float32))
+                   for _ in range(3))
+        for causal in (False, True):
+            ms = time_gpu(lambda: fl_attention(q, k, v, causal=causal), samples=3, inner=1)
+            flops = attention_flops(1, 1, n, n, 64, causal)
+            results.append({"B": 1, "H": 1, "N": n, "d": 64, "causal": causal, "flash ms": ms,
+                            "flash TFLOP/s": flops / ms / 1e9})
+            log(f"flash B1 H1 N{n} d64 causal={causal}: {ms:.2f} ms, {flops / ms / 1e9:.1f} TFLOP/s")
+    return results

@@ -5,6 +5,7 @@
     flashlesson methods               the registry of softmax methods (§, kernel, limits)
     flashlesson info                  device, versions, mode (GPU or simulator)
     flashlesson bench softmax [...]   GPU only: every method × N × dtype, GB/s, vs torch
+    flashlesson bench attention       GPU only: naive and flash, TFLOP/s, vs torch SDPA
 """
 
 import argparse
@@ -37,11 +38,31 @@ def _cmd_section(args):
     return run_tour(sections=args.numbers, verbose=True)
 
 
+def _cmd_bench_attention(args):
+    from . import bench
+    shapes = bench.ATTENTION_SHAPES + (() if args.quick else bench.ATTENTION_SWEEP)
+    results = bench.bench_attention(shapes=shapes, long_check=not args.quick)
+    cols = ["B", "H", "N", "d", "causal", "flash TFLOP/s", "naive TFLOP/s",
+            "sdpa math TFLOP/s", "sdpa efficient TFLOP/s", "flash / math", "flash / efficient",
+            "flash rel err", "flash MB held", "naive MB held"]
+    print()
+    print(tabulate([[r.get(c, "") for c in cols] for r in results], headers=cols,
+                   floatfmt=".3g"))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"results": results}, f, indent=1)
+    bad = [r for r in results for m in ("flash", "naive")
+           if r.get(f"{m} rel err") is not None and not r[f"{m} rel err"] < 1e-4]
+    if bad:
+        print(f"{len(bad)} measurement(s) failed the correctness check", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _cmd_bench(args):
     from . import bench, softmax_methods as softmax
-    if args.what != "softmax":
-        print(f"bench: unknown benchmark {args.what!r}; expected 'softmax'", file=sys.stderr)
-        return 2
+    if args.what == "attention":
+        return _cmd_bench_attention(args)
     methods = args.method or None
     for m in methods or ():
         if m not in softmax.CHOICES:
@@ -88,7 +109,7 @@ def build_parser():
     s.add_argument("numbers", nargs="+", type=int, metavar="N")
     s.set_defaults(fn=_cmd_section)
     s = sub.add_parser("bench", help="GPU benchmarks")
-    s.add_argument("what", choices=["softmax"])
+    s.add_argument("what", choices=["softmax", "attention"])
     s.add_argument("--n", type=int, nargs="+", help="row lengths (default 32 … 32768)")
     s.add_argument("--dtype", nargs="+", default=["float32", "float16"],
                    choices=["float32", "float16"])
@@ -96,6 +117,8 @@ def build_parser():
     s.add_argument("--elements", type=int, default=2 ** 26, help="elements per tensor")
     s.add_argument("--json", help="write the results as JSON to this file")
     s.add_argument("--plot", help="write a bandwidth-vs-N PNG (needs matplotlib)")
+    s.add_argument("--quick", action="store_true",
+                   help="attention: the three main shapes only, no N sweep")
     s.set_defaults(fn=_cmd_bench)
     return p
 

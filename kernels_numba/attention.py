@@ -1,0 +1,253 @@
+"""FlashAttention forward (lesson §23–24, §32, §34) and the merge of partial results (§21–22).
+
+Menu
+| kernel                                   | §            | what                                      |
+|------------------------------------------|--------------|-------------------------------------------|
+| ``flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL)`` | 23–24, 32, 34 | one block per (Q tile, batch·head); Qi |
+|                                          |              | stays in shared memory, K/V tiles stream  |
+|                                          |              | through it; S, m, l, acc live in registers; |
+|                                          |              | only O and LSE are written                |
+| ``merge_attention_kernel``               | 21–22        | (O, LSE) of disjoint key sets → one (O, LSE) |
+|                                          |              | (the combine step of split-KV / flash-decoding) |
+| ``row_lse``                              | 19–20, 30    | LSE of each row of a stored S (naive path)  |
+
+The forward kernel beside §32's pseudocode (``reference.flash_attention_tiled`` is the same
+loop in NumPy, name for name)::
+
+    for each K/V tile j (keys k0 … k0+Bc):           ← the loop below; causal: stops at the diagonal
+        S = Qi Kjᵀ · scale                           ← "S = Qi @ Kj.T": RM×CN per thread
+        [diagonal / last tile only: masked → −inf]   ← §34
+        new_m = max(m, rowmax(S))                    ← lanes_max over the TC lanes of a row
+        correction = exp(m − new_m)
+        P = exp(S − new_m)
+        l = correction·l + rowsum(P)                 ← lanes_sum over the TC lanes of a row
+        acc = correction·acc + P Vj                  ← P goes through shared memory
+        m = new_m
+    O = acc / l;  LSE = m + log l
+
+Thread layout. The block has T = TR·TC threads; thread (tr, tc) = (tid // TC, tid % TC) owns
+  - query rows  tr + TR·i, i < RM = Br/TR        (the same rows for S and for O: its m, l and
+  - S columns   tc + TC·j, j < CN = Bc/TC         acc never leave its registers),
+  - O columns   tc + TC·c, c < DN = D/TC.
+  The TC threads of a row are TC neighbouring lanes of one warp, so a row's max and sum are a
+  butterfly over TC lanes (``lanes_max``/``lanes_sum``, §6), with no shared memory.
+
+Shared memory (dynamic, float32; row strides padded by one so that the threads of a warp,
+which read different rows at the same column, hit different banks):
+  Qi [Br][D+1] · scale   |   Kj [Bc][D+1], then Vj in the same place   |   P [Br][Bc+1]
+  = (Br + Bc)(D+1) + Br(Bc+1) floats; above 48 KB the launcher opts the kernel in.
+
+Limits: D = the head dimension rounded up to a multiple of TC (columns past d are zeros);
+T a multiple of 32; TC a power of 2 ≤ 32; Br % TR = Bc % TC = D % TC = 0. Inputs are
+[BH, N, d] float32 arrays (batch and heads flattened, C-contiguous); outputs O [BH, Nq, d]
+float32, LSE [BH, Nq] float32 (natural log; −inf and O = 0 for a row that sees no key).
+Causal is aligned bottom-right: query i sees key j iff j ≤ i + Nk − Nq (flash-attn ≥ 2.1).
+
+How to run: ``flashlesson section 32`` (the NumPy pseudocode and this kernel on the same
+input), ``pytest tests/test_attention.py``, ``flashlesson bench attention``.
+"""
+
+import math
+from functools import lru_cache
+
+from numba import cuda, float32
+
+from .reductions import NEG_INF, ZERO, fast_exp, lanes_max, lanes_sum, safe_max, \
+    safe_reciprocal, warp_merge_ml
+
+
+def flash_smem_floats(D, Br, Bc):
+    """Dynamic shared memory of the forward kernel, in float32 elements."""
+    return (Br + Bc) * (D + 1) + Br * (Bc + 1)
+
+
+@lru_cache(maxsize=None)
+def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL):
+    """§32's loop for head dimension ≤ D, Br × Bc tiles, TR × TC threads (all compile-time)."""
+    T = TR * TC
+    RM = Br // TR                  # query rows per thread
+    CN = Bc // TC                  # S columns per thread
+    DN = D // TC                   # O columns per thread
+    QS = D + 1                     # padded row stride of Qi, Kj, Vj in shared memory
+    PS = Bc + 1                    # padded row stride of P
+    OFF_KV = Br * QS
+    OFF_P = OFF_KV + Bc * QS
+    NB = max(DN, CN)               # operand registers for the two products
+    assert T % 32 == 0 and 32 % TC == 0 and RM * TR == Br and CN * TC == Bc and DN * TC == D
+
+    @cuda.jit
+    def flash_forward(q, k, v, o, lse, scale):
+        bh = cuda.blockIdx.y                        # which (batch, head)
+        q0 = cuda.blockIdx.x * Br                   # first query row of this tile
+        tid = cuda.threadIdx.x
+        tr = tid // TC
+        tc = tid & (TC - 1)                         # tid % TC, known ≥ 0
+        n_q = q.shape[1]
+        n_k = k.shape[1]
+        d = q.shape[2]
+        offset = n_k - n_q                          # §34: query i sees key j iff j ≤ i + offset
+
+        smem = cuda.shared.array(0, float32)
+        Qi = smem[:OFF_KV]
+        KVj = smem[OFF_KV:OFF_P]
+        P = smem[OFF_P:]
+
+        # Qi = Q[q0 : q0+Br] · scale, into shared memory once; zeros past Nq and past d
+        for e in range(tid, Br * D, T):
+            r = e // D
+            c = e - r * D
+            row = q0 + r
+            Qi[r * QS + c] = q[bh, row, c] * scale if row < n_q and c < d else ZERO
+
+        m = cuda.local.array(RM, float32)           # running row max        (§32: m)
+        l = cuda.local.array(RM, float32)           # running row sum        (§32: l)
+        acc = cuda.local.array((RM, DN), float32)   # un-normalized output   (§32: acc)
+        s = cuda.local.array((RM, CN), float32)     # this tile's scores, then P
+        a = cuda.local.array(RM, float32)
+        b = cuda.local.array(NB, float32)
+        for i in range(RM):
+            m[i] = NEG_INF
+            l[i] = ZERO
+            for c in range(DN):
+                acc[i, c] = ZERO
+
+        # how many K/V tiles this Q tile visits: all of them, or (causal) up to the diagonal
+        n_tiles = (n_k + Bc - 1) // Bc
+        if CAUSAL:
+            last_key = q0 + Br - 1 + offset         # the last key the tile's last row sees
+            n_tiles = min(n_tiles, max(0, last_key // Bc + 1)) if last_key >= 0 else 0
+
+        for j in range(n_tiles):
+            k0 = j * Bc
+            cuda.syncthreads()                      # wait: the previous Vj and P are consumed
+            for e in range(tid, Bc * D, T):         # Kj → shared memory (zeros past Nk, past d)
+                r = e // D
+                c = e - r * D
+                key = k0 + r
+                KVj[r * QS + c] = k[bh, key, c] if key < n_k and c < d else ZERO
+            cuda.syncthreads()                      # wait: Kj (and, first time, Qi) is loaded
+
+            # S = Qi Kjᵀ · scale: thread (tr, tc) computes rows tr+TR·i × columns tc+TC·jj
+            for i in range(RM):
+                for jj in range(CN):
+                    s[i, jj] = ZERO
+            for kk in range(D):
+                for i in range(RM):
+                    a[i] = Qi[(tr + TR * i) * QS + kk]
+                for jj in range(CN):
+                    b[jj] = KVj[(tc + TC * jj) * QS + kk]
+                for i in range(RM):
+                    for jj in range(CN):
+                        s[i, jj] += a[i] * b[jj]
+
+            # §34: only the last tile (keys past Nk) and, causal, the diagonal tiles need a mask
+            if k0 + Bc > n_k or (CAUSAL and k0 + Bc - 1 > q0 + offset):
+                for i in range(RM):
+                    row = q0 + tr + TR * i
+                    for jj in range(CN):
+                        key = k0 + tc + TC * jj
+                        if key >= n_k or (CAUSAL and key > row + offset):
+                            s[i, jj] = NEG_INF
+
+            # online softmax (§32), one row at a time; the row's TC threads agree via shuffles
+            for i in range(RM):
+                row_max = NEG_INF
+                for jj in range(CN):
+                    row_max = max(row_max, s[i, jj])
+                new_m = max(m[i], lanes_max(row_max, TC))    # new_m = max(m, rowmax(S))
+                m_safe = safe_max(new_m)                     # (0 while the row saw no key)
+                correction = fast_exp(m[i] - m_safe)         # correction = exp(m − new_m)
+                row_sum = ZERO
+                for jj in range(CN):
+                    s[i, jj] = fast_exp(s[i, jj] - m_safe)   # P = exp(S − new_m)
+                    row_sum += s[i, jj]
+                l[i] = correction * l[i] + lanes_sum(row_sum, TC)   # l = correction·l + rowsum(P)
+                for c in range(DN):
+                    acc[i, c] *= correction                  # acc = correction·acc …
+                m[i] = new_m
+
+            cuda.syncthreads()                      # wait: every thread is done with Kj
+            for i in range(RM):                     # P → shared memory, for the P Vj product
+                for jj in range(CN):
+                    P[(tr + TR * i) * PS + tc + TC * jj] = s[i, jj]
+            for e in range(tid, Bc * D, T):         # Vj → shared memory, where Kj was
+                r = e // D
+                c = e - r * D
+                key = k0 + r
+                KVj[r * QS + c] = v[bh, key, c] if key < n_k and c < d else ZERO
+            cuda.syncthreads()                      # wait: P and Vj are in shared memory
+
+            for jj in range(Bc):                    # … + P Vj
+                for i in range(RM):
+                    a[i] = P[(tr + TR * i) * PS + jj]
+                for c in range(DN):
+                    b[c] = KVj[jj * QS + tc + TC * c]
+                for i in range(RM):
+                    for c in range(DN):
+                        acc[i, c] += a[i] * b[c]
+
+        # O = acc / l, LSE = m + log l: the only writes to global memory (§24)
+        for i in range(RM):
+            row = q0 + tr + TR * i
+            if row < n_q:
+                inv_l = safe_reciprocal(l[i])       # a row that saw no key: O = 0
+                for c in range(DN):
+                    col = tc + TC * c
+                    if col < d:
+                        o[bh, row, col] = acc[i, c] * inv_l
+                if tc == 0:
+                    lse[bh, row] = NEG_INF if l[i] == ZERO else m[i] + math.log(l[i])
+
+    return flash_forward
+
+
+@cuda.jit
+def merge_attention_kernel(o_parts, lse_parts, o, lse):
+    """§22 on normalized results: lse = log Σ_p e^{lse_p}; o = Σ_p e^{lse_p − lse} o_p.
+
+    o_parts [P, R, d], lse_parts [P, R] (R = rows: batch·head·query, flattened); one block per
+    row, its threads over d. Parts with lse = −inf (no key in that part) weigh 0; if every
+    part is −inf the row gets o = 0, lse = −inf.
+    """
+    row = cuda.blockIdx.x
+    n_parts = o_parts.shape[0]
+    d = o_parts.shape[2]
+    m = NEG_INF
+    for p in range(n_parts):
+        m = max(m, lse_parts[p, row])               # the largest part: e^{lse_p − m} ≤ 1
+    m_safe = safe_max(m)
+    total = ZERO
+    for p in range(n_parts):
+        total += fast_exp(lse_parts[p, row] - m_safe)    # Σ_p e^{lse_p − m}
+    inv_total = safe_reciprocal(total)
+    for c in range(cuda.threadIdx.x, d, cuda.blockDim.x):
+        out = ZERO
+        for p in range(n_parts):
+            w = fast_exp(lse_parts[p, row] - m_safe) * inv_total   # e^{lse_p − lse}
+            if w != ZERO:                           # (skip: an empty part's o may be anything)
+                out += w * o_parts[p, row, c]
+        o[row, c] = out
+    if cuda.threadIdx.x == 0:
+        lse[row] = NEG_INF if total == ZERO else m_safe + math.log(total)
+
+
+@cuda.jit
+def row_lse(s, lse):
+    """LSE_i = log Σ_j e^{S_ij} of each row of s [R, N], one warp per row: each lane streams its
+    columns with §20's update, the lanes merge their (m, l) with §19 (``warp_merge_ml``).
+    A row of −inf gives −inf. The naive path's row statistic (§30 keeps it for the backward)."""
+    row = (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x) // 32
+    lane = cuda.threadIdx.x & 31
+    n = s.shape[1]
+    m = NEG_INF
+    l = ZERO
+    if row < s.shape[0]:
+        for j in range(lane, n, 32):
+            x = s[row, j]
+            if x != NEG_INF:
+                new_m = max(m, x)                   # §20: m_{k+1} = max(m_k, x)
+                l = l * fast_exp(m - new_m) + fast_exp(x - new_m)
+                m = new_m
+    m, l = warp_merge_ml(m, l)                      # §19 across the 32 lanes
+    if row < s.shape[0] and lane == 0:
+        lse[row] = NEG_INF if l == ZERO else m + math.log(l)
