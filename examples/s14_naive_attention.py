@@ -23,12 +23,12 @@ Run: ``PYTHONPATH=src:. python3 examples/s14_naive_attention.py`` (or ``flashles
 
 import math
 
+import flashlesson  # first: it picks the GPU or the simulator before numba.cuda loads
 import numpy as np
 from numba import cuda
 from tabulate import tabulate
 
-import flashlesson
-from flashlesson.attention import GEMM_TILES
+from flashlesson.attention_methods import GEMM_TILES
 from flashlesson.tour import RTOL, Check, check_close, example_rng
 from kernels_numba import gemm as KG
 from reference import attention, naive_attention_bytes
@@ -104,7 +104,7 @@ def main(verbose=True):
                         f"S, P: {arrays['S']:,} B each in global memory; the 4 N×N transfers "
                         f"are {nn / model['total']:.0%} of the {model['total']:,} B moved"))
     if verbose:
-        print(__doc__.split("\n\n")[1])
+        print("\n\n".join(__doc__.split("\n\n")[1:4]))
         print(f"\nrandom inputs: seed {seed}; {shape}, float32; bytes from "
               "reference.naive_attention_bytes(dtype_bytes=4)")
         print(tabulate(rows, headers=["launch", "computes", "kernel", "moves", "bytes (model)",

@@ -37,6 +37,8 @@ def matmul_kernel(TRANS_B, CAUSAL, BM=64, BN=64, TY=16, TX=16):
     Launch with grid (ceil(N/BN), ceil(M/BM), Z) and TY·TX threads."""
     TM = BM // TY           # rows per thread
     TN = BN // TX           # columns per thread
+    A_SIZE = BM * KS        # shared array sizes must be plain constants for Numba
+    B_SIZE = BN * KS
 
     @cuda.jit
     def matmul(a, b, c, scale, offset):
@@ -49,8 +51,8 @@ def matmul_kernel(TRANS_B, CAUSAL, BM=64, BN=64, TY=16, TX=16):
         M = a.shape[1]
         K = a.shape[2]
         N = c.shape[2]
-        As = cuda.shared.array(BM * KS, float32)    # A tile, [BM][BK] padded
-        Bs = cuda.shared.array(BN * KS, float32)    # op(B) tile as [BN][BK] padded
+        As = cuda.shared.array(A_SIZE, float32)     # A tile, [BM][BK] padded
+        Bs = cuda.shared.array(B_SIZE, float32)     # op(B) tile as [BN][BK] padded
         acc = cuda.local.array((TM, TN), float32)
         av = cuda.local.array(TM, float32)
         bv = cuda.local.array(TN, float32)

@@ -8,7 +8,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 rc=0
 for step in "$@"; do
   case "$step" in
-    tests) python3 -m pytest -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | tail -8 || true
+    tests) python3 -m pytest -q -p no:cacheprovider ${TESTS:-} 2>&1 | tee "$OUT/pytest.log" | tail -8 || true
            grep -q " failed" "$OUT/pytest.log" && rc=1 ;;
     tune) python3 scripts/tune_attention.py > "$OUT/tune_attention.log" 2>&1; tail -40 "$OUT/tune_attention.log" ;;
     bench) python3 -m flashlesson.cli bench attention --json "$OUT/bench_attention.json" > "$OUT/bench_attention.log" 2>&1 || rc=1

@@ -2,7 +2,7 @@
 
 For each candidate: check against torch's float64 math result on one head, time it (CUDA events,
 medians), and report TFLOP/s with the kernel's registers, local memory (spills) and shared
-memory. ``flashlesson.attention.GPU_CONFIGS`` (the defaults) come from this sweep.
+memory. ``flashlesson.attention_methods.GPU_CONFIGS`` (the defaults) come from this sweep.
 
     python scripts/tune_attention.py [--d 64 128 256] [--n 4096]
 """
@@ -16,9 +16,10 @@ from numba import cuda
 from tabulate import tabulate
 
 import flashlesson  # noqa: F401 - chooses the device
-from flashlesson.attention import FlashConfig
-from flashlesson.attention import attention as fl_attention
+from flashlesson.attention_methods import FlashConfig
+from flashlesson.attention_methods import attention as fl_attention
 from flashlesson.bench import attention_flops, time_gpu_adaptive
+from flashlesson.launch import kernel_resources
 from kernels_numba import attention as KA
 
 CANDIDATES = {
@@ -61,8 +62,9 @@ def main():
             err = float((got - ref).abs().max() / ref.abs().max())
             ms = time_gpu_adaptive(lambda: fl_attention(q, k, v, config=cfg))
             kern = KA.flash_forward_kernel(cfg.head_dim(d), br, bc, tr, tc, False)
-            regs = list(kern.get_regs_per_thread().values())[0]
-            lmem = list(kern.get_local_mem_per_thread().values())[0]
+            res = kernel_resources(kern)
+            regs = res[0]["registers"] if res else -1
+            lmem = res[0]["local bytes"] if res else -1
             tf = flops / ms / 1e9
             rows.append([d, br, bc, tr, tc, cfg.threads, tf, ms, regs, lmem,
                          cfg.smem_bytes(d), err, compile_s])

@@ -12,7 +12,7 @@ from numba import cuda
 
 import flashlesson
 from flashlesson import FlashConfig, attention, merge_attention
-from flashlesson import attention as attn_module
+from flashlesson import attention_methods as attn_module
 from reference import attention as ref_attention
 
 METHODS = list(flashlesson.ATTENTION_METHODS)

@@ -11,7 +11,7 @@ device.announce()
 
 from .device import DeviceError, MODE, SIMULATOR  # noqa: E402
 from .softmax_methods import METHODS as SOFTMAX_METHODS, choose as choose_softmax, softmax  # noqa: E402
-from .attention import METHODS as ATTENTION_METHODS, FlashConfig, attention, merge_attention  # noqa: E402
+from .attention_methods import METHODS as ATTENTION_METHODS, FlashConfig, attention, merge_attention  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["softmax", "choose_softmax", "SOFTMAX_METHODS", "attention", "merge_attention",

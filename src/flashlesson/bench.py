@@ -218,7 +218,7 @@ def _device_used_bytes():
 def bench_attention(shapes=ATTENTION_SHAPES + ATTENTION_SWEEP, causal_modes=(False, True),
                     methods=("flash", "naive"), long_check=True, log=print):
     """Check, then time every method on every shape; torch SDPA (math, efficient) beside it."""
-    from .attention import attention as fl_attention
+    from .attention_methods import attention as fl_attention
     device.gpu_only("flashlesson bench attention")
     torch = _torch()
     results = []

@@ -47,12 +47,18 @@ def launch(kernel, grid, block, args, shared_bytes=0):
     kernel[grid, block, 0, shared_bytes](*args)
 
 
-def registers_per_thread(kernel, args):
-    """Registers per thread of the overload that ``args`` select (GPU), else None."""
+def kernel_resources(kernel):
+    """Registers, local memory (spills) and static shared memory per compiled overload of
+    ``kernel`` — including the specializations made by the shared-memory opt-in — as a list
+    of dicts (empty in the simulator, which compiles nothing)."""
     if device.SIMULATOR:
-        return None
-    spec = kernel.specialize(*args)
-    return next(iter(spec.overloads.values())).regs_per_thread
+        return []
+    overloads = list(kernel.overloads.values())
+    for spec in getattr(kernel, "specializations", {}).values():
+        overloads.extend(spec.overloads.values())
+    return [{"registers": ov.regs_per_thread, "local bytes": ov.local_mem_per_thread,
+             "static shared bytes": ov.shared_mem_per_block,
+             "max threads": ov.max_threads_per_block} for ov in overloads]
 
 
 def as_float32(value):

@@ -1,4 +1,4 @@
-"""``flashlesson.attention``: naive (§14) and FlashAttention (§23–24, §32, §34) forward passes,
+"""``flashlesson.attention_methods``: naive (§14) and FlashAttention (§23–24, §32, §34) forward passes,
 and the merge of partial results (§22). Validation, the registry of attention methods, launch
 configurations and dispatch live here; the kernels are in ``kernels_numba/attention.py`` and
 ``kernels_numba/gemm.py``.
