@@ -94,7 +94,7 @@ def main(verbose=True):
                        maxcolwidths=[None, 44, None, None, None]))
 
     # §13: each query needs every key and value — change v of the last key only.
-    v2 = v.copy()
+    v2 = v.astype(np.float64)                         # in float64, so that v + 1 − v = 1
     v2[..., -1, :] += 1.0
     o2 = attention(q, k, v2)[0]
     moved = np.abs(o2 - want_o).max(axis=-1)          # per query row: how far o_i moved

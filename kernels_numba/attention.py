@@ -26,22 +26,25 @@ loop in NumPy, name for name)::
     O = acc / l;  LSE = m + log l
 
 Thread layout. The block has T = TR·TC threads; thread (tr, tc) = (tid // TC, tid % TC) owns
-  - query rows  tr + TR·i, i < RM = Br/TR        (the same rows for S and for O: its m, l and
-  - S columns   tc + TC·j, j < CN = Bc/TC         acc never leave its registers),
-  - O columns   tc + TC·c, c < DN = D/TC.
-  The TC threads of a row are TC neighbouring lanes of one warp, so a row's max and sum are a
-  butterfly over TC lanes (``lanes_max``/``lanes_sum``, §6), with no shared memory.
+  - query rows  tr·RM … tr·RM + RM − 1  (RM = Br/TR; the same rows for S and for O, so its m, l
+                                         and acc never leave its registers),
+  - S columns   W·h + 4·tc + e          (W = 4·TC, h < CN/4, e < 4; CN = Bc/TC),
+  - O columns   W·h + 4·tc + e          (h < DN/4; DN = D/TC).
+  Every operand comes from shared memory four floats at a time (``load4``: one 16-byte
+  ``ld.shared.v4``), so the inner loops issue (RM + CN)/4 loads per RM·CN multiply-adds; with
+  scalar loads the shared-memory pipe, not the FMA units, set the pace. The TC threads of a row
+  are TC neighbouring lanes of one warp: a row's max and sum are a butterfly over TC lanes
+  (``lanes_max``/``lanes_sum``, §6), with no shared memory.
 
-Shared memory (dynamic, float32; row strides padded by one so that the threads of a warp,
-which read different rows at the same column, hit different banks):
-  Qi [Br][D+1] · scale   |   Kj [Bc][D+1], then Vj in the same place   |   P [Br][Bc+1]
-  = (Br + Bc)(D+1) + Br(Bc+1) floats; above 48 KB the launcher opts the kernel in.
+Shared memory (dynamic, float32; tiles transposed so that a thread's four operands are adjacent):
+  Qtᵀ [D][Br+4] (Qi · scale)  |  Kjᵀ [D][Bc+4], then Vj [Bc][D] in the same place  |  Pᵀ [Bc][Br+4]
+  The +4 keeps rows 16-byte aligned and moves each row 4 banks over.
 
-Limits: D = the head dimension rounded up to a multiple of TC (columns past d are zeros);
-T a multiple of 32; TC a power of 2 ≤ 32; Br % TR = Bc % TC = D % TC = 0. Inputs are
-[BH, N, d] float32 arrays (batch and heads flattened, C-contiguous); outputs O [BH, Nq, d]
-float32, LSE [BH, Nq] float32 (natural log; −inf and O = 0 for a row that sees no key).
-Causal is aligned bottom-right: query i sees key j iff j ≤ i + Nk − Nq (flash-attn ≥ 2.1).
+Limits: D = the head dimension rounded up to a multiple of 4·TC (columns past d are zeros);
+T a multiple of 32; TC a power of 2 ≤ 32; Br a multiple of 4·TR, Bc a multiple of 4·TC.
+Inputs are [BH, N, d] float32 arrays (batch and heads flattened, C-contiguous); outputs
+O [BH, Nq, d] float32, LSE [BH, Nq] float32 (natural log; −inf and O = 0 for a row that sees no
+key). Causal is aligned bottom-right: query i sees key j iff j ≤ i + Nk − Nq (flash-attn ≥ 2.1).
 
 How to run: ``flashlesson section 32`` (the NumPy pseudocode and this kernel on the same
 input), ``pytest tests/test_attention.py``, ``flashlesson bench attention``.
@@ -54,11 +57,12 @@ from numba import cuda, float32
 
 from .reductions import NEG_INF, ZERO, fast_exp, lanes_max, lanes_sum, safe_max, \
     safe_reciprocal, warp_merge_ml
+from .vector import load4
 
 
 def flash_smem_floats(D, Br, Bc):
     """Dynamic shared memory of the forward kernel, in float32 elements."""
-    return (Br + Bc) * (D + 1) + Br * (Bc + 1)
+    return D * (Br + 4) + max(D * (Bc + 4), Bc * D) + Bc * (Br + 4)
 
 
 @lru_cache(maxsize=None)
@@ -68,12 +72,14 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL):
     RM = Br // TR                  # query rows per thread
     CN = Bc // TC                  # S columns per thread
     DN = D // TC                   # O columns per thread
-    QS = D + 1                     # padded row stride of Qi, Kj, Vj in shared memory
-    PS = Bc + 1                    # padded row stride of P
-    OFF_KV = Br * QS
-    OFF_P = OFF_KV + Bc * QS
+    W = 4 * TC                     # a warp-row of TC threads covers W adjacent columns
+    QS = Br + 4                    # row stride of Qᵀ and Pᵀ (16-byte aligned, banks shifted)
+    KS = Bc + 4                    # row stride of Kᵀ
+    OFF_KV = D * QS
+    OFF_P = OFF_KV + max(D * KS, Bc * D)
     NB = max(DN, CN)               # operand registers for the two products
-    assert T % 32 == 0 and 32 % TC == 0 and RM * TR == Br and CN * TC == Bc and DN * TC == D
+    assert T % 32 == 0 and 32 % TC == 0 and RM % 4 == 0 and CN % 4 == 0 and DN % 4 == 0
+    assert RM * TR == Br and CN * TC == Bc and DN * TC == D
 
     @cuda.jit
     def flash_forward(q, k, v, o, lse, scale):
@@ -82,22 +88,23 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL):
         tid = cuda.threadIdx.x
         tr = tid // TC
         tc = tid & (TC - 1)                         # tid % TC, known ≥ 0
+        r0 = tr * RM                                # my first row inside the tile
         n_q = q.shape[1]
         n_k = k.shape[1]
         d = q.shape[2]
         offset = n_k - n_q                          # §34: query i sees key j iff j ≤ i + offset
 
         smem = cuda.shared.array(0, float32)
-        Qi = smem[:OFF_KV]
-        KVj = smem[OFF_KV:OFF_P]
-        P = smem[OFF_P:]
+        Qt = smem[:OFF_KV]                          # Qᵀ: Qt[c·QS + r] = Q[q0 + r, c] · scale
+        KV = smem[OFF_KV:OFF_P]                     # Kᵀ: KV[c·KS + j]; later V: KV[j·D + c]
+        Pt = smem[OFF_P:]                           # Pᵀ: Pt[j·QS + r]
 
         # Qi = Q[q0 : q0+Br] · scale, into shared memory once; zeros past Nq and past d
         for e in range(tid, Br * D, T):
             r = e // D
             c = e - r * D
             row = q0 + r
-            Qi[r * QS + c] = q[bh, row, c] * scale if row < n_q and c < d else ZERO
+            Qt[c * QS + r] = q[bh, row, c] * scale if row < n_q and c < d else ZERO
 
         m = cuda.local.array(RM, float32)           # running row max        (§32: m)
         l = cuda.local.array(RM, float32)           # running row sum        (§32: l)
@@ -115,27 +122,29 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL):
         n_tiles = (n_k + Bc - 1) // Bc
         if CAUSAL:
             last_key = q0 + Br - 1 + offset         # the last key the tile's last row sees
-            n_tiles = min(n_tiles, max(0, last_key // Bc + 1)) if last_key >= 0 else 0
+            n_tiles = min(n_tiles, last_key // Bc + 1) if last_key >= 0 else 0
 
         for j in range(n_tiles):
             k0 = j * Bc
             cuda.syncthreads()                      # wait: the previous Vj and P are consumed
-            for e in range(tid, Bc * D, T):         # Kj → shared memory (zeros past Nk, past d)
+            for e in range(tid, Bc * D, T):         # Kjᵀ → shared memory (zeros past Nk, past d)
                 r = e // D
                 c = e - r * D
                 key = k0 + r
-                KVj[r * QS + c] = k[bh, key, c] if key < n_k and c < d else ZERO
+                KV[c * KS + r] = k[bh, key, c] if key < n_k and c < d else ZERO
             cuda.syncthreads()                      # wait: Kj (and, first time, Qi) is loaded
 
-            # S = Qi Kjᵀ · scale: thread (tr, tc) computes rows tr+TR·i × columns tc+TC·jj
+            # S = Qi Kjᵀ · scale: an RM × CN outer product per kk, operands four at a time
             for i in range(RM):
                 for jj in range(CN):
                     s[i, jj] = ZERO
             for kk in range(D):
-                for i in range(RM):
-                    a[i] = Qi[(tr + TR * i) * QS + kk]
-                for jj in range(CN):
-                    b[jj] = KVj[(tc + TC * jj) * QS + kk]
+                for h in range(RM // 4):
+                    a[4 * h], a[4 * h + 1], a[4 * h + 2], a[4 * h + 3] = \
+                        load4(Qt, kk * QS + r0 + 4 * h)
+                for h in range(CN // 4):
+                    b[4 * h], b[4 * h + 1], b[4 * h + 2], b[4 * h + 3] = \
+                        load4(KV, kk * KS + W * h + 4 * tc)
                 for i in range(RM):
                     for jj in range(CN):
                         s[i, jj] += a[i] * b[jj]
@@ -143,9 +152,9 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL):
             # §34: only the last tile (keys past Nk) and, causal, the diagonal tiles need a mask
             if k0 + Bc > n_k or (CAUSAL and k0 + Bc - 1 > q0 + offset):
                 for i in range(RM):
-                    row = q0 + tr + TR * i
+                    row = q0 + r0 + i
                     for jj in range(CN):
-                        key = k0 + tc + TC * jj
+                        key = k0 + W * (jj // 4) + 4 * tc + (jj & 3)
                         if key >= n_k or (CAUSAL and key > row + offset):
                             s[i, jj] = NEG_INF
 
@@ -167,32 +176,34 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL):
                 m[i] = new_m
 
             cuda.syncthreads()                      # wait: every thread is done with Kj
-            for i in range(RM):                     # P → shared memory, for the P Vj product
+            for i in range(RM):                     # Pᵀ → shared memory, for the P Vj product
                 for jj in range(CN):
-                    P[(tr + TR * i) * PS + tc + TC * jj] = s[i, jj]
-            for e in range(tid, Bc * D, T):         # Vj → shared memory, where Kj was
+                    Pt[(W * (jj // 4) + 4 * tc + (jj & 3)) * QS + r0 + i] = s[i, jj]
+            for e in range(tid, Bc * D, T):         # Vj → shared memory, where Kjᵀ was
                 r = e // D
                 c = e - r * D
                 key = k0 + r
-                KVj[r * QS + c] = v[bh, key, c] if key < n_k and c < d else ZERO
+                KV[r * D + c] = v[bh, key, c] if key < n_k and c < d else ZERO
             cuda.syncthreads()                      # wait: P and Vj are in shared memory
 
-            for jj in range(Bc):                    # … + P Vj
-                for i in range(RM):
-                    a[i] = P[(tr + TR * i) * PS + jj]
-                for c in range(DN):
-                    b[c] = KVj[jj * QS + tc + TC * c]
+            for jj in range(Bc):                    # … + P Vj, operands four at a time
+                for h in range(RM // 4):
+                    a[4 * h], a[4 * h + 1], a[4 * h + 2], a[4 * h + 3] = \
+                        load4(Pt, jj * QS + r0 + 4 * h)
+                for h in range(DN // 4):
+                    b[4 * h], b[4 * h + 1], b[4 * h + 2], b[4 * h + 3] = \
+                        load4(KV, jj * D + W * h + 4 * tc)
                 for i in range(RM):
                     for c in range(DN):
                         acc[i, c] += a[i] * b[c]
 
         # O = acc / l, LSE = m + log l: the only writes to global memory (§24)
         for i in range(RM):
-            row = q0 + tr + TR * i
+            row = q0 + r0 + i
             if row < n_q:
                 inv_l = safe_reciprocal(l[i])       # a row that saw no key: O = 0
                 for c in range(DN):
-                    col = tc + TC * c
+                    col = W * (c // 4) + 4 * tc + (c & 3)
                     if col < d:
                         o[bh, row, col] = acc[i, c] * inv_l
                 if tc == 0:

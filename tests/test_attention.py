@@ -81,10 +81,11 @@ def test_rows_that_see_no_key(method, rng):
 
 
 @pytest.mark.parametrize("config", by_device(
-    [FlashConfig(8, 8, 4, 8), FlashConfig(16, 32, 8, 8), FlashConfig(32, 8, 16, 4),
-     FlashConfig(4, 64, 2, 16)],
-    [FlashConfig(8, 8, 4, 8), FlashConfig(32, 64, 8, 8), FlashConfig(64, 32, 16, 4),
-     FlashConfig(16, 64, 2, 16), FlashConfig(128, 64, 32, 8), FlashConfig(64, 64, 8, 8)]),
+    [FlashConfig(64, 16, 16, 4), FlashConfig(16, 32, 4, 8), FlashConfig(32, 64, 8, 4),
+     FlashConfig(8, 64, 2, 16)],
+    [FlashConfig(64, 64, 16, 8), FlashConfig(128, 64, 32, 8), FlashConfig(64, 32, 16, 8),
+     FlashConfig(128, 64, 16, 8), FlashConfig(64, 64, 8, 8), FlashConfig(128, 32, 32, 4),
+     FlashConfig(32, 64, 8, 16)]),
     ids=str)
 def test_flash_configs(config, rng):
     """Tile sizes and thread layouts other than the default give the same answer."""
@@ -173,10 +174,10 @@ def test_bad_inputs():
         attention(z, z, z, scale=float("inf"))
     with pytest.raises(TypeError, match="all three must be NumPy arrays or all three device"):
         attention(z, cuda.to_device(z), z)
-    with pytest.raises(ValueError, match="must be a multiple of TR"):
-        attention(z, z, z, config=FlashConfig(Br=10, Bc=8, TR=4, TC=8))
+    with pytest.raises(ValueError, match="must be a multiple of 4·TR"):
+        attention(z, z, z, config=FlashConfig(Br=10, Bc=32, TR=4, TC=8))
     with pytest.raises(ValueError, match="only method 'flash' takes a configuration"):
-        attention(z, z, z, method="naive", config=FlashConfig(8, 8, 4, 8))
+        attention(z, z, z, method="naive", config=FlashConfig(32, 16, 8, 4))
     with pytest.raises(ValueError, match="lse_parts: expected shape"):
         merge_attention(np.zeros((2, 3, 4), np.float32), np.zeros((2, 4), np.float32))
 

@@ -20,7 +20,7 @@ one state each (``attention_state`` with a key mask), folded with ``reference.me
 attention over all the keys; plus a part that saw no key (LSE = −inf, O = NaN garbage), which
 must change nothing.
 
-Run: ``PYTHONPATH=src:. python3 examples/s18_s22_merging_states.py`` (or
+Run: ``PYTHONPATH=src:. python3 examples/s18_s19_s20_s21_s22_merging_states.py`` (or
 ``flashlesson section 18``).
 """
 

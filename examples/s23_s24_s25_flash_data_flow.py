@@ -16,7 +16,7 @@ against that pseudocode and the oracle; then the HBM bytes of both data flows, f
 (4 bytes per element), with the K/V traffic recounted from the trace, and the difference
 between the two shown to be exactly the four N×N transfers of S and P.
 
-Run: ``PYTHONPATH=src:. python3 examples/s23_s25_flash_data_flow.py`` (or
+Run: ``PYTHONPATH=src:. python3 examples/s23_s24_s25_flash_data_flow.py`` (or
 ``flashlesson section 23``).
 """
 
