@@ -82,7 +82,8 @@ def main(verbose=True):
     for method in flashlesson.ATTENTION_METHODS:
         o, lse = flashlesson.attention(q, k, v, method=method, return_lse=True)
         co = check_close("12–13", TOPIC, method, o, want_o, f"{shape}: O", atol=atol_o)
-        cl = check_close("12–13", TOPIC, method, lse, want_lse, f"{shape}: LSE = log Σ_j e^{{s_ij}}")
+        cl = check_close("12–13", TOPIC, method, lse, want_lse,
+                         f"{shape}: LSE = log Σ_j e^{{s_ij}}")
         checks += [co, cl]
         rows.append([f"flashlesson.attention(method={method!r})",
                      flashlesson.ATTENTION_METHODS[method].idea, "float32",

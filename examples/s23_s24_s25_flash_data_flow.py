@@ -24,7 +24,7 @@ import numpy as np
 from tabulate import tabulate
 
 import flashlesson
-from flashlesson.attention_methods import default_config
+from flashlesson.attention_methods import GPU_CONFIGS, default_config
 from flashlesson.tour import RTOL, Check, check_close, example_rng
 from reference import (attention, flash_attention_bytes, flash_attention_tiled,
                        naive_attention_bytes)
@@ -62,14 +62,23 @@ def main(verbose=True):
         print(f"\n§24: per Q tile, the K/V tiles that stream through (pseudocode, Br={br}, "
               f"Bc={bc}), and the running (m, l) of the tile's first row, head 0:")
         table = []
+        nq_t, nk_t = stats["q_tiles"], stats["kv_tiles"]
         for t in trace:
             r0, r1 = t["rows"]
             c0, c1 = t["cols"]
+            if 1 < t["i"] < nq_t - 1:               # long runs (GPU sizes): Q tiles 0, 1, last
+                continue
+            if 2 < t["j"] < nk_t - 2:               # … and K/V tiles 0–2 and the last two
+                if t["j"] == 3:
+                    table.append(["", f"… K/V tiles 3–{nk_t - 3} …", "", ""])
+                continue
             table.append([f"Q{t['i']}: rows {r0}–{r1 - 1}" if t["j"] == 0 else "",
                           f"K{t['j']}, V{t['j']}: keys {c0}–{c1 - 1}",
                           f"{t['m'][0, 0, 0]:.4f}", f"{t['l'][0, 0, 0]:.4f}"])
             if c1 == nk:
                 table.append(["", f"O rows {r0}–{r1 - 1} = acc / l → HBM", "", ""])
+            if c1 == nk and t["i"] == 1 and nq_t > 3:
+                table.append([f"… Q tiles 2–{nq_t - 2} …", "", "", ""])
         print(tabulate(table, headers=["Q tile (stays on chip)", "streamed / written",
                                        "m (row r0)", "l (row r0)"], disable_numparse=True))
     visits = stats["computed"]
@@ -110,7 +119,7 @@ def main(verbose=True):
                        disable_numparse=True))
         rows = []
         for n, dd in ((1024, 64), (4096, 64), (4096, 128), (16384, 128)):
-            br_n = default_config(dd).Br if not flashlesson.SIMULATOR else 64
+            br_n = next(cfg for limit, cfg in GPU_CONFIGS if dd <= limit).Br   # the GPU's
             nb = naive_attention_bytes(1, 32, n, n, dd, dtype_bytes=FP32)["total"]
             fb = flash_attention_bytes(1, 32, n, n, dd, dtype_bytes=FP32, Br=br_n)["total"]
             fo = flash_attention_bytes(1, 32, n, n, dd, dtype_bytes=FP32)["total"]

@@ -140,7 +140,8 @@ def main(verbose=True):
         table.append([shape, int(blind.sum()), f"{co.max_err:.1e}", f"{cl.max_err:.1e}"
                       if cl.max_err is not None else "—"])
     if verbose:
-        print(f"\nrandom inputs: seed {seed}; the causal kernel vs reference.attention(causal=True)")
+        print(f"\nrandom inputs: seed {seed}; the causal kernel vs "
+              "reference.attention(causal=True)")
         print(tabulate(table, headers=["shape", "queries with no key", "max |ΔO|",
                                        "max |ΔLSE| (finite rows)"], disable_numparse=True))
 

@@ -13,8 +13,9 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def generated():
-    from flashlesson.registry import auto_rules_text, softmax_table
-    return {"methods": "\n" + softmax_table() + "\n", "auto": auto_rules_text()}
+    from flashlesson.registry import attention_table, auto_rules_text, softmax_table
+    return {"methods": "\n" + softmax_table() + "\n", "auto": auto_rules_text(),
+            "attention": "\n" + attention_table() + "\n"}
 
 
 def render(text, parts):

@@ -2,7 +2,7 @@
 every section that has an example gets at least one check; an unknown section is a clear
 error, and a failing check makes the tour fail.
 
-The full tour takes a few minutes in Numba's CUDA simulator (small sizes); on a GPU the
+The full tour takes about a minute in Numba's CUDA simulator (small sizes); on a GPU the
 examples use bigger sizes and time some kernels.
 """
 

@@ -2,7 +2,7 @@
 
     flashlesson tour                  run every section's example and check, then a summary table
     flashlesson section 8             run one section's example
-    flashlesson methods               the registry of softmax methods (§, kernel, limits)
+    flashlesson methods               the registries of softmax and attention methods
     flashlesson info                  device, versions, mode (GPU or simulator)
     flashlesson bench softmax [...]   GPU only: every method × N × dtype, GB/s, vs torch
     flashlesson bench attention       GPU only: naive and flash, TFLOP/s, vs torch SDPA
@@ -23,8 +23,10 @@ def _cmd_info(args):
 
 
 def _cmd_methods(args):
-    from .registry import softmax_table
+    from .registry import attention_table, softmax_table
     print(softmax_table(args.format))
+    print()
+    print(attention_table(args.format))
     return 0
 
 

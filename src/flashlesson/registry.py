@@ -6,6 +6,7 @@ output verbatim, and tests/test_registry.py fails when the two drift apart.
 
 from tabulate import tabulate
 
+from .attention_methods import METHODS as ATTENTION_METHODS
 from .softmax_methods import AUTO_RULES, METHODS, SMEM_MAX_N
 
 
@@ -25,6 +26,15 @@ def softmax_table(fmt="github"):
     return tabulate(softmax_rows(), headers=SOFTMAX_HEADERS, tablefmt=fmt)
 
 
+ATTENTION_HEADERS = ["method", "§", "idea", "kernels (kernels_numba/)", "kept in HBM beyond Q, K, V, O"]
+
+
+def attention_table(fmt="github"):
+    rows = [[f"`{m.name}`", f"§{m.sections}", m.idea, f"`{m.kernels}`", m.hbm_extra]
+            for m in ATTENTION_METHODS.values()]
+    return tabulate(rows, headers=ATTENTION_HEADERS, tablefmt=fmt)
+
+
 def auto_rules_text():
     parts = []
     lo = 1
@@ -34,4 +44,4 @@ def auto_rules_text():
     return "; ".join(parts)
 
 
-__all__ = ["softmax_table", "softmax_rows", "auto_rules_text", "SMEM_MAX_N"]
+__all__ = ["softmax_table", "softmax_rows", "attention_table", "auto_rules_text", "SMEM_MAX_N"]
