@@ -132,33 +132,11 @@ def main(verbose=True):
 # ---------------------------------------------------------------------------------------------
 # GPU only: device memory held by one call
 # ---------------------------------------------------------------------------------------------
-def _flush_frees(ctx):
-    """Numba frees device memory lazily (a queue of pending frees): release them now."""
-    for owner in (ctx, getattr(ctx, "memory_manager", None)):
-        pending = getattr(owner, "deallocations", None)
-        if pending is not None:
-            pending.clear()
-
-
 def held_bytes(fn):
-    """Device memory taken by ``fn()`` at its peak, from free-memory readings (cuMemGetInfo).
-
-    Frees are deferred while ``fn`` runs (``cuda.defer_cleanup``), so what it allocated and
-    dropped on the way (the naive path's S and P) is still held when free memory is read after
-    it; its outputs are kept alive until then. Granularity: the driver's allocation pages.
-    """
-    from numba import cuda
-    ctx = cuda.current_context()
-    cuda.synchronize()
-    _flush_frees(ctx)
-    free0 = ctx.get_memory_info()[0]
-    with cuda.defer_cleanup():
-        out = fn()
-        cuda.synchronize()
-        free1 = ctx.get_memory_info()[0]
-    del out
-    _flush_frees(ctx)
-    return free0 - free1
+    """Device memory taken by ``fn()`` at its peak: ``flashlesson.bench.device_bytes_held``
+    (free memory read across the call, frees deferred, outputs kept alive)."""
+    from flashlesson.bench import device_bytes_held
+    return device_bytes_held(fn)
 
 
 def _measured_memory(rng, verbose):

@@ -100,30 +100,16 @@ def main(verbose=True):
 # ---------------------------------------------------------------------------------------------
 # GPU only
 # ---------------------------------------------------------------------------------------------
-def _flush_frees(ctx):
-    """Numba frees device memory lazily (a queue of pending frees): release them now."""
-    for owner in (ctx, getattr(ctx, "memory_manager", None)):
-        pending = getattr(owner, "deallocations", None)
-        if pending is not None:
-            pending.clear()
-
-
 def held_bytes(fn):
-    """Device memory taken by ``fn()`` at its peak: the drop in free memory across the call,
-    with frees deferred (what it allocated and dropped on the way is still held), its outputs
-    kept alive until the reading. Same as in §15–16's example."""
-    from numba import cuda
-    ctx = cuda.current_context()
-    cuda.synchronize()
-    _flush_frees(ctx)
-    free0 = ctx.get_memory_info()[0]
-    with cuda.defer_cleanup():
-        out = fn()
-        cuda.synchronize()
-        free1 = ctx.get_memory_info()[0]
-    del out
-    _flush_frees(ctx)
-    return free0 - free1
+    """Device memory taken by ``fn()`` at its peak: ``flashlesson.bench.device_bytes_held``
+    (free memory read across the call, frees deferred, outputs kept alive)."""
+    from flashlesson.bench import device_bytes_held
+    return device_bytes_held(fn)
+
+
+def flush_frees(ctx):
+    from flashlesson.bench import flush_frees as flush
+    flush(ctx)
 
 
 def _measured(rng, verbose):
@@ -145,7 +131,7 @@ def _measured(rng, verbose):
         # frees deferred while timing: a cuMemFree would wait for the GPU mid-measurement
         with cuda.defer_cleanup():
             ms = time_gpu(flash, samples=5, inner=3)
-        _flush_frees(cuda.current_context())
+        flush_frees(cuda.current_context())
         times.append(ms)
         for name, fn in (("naive", naive), ("flash", flash)):
             held_bytes(fn)                                  # warm-up (compile, local memory)

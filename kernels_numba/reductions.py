@@ -33,7 +33,6 @@ How to run: these are device functions; tests/test_softmax_kernels.py runs them 
 softmax kernels, on the GPU or in the simulator (``NUMBA_ENABLE_CUDASIM=1``).
 """
 
-import math
 
 import numpy as np
 from numba import cuda

@@ -8,7 +8,6 @@ four plain reads.
 """
 
 from numba import cuda, types
-from numba.core import cgutils
 from numba.extending import intrinsic
 from llvmlite import ir
 

@@ -10,7 +10,6 @@ memory. ``flashlesson.attention_methods.GPU_CONFIGS`` (the defaults) come from t
 import argparse
 import time
 
-import numpy as np
 import torch
 from numba import cuda
 from tabulate import tabulate

@@ -6,7 +6,6 @@ configurations and dispatch live here; the kernels are in ``kernels_numba/attent
 
 import math
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 from numba import cuda

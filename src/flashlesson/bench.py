@@ -210,9 +210,30 @@ def time_gpu_adaptive(fn, target_ms=20.0, samples=7):
     return time_gpu(fn, samples=samples, inner=inner, warmup=1)
 
 
-def _device_used_bytes():
-    free, total = cuda.current_context().get_memory_info()
-    return total - free
+def flush_frees(ctx):
+    """Numba frees device memory lazily (a queue of pending frees): release them now."""
+    for owner in (ctx, getattr(ctx, "memory_manager", None)):
+        pending = getattr(owner, "deallocations", None)
+        if pending is not None:
+            pending.clear()
+
+
+def device_bytes_held(fn):
+    """Device memory taken by ``fn()`` at its peak (§15, §29): the drop in free memory
+    (cuMemGetInfo) across the call, with frees deferred (``cuda.defer_cleanup``) so that what
+    it allocated and dropped on the way — the naive path's S and P — is still held when free
+    memory is read, and its outputs kept alive until then. Granularity: the driver's pages."""
+    ctx = cuda.current_context()
+    cuda.synchronize()
+    flush_frees(ctx)
+    free0 = ctx.get_memory_info()[0]
+    with cuda.defer_cleanup():
+        out = fn()
+        cuda.synchronize()
+        free1 = ctx.get_memory_info()[0]
+    del out
+    flush_frees(ctx)
+    return free0 - free1
 
 
 def bench_attention(shapes=ATTENTION_SHAPES + ATTENTION_SWEEP, causal_modes=(False, True),
@@ -253,10 +274,9 @@ def bench_attention(shapes=ATTENTION_SHAPES + ATTENTION_SWEEP, causal_modes=(Fal
                 if method == "naive" and n * n * b * h * 4 * 2 > 40e9:
                     continue                            # S and P would not fit: flash only
                 f = (lambda: fl_attention(q, k, v, causal=causal, method=method))
-                before = _device_used_bytes()
+                device_bytes_held(f)                    # warm-up: compile, load, reserve
+                peak_extra = device_bytes_held(f)
                 o = f()
-                cuda.synchronize()
-                peak_extra = _device_used_bytes() - before
                 err = None
                 if ref is not None:
                     got = o[0, 0].copy_to_host().astype(np.float64)
