@@ -37,6 +37,8 @@ softmax kernels, on the GPU or in the simulator (``NUMBA_ENABLE_CUDASIM=1``).
 import numpy as np
 from numba import cuda
 
+from .jit import pure_device
+
 FULL_MASK = 0xFFFFFFFF          # all 32 lanes take part in the shuffle
 WARP = 32
 NEG_INF = np.float32(-np.inf)   # neutral element of max (float32, see Limits)
@@ -152,7 +154,7 @@ def block_sum(v, scratch):
 # by name. The simulator has no libdevice: there it is NumPy's float32 exp.
 # ---------------------------------------------------------------------------------------------
 if cuda.config.ENABLE_CUDASIM:
-    @cuda.jit(device=True)
+    @pure_device
     def fast_exp(x):
         """e^x in float32 (simulator: NumPy, which overflows to inf like the GPU)."""
         with np.errstate(over="ignore", invalid="ignore"):
@@ -169,7 +171,7 @@ else:
 # ---------------------------------------------------------------------------------------------
 # §19: merging two (m, l) softmax states
 # ---------------------------------------------------------------------------------------------
-@cuda.jit(device=True)
+@pure_device
 def merge_ml(m_a, l_a, m_b, l_b):
     """§19: m = max(m_a, m_b); l = e^{m_a−m} l_a + e^{m_b−m} l_b.
 
@@ -218,13 +220,13 @@ def block_merge_ml(m, l, scratch_m, scratch_l):
     return m, l
 
 
-@cuda.jit(device=True)
+@pure_device
 def safe_max(m):
     """The max to subtract: 0 for an all −inf row, so e^{x−m} = e^{−inf} = 0, never e^{NaN}."""
     return ZERO if m == NEG_INF else m
 
 
-@cuda.jit(device=True)
+@pure_device
 def safe_reciprocal(l):
     """1/l, and 0 for an empty row (l = 0) so the row's output is zeros; NaN stays NaN."""
     return ZERO if l == ZERO else ONE / l
