@@ -100,16 +100,10 @@ def main(verbose=True):
 # ---------------------------------------------------------------------------------------------
 # GPU only
 # ---------------------------------------------------------------------------------------------
-def held_bytes(fn):
-    """Device memory taken by ``fn()`` at its peak: ``flashlesson.bench.device_bytes_held``
-    (free memory read across the call, frees deferred, outputs kept alive)."""
-    from flashlesson.bench import device_bytes_held
-    return device_bytes_held(fn)
-
-
-def flush_frees(ctx):
-    from flashlesson.bench import flush_frees as flush
-    flush(ctx)
+# held_bytes(fn): device memory taken by fn() at its peak — free memory read across the call,
+# frees deferred, outputs kept alive (flashlesson.bench.device_bytes_held, shared with the bench)
+from flashlesson.bench import device_bytes_held as held_bytes  # noqa: E402
+from flashlesson.bench import flush_frees  # noqa: E402
 
 
 def _measured(rng, verbose):
