@@ -27,7 +27,7 @@ from tabulate import tabulate
 
 import flashlesson
 from flashlesson.attention_methods import default_config
-from flashlesson.tour import RTOL, Check, check_close, example_rng
+from flashlesson.tour import Check, RTOL, attention_inputs, check_close, example_rng
 from reference import attention, softmax_of_first_tile_only, softmax_stable
 
 SECTIONS = (17,)
@@ -61,7 +61,7 @@ def main(verbose=True):
     # Real attention scores, the flash kernel's K tile width.
     b, h, nq, nk, d = (1, 2, 16, 40, 16) if flashlesson.SIMULATOR else (1, 4, 256, 1000, 64)
     bc = default_config(d).Bc
-    q, k, v = (rng.standard_normal((b, h, n, d)).astype(np.float32) for n in (nq, nk, nk))
+    q, k, v = attention_inputs(rng, b, h, nq, nk, d)
     q *= 1.5
     k[..., -1, :] = 2 * q[..., 0, :]              # query 0: its largest score is in the last tile
     S = (q.astype(np.float64) @ np.swapaxes(k, -1, -2).astype(np.float64)) / math.sqrt(d)

@@ -30,7 +30,7 @@ import numpy as np
 from tabulate import tabulate
 
 import flashlesson
-from flashlesson.tour import RTOL, Check, check_close, example_rng, lesson_rows
+from flashlesson.tour import Check, RTOL, attention_inputs, check_close, example_rng, lesson_rows
 from reference import (attention, attention_state, merge_attention, merge_ml, merge_states,
                        online_softmax_state, softmax_stable)
 
@@ -60,7 +60,7 @@ def main(verbose=True):
     rng, seed = example_rng()
     checks = []
     b, h, nq, nk, d = (1, 2, 16, 40, 16) if flashlesson.SIMULATOR else (2, 8, 512, 3000, 64)
-    q, k, v = (rng.standard_normal((b, h, n, d)).astype(np.float32) for n in (nq, nk, nk))
+    q, k, v = attention_inputs(rng, b, h, nq, nk, d)
     q *= 1.5
     shape = f"B={b} H={h} Nq={nq} Nk={nk} d={d}"
     if verbose:

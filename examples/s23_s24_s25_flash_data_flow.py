@@ -25,7 +25,7 @@ from tabulate import tabulate
 
 import flashlesson
 from flashlesson.attention_methods import GPU_CONFIGS, default_config
-from flashlesson.tour import RTOL, Check, check_close, example_rng
+from flashlesson.tour import Check, RTOL, attention_inputs, check_close, example_rng
 from reference import (attention, flash_attention_bytes, flash_attention_tiled,
                        naive_attention_bytes)
 
@@ -41,7 +41,7 @@ def main(verbose=True):
     b, h, nq, nk, d = (1, 2, 36, 44, 16) if flashlesson.SIMULATOR else (1, 8, 2000, 2048, 64)
     cfg = default_config(d)
     br, bc = cfg.Br, cfg.Bc
-    q, k, v = (rng.standard_normal((b, h, n, d)).astype(np.float32) for n in (nq, nk, nk))
+    q, k, v = attention_inputs(rng, b, h, nq, nk, d)
     q *= 1.5
     shape = f"B={b} H={h} Nq={nq} Nk={nk} d={d}"
     if verbose:

@@ -40,7 +40,7 @@ from tabulate import tabulate
 
 import flashlesson
 from flashlesson.attention_methods import default_config
-from flashlesson.tour import RTOL, Check, check_close, example_rng
+from flashlesson.tour import Check, RTOL, attention_inputs, check_close, example_rng
 from kernels_numba import attention as KA
 from reference import attention, flash_attention_tiled
 
@@ -148,7 +148,7 @@ def main(verbose=True):
     # The two on the same input, with the kernel's tiles.
     b, h, nq, nk, d = (1, 1, 40, 40, 16) if flashlesson.SIMULATOR else (1, 4, 1000, 1000, 64)
     cfg = default_config(d)
-    q, k, v = (rng.standard_normal((b, h, n, d)).astype(np.float32) for n in (nq, nk, nk))
+    q, k, v = attention_inputs(rng, b, h, nq, nk, d)
     q *= 1.5
     rows = []
     for causal in (False, True):

@@ -26,7 +26,7 @@ from tabulate import tabulate
 
 import flashlesson
 from flashlesson.attention_methods import default_config
-from flashlesson.tour import RTOL, Check, check_close, example_rng
+from flashlesson.tour import Check, RTOL, attention_inputs, check_close, example_rng
 from reference import attention, causal_mask, flash_attention_tiled
 
 SECTIONS = (34,)
@@ -122,7 +122,7 @@ def main(verbose=True):
              [(2, 8, 1024, 1024, 64), (1, 4, 500, 2000, 64), (1, 4, 2000, 500, 128)])
     table = []
     for b, h, nq, nk, d in cases:
-        q, k, v = (rng.standard_normal((b, h, n, d)).astype(np.float32) for n in (nq, nk, nk))
+        q, k, v = attention_inputs(rng, b, h, nq, nk, d)
         q *= 1.5
         want_o, want_lse = attention(q, k, v, causal=True)
         o, lse = flashlesson.attention(q, k, v, causal=True, return_lse=True)

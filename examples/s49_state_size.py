@@ -20,7 +20,7 @@ from tabulate import tabulate
 
 import flashlesson
 from flashlesson.attention_methods import default_config
-from flashlesson.tour import RTOL, Check, check_close, example_rng
+from flashlesson.tour import Check, RTOL, attention_inputs, check_close, example_rng
 from reference import attention_state, attention_state_sizes
 
 SECTIONS = (49,)
@@ -75,7 +75,7 @@ def main(verbose=True):
 
     # On data: the state alone gives O and LSE; the kernel, which keeps only it, agrees.
     b, h, nq, nk, d = (1, 2, 16, 40, 16) if flashlesson.SIMULATOR else (1, 8, 1024, 4096, 64)
-    q, k, v = (rng.standard_normal((b, h, n, d)).astype(np.float32) for n in (nq, nk, nk))
+    q, k, v = attention_inputs(rng, b, h, nq, nk, d)
     q *= 1.5
     m, l, acc = attention_state(q, k, v)                      # float64, per row: m, l, acc
     state_o, state_lse = acc / l[..., None], m + np.log(l)

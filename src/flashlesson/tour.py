@@ -80,6 +80,12 @@ def lesson_rows(rng, rows, n, dtype=np.float32):
     return x.astype(dtype)
 
 
+def attention_inputs(rng, b, h, nq, nk, d):
+    """Random float32 q [b, h, nq, d], k and v [b, h, nk, d] (standard normal) for the
+    attention examples."""
+    return tuple(rng.standard_normal((b, h, n, d)).astype(np.float32) for n in (nq, nk, nk))
+
+
 def max_abs_err(got, want):
     """max |got − want| in float64; NaN if either side has a NaN where the other has not."""
     got = np.asarray(got, np.float64)
