@@ -55,8 +55,9 @@ from functools import lru_cache
 
 from numba import cuda, float32
 
-from .reductions import NEG_INF, ZERO, fast_exp, lanes_max, lanes_sum, safe_max, \
+from .reductions import NEG_INF, ONE, ZERO, fast_exp, lanes_max, lanes_sum, safe_max, \
     safe_reciprocal, warp_merge_ml
+from .tiles import tile_loader
 from .vector import load4
 
 
@@ -66,8 +67,10 @@ def flash_smem_floats(D, Br, Bc):
 
 
 @lru_cache(maxsize=None)
-def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL):
-    """§32's loop for head dimension ≤ D, Br × Bc tiles, TR × TC threads (all compile-time)."""
+def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4):
+    """§32's loop for head dimension ≤ D, Br × Bc tiles, TR × TC threads (all compile-time).
+    VEC: q, k, v rows are 16-byte aligned (d % 4 == 0, aligned pointers): 16-byte tile loads.
+    KU: the two products' inner loops unrolled KU times. GROUP: tile loads in flight per thread."""
     T = TR * TC
     RM = Br // TR                  # query rows per thread
     CN = Bc // TC                  # S columns per thread
@@ -80,11 +83,21 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL):
     NB = max(DN, CN)               # operand registers for the two products
     assert T % 32 == 0 and 32 % TC == 0 and RM % 4 == 0 and CN % 4 == 0 and DN % 4 == 0
     assert RM * TR == Br and CN * TC == Bc and DN * TC == D
+    assert D % KU == 0 and Bc % KU == 0
+    load_Qt = tile_loader(Br, D, T, QS, True, VEC, GROUP)   # Qiᵀ · scale
+    load_Kt = tile_loader(Bc, D, T, KS, True, VEC, GROUP)   # Kjᵀ
+    load_V = tile_loader(Bc, D, T, D, False, VEC, GROUP)    # Vj, row-major
 
     @cuda.jit
     def flash_forward(q, k, v, o, lse, scale):
-        bh = cuda.blockIdx.y                        # which (batch, head)
-        q0 = cuda.blockIdx.x * Br                   # first query row of this tile
+        if CAUSAL:
+            # grid (B·H, Q tiles), heaviest first: the last Q tiles see the most keys, so they
+            # start in the first wave and the short ones fill the tail (§34)
+            bh = cuda.blockIdx.x                    # which (batch, head)
+            q0 = (cuda.gridDim.y - 1 - cuda.blockIdx.y) * Br    # first query row of this tile
+        else:
+            bh = cuda.blockIdx.y                    # grid (Q tiles, B·H): a head's tiles together
+            q0 = cuda.blockIdx.x * Br
         tid = cuda.threadIdx.x
         tr = tid // TC
         tc = tid & (TC - 1)                         # tid % TC, known ≥ 0
@@ -100,11 +113,7 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL):
         Pt = smem[OFF_P:]                           # Pᵀ: Pt[j·QS + r]
 
         # Qi = Q[q0 : q0+Br] · scale, into shared memory once; zeros past Nq and past d
-        for e in range(tid, Br * D, T):
-            r = e // D
-            c = e - r * D
-            row = q0 + r
-            Qt[c * QS + r] = q[bh, row, c] * scale if row < n_q and c < d else ZERO
+        load_Qt(q, bh, q0, n_q, d, Qt, scale)
 
         m = cuda.local.array(RM, float32)           # running row max        (§32: m)
         l = cuda.local.array(RM, float32)           # running row sum        (§32: l)
@@ -127,27 +136,25 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL):
         for j in range(n_tiles):
             k0 = j * Bc
             cuda.syncthreads()                      # wait: the previous Vj and P are consumed
-            for e in range(tid, Bc * D, T):         # Kjᵀ → shared memory (zeros past Nk, past d)
-                r = e // D
-                c = e - r * D
-                key = k0 + r
-                KV[c * KS + r] = k[bh, key, c] if key < n_k and c < d else ZERO
+            load_Kt(k, bh, k0, n_k, d, KV, ONE)     # Kjᵀ → shared memory (zeros past Nk, past d)
             cuda.syncthreads()                      # wait: Kj (and, first time, Qi) is loaded
 
             # S = Qi Kjᵀ · scale: an RM × CN outer product per kk, operands four at a time
             for i in range(RM):
                 for jj in range(CN):
                     s[i, jj] = ZERO
-            for kk in range(D):
-                for h in range(RM // 4):
-                    a[4 * h], a[4 * h + 1], a[4 * h + 2], a[4 * h + 3] = \
-                        load4(Qt, kk * QS + r0 + 4 * h)
-                for h in range(CN // 4):
-                    b[4 * h], b[4 * h + 1], b[4 * h + 2], b[4 * h + 3] = \
-                        load4(KV, kk * KS + W * h + 4 * tc)
-                for i in range(RM):
-                    for jj in range(CN):
-                        s[i, jj] += a[i] * b[jj]
+            for k2 in range(D // KU):
+                for u in range(KU):                 # (unrolled: fewer loop instructions per FMA)
+                    kk = k2 * KU + u
+                    for h in range(RM // 4):
+                        a[4 * h], a[4 * h + 1], a[4 * h + 2], a[4 * h + 3] = \
+                            load4(Qt, kk * QS + r0 + 4 * h)
+                    for h in range(CN // 4):
+                        b[4 * h], b[4 * h + 1], b[4 * h + 2], b[4 * h + 3] = \
+                            load4(KV, kk * KS + W * h + 4 * tc)
+                    for i in range(RM):
+                        for jj in range(CN):
+                            s[i, jj] += a[i] * b[jj]
 
             # §34: only the last tile (keys past Nk) and, causal, the diagonal tiles need a mask
             if k0 + Bc > n_k or (CAUSAL and k0 + Bc - 1 > q0 + offset):
@@ -179,23 +186,21 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL):
             for i in range(RM):                     # Pᵀ → shared memory, for the P Vj product
                 for jj in range(CN):
                     Pt[(W * (jj // 4) + 4 * tc + (jj & 3)) * QS + r0 + i] = s[i, jj]
-            for e in range(tid, Bc * D, T):         # Vj → shared memory, where Kjᵀ was
-                r = e // D
-                c = e - r * D
-                key = k0 + r
-                KV[r * D + c] = v[bh, key, c] if key < n_k and c < d else ZERO
+            load_V(v, bh, k0, n_k, d, KV, ONE)      # Vj → shared memory, where Kjᵀ was
             cuda.syncthreads()                      # wait: P and Vj are in shared memory
 
-            for jj in range(Bc):                    # … + P Vj, operands four at a time
-                for h in range(RM // 4):
-                    a[4 * h], a[4 * h + 1], a[4 * h + 2], a[4 * h + 3] = \
-                        load4(Pt, jj * QS + r0 + 4 * h)
-                for h in range(DN // 4):
-                    b[4 * h], b[4 * h + 1], b[4 * h + 2], b[4 * h + 3] = \
-                        load4(KV, jj * D + W * h + 4 * tc)
-                for i in range(RM):
-                    for c in range(DN):
-                        acc[i, c] += a[i] * b[c]
+            for j2 in range(Bc // KU):              # … + P Vj, operands four at a time
+                for u in range(KU):
+                    jj = j2 * KU + u
+                    for h in range(RM // 4):
+                        a[4 * h], a[4 * h + 1], a[4 * h + 2], a[4 * h + 3] = \
+                            load4(Pt, jj * QS + r0 + 4 * h)
+                    for h in range(DN // 4):
+                        b[4 * h], b[4 * h + 1], b[4 * h + 2], b[4 * h + 3] = \
+                            load4(KV, jj * D + W * h + 4 * tc)
+                    for i in range(RM):
+                        for c in range(DN):
+                            acc[i, c] += a[i] * b[c]
 
         # O = acc / l, LSE = m + log l: the only writes to global memory (§24)
         for i in range(RM):

@@ -10,11 +10,19 @@ for step in "$@"; do
   case "$step" in
     tests) python3 -m pytest -q -p no:cacheprovider ${TESTS:-} 2>&1 | tee "$OUT/pytest.log" | tail -8 || true
            grep -q " failed" "$OUT/pytest.log" && rc=1 ;;
-    tune) python3 scripts/tune_attention.py > "$OUT/tune_attention.log" 2>&1; tail -40 "$OUT/tune_attention.log" ;;
+    tune) python3 scripts/tune_attention.py ${TUNE_ARGS:-} > "$OUT/tune_attention.log" 2>&1; tail -40 "$OUT/tune_attention.log" ;;
     bench) python3 -m flashlesson.cli bench attention --json "$OUT/bench_attention.json" > "$OUT/bench_attention.log" 2>&1 || rc=1
            tail -30 "$OUT/bench_attention.log" ;;
     quick) python3 -m flashlesson.cli bench attention --quick --json "$OUT/bench_attention.json" > "$OUT/bench_attention.log" 2>&1 || rc=1
            tail -12 "$OUT/bench_attention.log" ;;
+    ncu) for shape in "2 16 4096 64" "1 16 8192 128"; do set -- $shape
+           ncu --clock-control none -k regex:flash_forward --launch-skip 1 --launch-count 1 \
+             --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+             --section MemoryWorkloadAnalysis_Tables --section WarpStateStats --section Occupancy \
+             --section LaunchStats --section SchedulerStats --section InstructionStats \
+             python3 scripts/profile_attention.py --b $1 --h $2 --n $3 --d $4 > "$OUT/ncu_d$4.txt" 2>&1
+           grep -E "Duration|Registers|Achieved Occupancy|Issue Slots Busy|FMA|Bank|Stall|Warp Cycles" "$OUT/ncu_d$4.txt" | head -30
+         done ;;
   esac
 done
 exit $rc

@@ -21,12 +21,16 @@ from flashlesson.bench import attention_flops, time_gpu_adaptive
 from flashlesson.launch import kernel_resources
 from kernels_numba import attention as KA
 
+# (Br, Bc, TR, TC, KU, GROUP)
 CANDIDATES = {
-    64: [(64, 64, 16, 8), (128, 64, 32, 8), (64, 32, 16, 8), (128, 64, 16, 8), (64, 64, 8, 8),
-         (128, 32, 32, 4), (64, 64, 16, 4), (128, 64, 32, 4), (128, 32, 16, 8)],
-    128: [(64, 32, 16, 8), (64, 64, 16, 8), (128, 32, 32, 8), (128, 64, 16, 16),
-          (64, 64, 16, 16), (32, 32, 8, 8), (128, 32, 16, 8)],
-    256: [(32, 64, 8, 16), (64, 64, 16, 16), (16, 64, 4, 16), (32, 32, 8, 8)],
+    64: [(128, 64, 16, 8, 1, 4), (128, 64, 16, 8, 2, 4), (128, 64, 16, 8, 1, 2),
+         (128, 64, 16, 8, 2, 2), (64, 64, 16, 8, 1, 4), (128, 32, 16, 8, 1, 4),
+         (64, 64, 8, 8, 1, 4), (32, 64, 8, 8, 1, 4), (32, 32, 8, 4, 1, 4), (64, 32, 16, 4, 1, 4),
+         (64, 64, 16, 8, 2, 2)],
+    128: [(128, 32, 16, 8, 1, 4), (128, 32, 16, 8, 2, 4), (128, 32, 16, 8, 2, 2),
+          (128, 32, 16, 8, 1, 2), (64, 32, 16, 8, 1, 4), (128, 64, 16, 16, 1, 4),
+          (64, 64, 16, 16, 1, 4)],
+    256: [(64, 64, 16, 16, 1, 4), (64, 64, 16, 16, 2, 4), (32, 64, 8, 16, 1, 4)],
 }
 
 
@@ -45,8 +49,8 @@ def main():
                                                                k[:1, :1].double(),
                                                                v[:1, :1].double())[0, 0]
         flops = attention_flops(*shape[:3], a.n, d, False)
-        for br, bc, tr, tc in CANDIDATES[d]:
-            cfg = FlashConfig(br, bc, tr, tc)
+        for br, bc, tr, tc, ku, group in CANDIDATES[d]:
+            cfg = FlashConfig(br, bc, tr, tc, ku, group)
             try:
                 cfg.check(d)
                 t0 = time.time()
@@ -59,17 +63,18 @@ def main():
             got = torch.as_tensor(o, device="cuda")[0, 0].double()
             err = float((got - ref).abs().max() / ref.abs().max())
             ms = time_gpu_adaptive(lambda: fl_attention(q, k, v, config=cfg))
-            kern = KA.flash_forward_kernel(cfg.head_dim(d), br, bc, tr, tc, False)
+            kern = KA.flash_forward_kernel(cfg.head_dim(d), br, bc, tr, tc, False, True, ku,
+                                           group)
             res = kernel_resources(kern)
             regs = res[0]["registers"] if res else -1
             lmem = res[0]["local bytes"] if res else -1
             tf = flops / ms / 1e9
-            rows.append([d, br, bc, tr, tc, cfg.threads, tf, ms, regs, lmem,
+            rows.append([d, br, bc, tr, tc, ku, group, cfg.threads, tf, ms, regs, lmem,
                          cfg.smem_bytes(d), err, compile_s])
             print(f"d={d} {cfg}: {tf:.2f} TFLOP/s {ms:.3f} ms regs {regs} lmem {lmem} "
                   f"smem {cfg.smem_bytes(d)} err {err:.1e} compile {compile_s:.1f}s", flush=True)
         del q, k, v
-    print(tabulate(rows, headers=["d", "Br", "Bc", "TR", "TC", "threads", "TFLOP/s", "ms",
+    print(tabulate(rows, headers=["d", "Br", "Bc", "TR", "TC", "KU", "GROUP", "threads", "TFLOP/s", "ms",
                                   "regs", "lmem", "smem", "rel err", "compile s"],
                    floatfmt=".3g"))
 

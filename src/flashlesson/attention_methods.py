@@ -29,6 +29,8 @@ class FlashConfig:
     Bc: int          # keys per K/V tile
     TR: int          # thread rows: each thread owns Br/TR query rows
     TC: int          # threads sharing a row (lanes of one warp, a power of 2 ≤ 32)
+    KU: int = 1      # inner product loops unrolled KU times
+    GROUP: int = 4   # 16-byte tile loads in flight per thread before they are stored
 
     @property
     def threads(self):
@@ -53,6 +55,9 @@ class FlashConfig:
             problems.append(f"Br = {self.Br} must be a multiple of 4·TR = {4 * self.TR}")
         if self.Bc % (4 * max(self.TC, 1)):
             problems.append(f"Bc = {self.Bc} must be a multiple of 4·TC = {4 * self.TC}")
+        if self.KU not in (1, 2, 4) or self.GROUP not in (1, 2, 4, 8):
+            problems.append(f"KU = {self.KU} must be 1, 2 or 4 and GROUP = {self.GROUP} "
+                            "1, 2, 4 or 8")
         if not problems and self.smem_bytes(d) > max_shared_bytes():
             problems.append(f"its tiles need {self.smem_bytes(d)} bytes of shared memory for "
                             f"d = {d}; this device allows {max_shared_bytes()}")
@@ -67,14 +72,17 @@ class FlashConfig:
 
 # Defaults per head dimension, from the H200 sweep (scripts/tune_attention.py; README).
 # In the simulator: small tiles and one warp (the tests add multi-warp configurations).
-# Measured 2026-11-30 at B1 H16 N4096, fp32 (TFLOP/s): d=64 (128, 64, 16, 8) 14.0 vs 11.2 for
-# (64, 64, 16, 8); d=128 (128, 32, 16, 8) 14.0 vs 12.4 for (64, 32, 16, 8); d=256 (64, 64, 16, 16)
-# 8.9 vs 6.2 for (32, 64, 8, 16). The winners hold 8 rows × 8 columns per thread (255 registers,
-# no spills): fewer loads per multiply-add beat occupancy.
+# Measured 2026-11-30 at B1 H16 N4096, fp32 (TFLOP/s), with the grouped 16-byte tile loads:
+# d=64 (128, 64, 16, 8, KU=2, GROUP=2) 28.9 vs 27.0 with KU=1, GROUP=4 and 24.5 for
+# (64, 64, 16, 8); d=128 (128, 32, 16, 8, 2, 2) 28.3 vs 26.6 (KU=1, GROUP=4) and 24.5 for
+# (64, 32, 16, 8); d=256 (64, 64, 16, 16, 2, 4) 24.5 vs 22.0 with KU=1. (Repeated runs move
+# these by ±3%.) The d ≤ 128 winners hold 8 rows × 8 columns per thread (255 registers): fewer
+# loads per multiply-add beat occupancy. Before the tile loads were grouped (one global load, then its
+# store, thirty times per tile) the same tiles ran at 14.0 (d=64, d=128).
 GPU_CONFIGS = (
-    (64, FlashConfig(Br=128, Bc=64, TR=16, TC=8)),
-    (128, FlashConfig(Br=128, Bc=32, TR=16, TC=8)),
-    (256, FlashConfig(Br=64, Bc=64, TR=16, TC=16)),
+    (64, FlashConfig(Br=128, Bc=64, TR=16, TC=8, KU=2, GROUP=2)),
+    (128, FlashConfig(Br=128, Bc=32, TR=16, TC=8, KU=2, GROUP=2)),
+    (256, FlashConfig(Br=64, Bc=64, TR=16, TC=16, KU=2, GROUP=4)),
 )
 SIM_CONFIG = FlashConfig(Br=32, Bc=16, TR=8, TC=4)
 # The naive path's GEMM tiles (BM, BN, TY, TX): 64×64 with 256 threads; 16×16 with 64 threads
@@ -82,13 +90,27 @@ SIM_CONFIG = FlashConfig(Br=32, Bc=16, TR=8, TC=4)
 GEMM_TILES = (16, 16, 8, 8) if device.SIMULATOR else (64, 64, 16, 16)
 
 
-def default_config(d):
+# When the grid of (Q tiles × B·H) blocks would not even give every SM one block (B1 H16 N256:
+# 32 blocks for 132 SMs), tiles of 32 query rows make four times as many blocks.
+SMALL_GRID_CONFIGS = (
+    (64, FlashConfig(Br=32, Bc=64, TR=8, TC=8)),
+    (128, FlashConfig(Br=32, Bc=32, TR=8, TC=8)),
+    (256, FlashConfig(Br=32, Bc=64, TR=8, TC=16)),
+)
+
+
+def default_config(d, nq=None, bh=None):
+    """The tile configuration for head dimension d (and, given nq and B·H, the grid size)."""
     if device.SIMULATOR:
         return SIM_CONFIG
-    for limit, cfg in GPU_CONFIGS:
-        if d <= limit:
-            return cfg
-    raise ValueError(f"head dimension d = {d}: at most {MAX_HEAD_DIM} is supported")
+    if not 1 <= d <= MAX_HEAD_DIM:
+        raise ValueError(f"head dimension d = {d}: at most {MAX_HEAD_DIM} is supported")
+    cfg = next(c for limit, c in GPU_CONFIGS if d <= limit)
+    if nq is not None and bh is not None:
+        sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
+        if -(-nq // cfg.Br) * bh < sms:
+            cfg = next(c for limit, c in SMALL_GRID_CONFIGS if d <= limit)
+    return cfg
 
 
 @dataclass(frozen=True)
@@ -176,13 +198,15 @@ def attention(q, k, v, *, causal=False, scale=None, return_lse=False, method="fl
     o3 = cuda.device_array((bh, nq, d), np.float32)
     lse2 = cuda.device_array((bh, nq), np.float32)
     if method == "flash":
-        cfg = config or default_config(d)
+        cfg = config or default_config(d, nq, bh)
         if not isinstance(cfg, FlashConfig):
             raise TypeError(f"config: expected a FlashConfig, got {type(cfg).__name__}")
         cfg.check(d)
+        vec = d % 4 == 0 and _aligned16(q3, k3, v3)
         kernel = KA.flash_forward_kernel(cfg.head_dim(d), cfg.Br, cfg.Bc, cfg.TR, cfg.TC,
-                                         causal)
-        launch(kernel, (-(-nq // cfg.Br), bh), cfg.threads,
+                                         causal, vec, cfg.KU, cfg.GROUP)
+        tiles = -(-nq // cfg.Br)
+        launch(kernel, (bh, tiles) if causal else (tiles, bh), cfg.threads,
                (q3, k3, v3, o3, lse2, np.float32(scale)), cfg.smem_bytes(d))
     else:
         if config is not None:
@@ -194,6 +218,15 @@ def attention(q, k, v, *, causal=False, scale=None, return_lse=False, method="fl
         return (o, lse2.copy_to_host().reshape(shape[:3])) if return_lse else o
     o = o3.reshape(shape)
     return (o, lse2.reshape(shape[:3])) if return_lse else o
+
+
+def _aligned16(*arrays):
+    """True if every array's data starts on a 16-byte boundary (then rows of d % 4 == 0 floats
+    can be read 16 bytes at a time). Fresh allocations always do; a view into a bigger tensor
+    may not."""
+    if device.SIMULATOR:
+        return True
+    return all(a.__cuda_array_interface__["data"][0] % 16 == 0 for a in arrays)
 
 
 def _naive(q3, k3, v3, o3, lse2, scale, causal, return_lse):

@@ -11,6 +11,7 @@ Method, as the lesson's claims need it (§4: softmax is bound by memory, not by 
   run (the ceiling), and ``torch.softmax`` measured in the same run when torch is installed.
 """
 
+import contextlib
 import math
 import statistics
 import sys
@@ -33,28 +34,50 @@ def softmax_bytes(rows, n, itemsize):
     return 2 * rows * n * itemsize
 
 
-def time_gpu(fn, samples=SAMPLES, inner=INNER, warmup=WARMUP):
+def time_gpu(fn, samples=SAMPLES, inner=INNER, warmup=WARMUP, defer=True):
     """Median milliseconds per call of ``fn`` (which launches GPU work on the default stream).
 
-    Before each sample a kernel sleeps ~1 ms on the GPU while the ``inner`` calls are enqueued
-    behind it, so the start event fires when the GPU reaches the first of them.
+    Before each sample a kernel sleeps on the GPU while the ``inner`` calls are enqueued behind
+    it, so the start event fires when the GPU reaches the first of them and the events time the
+    GPU only. The sleep is made longer than Python takes to enqueue the ``inner`` calls (measured
+    first: a flash attention call costs the host ≈ 0.1–0.2 ms, more than a small kernel runs),
+    and frees are deferred during a sample: Numba frees device memory in batches, and
+    ``cuMemFree`` waits for the whole GPU, which would drain the queue mid-sample. (``defer``
+    False for calls that allocate gigabytes, such as naive attention's S and P: ten of them held
+    at once would not fit, and their kernels run long enough for a drain not to matter.)
     """
+    import time
+
     from kernels_numba.timing import gpu_sleep
     for _ in range(warmup):
         fn()
     gpu_sleep[1, 1](1)
     cuda.synchronize()
+    host = []
+    with (cuda.defer_cleanup() if defer else contextlib.nullcontext()):
+        gpu_sleep[1, 1](5000)
+        for _ in range(3):                      # host time of one call, with the GPU busy
+            t0 = time.perf_counter()
+            fn()
+            host.append(time.perf_counter() - t0)
+        cuda.synchronize()
+    sleep_us = int(max(1000, 1.5e6 * inner * min(host) + 500))
+    time_gpu.host_ms = 1e3 * min(host)
     start, stop = cuda.event(timing=True), cuda.event(timing=True)
     times = []
     for _ in range(samples):
-        gpu_sleep[1, 1](1000)
-        start.record()
-        for _ in range(inner):
-            fn()
-        stop.record()
-        stop.synchronize()
+        with (cuda.defer_cleanup() if defer else contextlib.nullcontext()):
+            gpu_sleep[1, 1](sleep_us)
+            start.record()
+            for _ in range(inner):
+                fn()
+            stop.record()
+            stop.synchronize()
         times.append(cuda.event_elapsed_time(start, stop) / inner)
     return statistics.median(times)
+
+
+time_gpu.host_ms = float("nan")     # the last call's host time per fn() call, in ms
 
 
 def _torch():
@@ -201,13 +224,13 @@ def attention_flops(b, h, nq, nk, d, causal):
     return f // 2 if causal else f
 
 
-def time_gpu_adaptive(fn, target_ms=20.0, samples=7):
+def time_gpu_adaptive(fn, target_ms=20.0, samples=7, defer=True):
     """time_gpu with as many launches per sample as make ~target_ms (1 … 10)."""
     fn()
     cuda.synchronize()
-    one = time_gpu(fn, samples=1, inner=1, warmup=0)
+    one = time_gpu(fn, samples=1, inner=1, warmup=0, defer=defer)
     inner = int(min(10, max(1, target_ms // max(one, 1e-3))))
-    return time_gpu(fn, samples=samples, inner=inner, warmup=1)
+    return time_gpu(fn, samples=samples, inner=inner, warmup=1, defer=defer)
 
 
 def flush_frees(ctx):
@@ -282,11 +305,12 @@ def bench_attention(shapes=ATTENTION_SHAPES + ATTENTION_SWEEP, causal_modes=(Fal
                     got = o[0, 0].copy_to_host().astype(np.float64)
                     err = float(np.max(np.abs(got - ref)) / np.max(np.abs(ref)))
                 del o
-                ms = time_gpu_adaptive(f)
+                ms = time_gpu_adaptive(f, defer=method != "naive")
                 row[f"{method} ms"] = ms
                 row[f"{method} TFLOP/s"] = flops / ms / 1e9
                 row[f"{method} rel err"] = err
                 row[f"{method} MB held"] = peak_extra / 2 ** 20
+                row[f"{method} host ms"] = time_gpu.host_ms     # Python's cost of one call
             for base in ("math", "efficient"):
                 if f"sdpa {base} TFLOP/s" in row and "flash TFLOP/s" in row:
                     row[f"flash / {base}"] = row["flash TFLOP/s"] / row[f"sdpa {base} TFLOP/s"]

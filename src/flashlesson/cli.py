@@ -46,7 +46,7 @@ def _cmd_bench_attention(args):
     results = bench.bench_attention(shapes=shapes, long_check=not args.quick)
     cols = ["B", "H", "N", "d", "causal", "flash TFLOP/s", "naive TFLOP/s",
             "sdpa math TFLOP/s", "sdpa efficient TFLOP/s", "flash / math", "flash / efficient",
-            "flash rel err", "flash MB held", "naive MB held"]
+            "flash rel err", "flash MB held", "naive MB held", "flash host ms"]
     print()
     print(tabulate([[r.get(c, "") for c in cols] for r in results], headers=cols,
                    floatfmt=".3g"))
