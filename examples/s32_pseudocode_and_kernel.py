@@ -54,14 +54,14 @@ TOPIC = "pseudocode and kernel"
 SIDE_BY_SIDE = [
     ("for each Q tile Qi:", r"for i, r0 in enumerate\(range\(0, nq, Br\)\)",
      r"q0 = .*cuda\.blockIdx\..* \* Br"),
-    ("    load Qi", r"Qi = q\[\.\.\., r0:r1, :\]", r"load_Qt\(q, bh, q0, n_q, d, Qt, scale\)"),
+    ("    load Qi", r"Qi = q\[\.\.\., r0:r1, :\]", r"load_Qt\(q, q_base, row_stride, q0, n_q, d, Qt, scale\)"),
     ("    m = -∞", r"^m = np\.full\(.*-np\.inf\)", r"^m\[i\] = NEG_INF"),
     ("    l = 0", r"^l = np\.zeros\(", r"^l\[i\] = ZERO"),
     ("    acc = 0", r"^acc = np\.zeros\(", r"^acc\[i, c\] = ZERO"),
     ("    for each K/V tile Kj, Vj:", r"for j, c0 in enumerate\(range\(0, nk, Bc\)\)",
      r"^for j in range\(n_tiles\)"),
-    ("        load Kj, Vj", r"Kj = k\[\.\.\., c0:c1, :\]", r"load_Kt\(k, bh, k0, n_k, d, KV, ONE\)"),
-    ("", r"Vj = v\[\.\.\., c0:c1, :\]", r"load_V\(v, bh, k0, n_k, d, KV, ONE\)"),
+    ("        load Kj, Vj", r"Kj = k\[\.\.\., c0:c1, :\]", r"load_Kt\(k, k_base, row_stride, k0, n_k, d, KV, ONE\)"),
+    ("", r"Vj = v\[\.\.\., c0:c1, :\]", r"load_V\(v, k_base, row_stride, k0, n_k, d, KV, ONE\)"),
     ("        S = Qi × Kjᵀ / sqrt(d)", r"S = \(Qi @ np\.swapaxes\(Kj, -1, -2\)\) \* scale",
      r"s\[i, jj\] \+= a\[i\] \* b\[jj\]"),
     ("        block_max = row_max(S)", r"block_max = np\.max\(S, axis=-1\)",
@@ -81,9 +81,9 @@ SIDE_BY_SIDE = [
     ("", "", r"acc\[i, c\] \+= a\[i\] \* b\[c\]"),
     ("        m = new_m", r"^m = new_m", r"^m\[i\] = new_m"),
     ("    Oi = acc / l;  store Oi", r"o\[\.\.\., r0:r1, :\] = acc / l_safe",
-     r"o\[bh, row, col\] = acc\[i, c\] \* inv_l"),
+     r"o\[q_base \+ row \* row_stride \+ col\] = acc\[i, c\] \* inv_l"),
     ("    (not in §32) LSE = m + log l", r"lse\[\.\.\., r0:r1\] = .*m \+ np\.log\(",
-     r"lse\[bh, row\] = .*m\[i\] \+ math\.log\(l\[i\]\)"),
+     r"lse\[at\] = .*m\[i\] \+ math\.log\(l\[i\]\)"),
 ]
 
 

@@ -10,6 +10,9 @@ Menu
 | ``merge_attention_kernel``               | 21–22        | (O, LSE) of disjoint key sets → one (O, LSE) |
 |                                          |              | (the combine step of split-KV / flash-decoding) |
 | ``row_lse``                              | 19–20, 30    | LSE of each row of a stored S (naive path)  |
+| ``pad_scores``, ``dropout_probs``        | 35, 36       | the naive path's padding mask on S and    |
+|                                          |              | dropout on P (the flash kernel does both  |
+|                                          |              | on its tiles: flags PAD, DROPOUT)         |
 
 The forward kernel beside §32's pseudocode (``reference.flash_attention_tiled`` is the same
 loop in NumPy, name for name)::
@@ -53,12 +56,33 @@ input), ``pytest tests/test_attention.py``, ``flashlesson bench attention``.
 import math
 from functools import lru_cache
 
-from numba import cuda, float32
+from numba import cuda, float32, int64
 
 from .reductions import NEG_INF, ONE, ZERO, fast_exp, lanes_max, lanes_sum, safe_max, \
     safe_reciprocal, warp_merge_ml
+from .philox import dropout_words
 from .tiles import tile_loader
 from .vector import load4
+
+
+@cuda.jit(device=True)
+def attention_geometry(bh, heads, d, n_q, n_k, cu_q, cu_k, VARLEN):
+    """Where head bh = b·H + h of q/k/v/o/lse lives in the flat arrays, and its lengths.
+
+    Padded layout (q [B·H, Nq, d], lse [B·H, Nq]): rows of d floats, one head after another.
+    VARLEN (§35) layout (q [total_q, H, d] packed, sequence b = rows cu_q[b] … cu_q[b+1] − 1;
+    lse [total_q, H]): a head's rows are H·d floats apart. Returns
+    (n_q, n_k, q_base, k_base, row_stride, lse_base, lse_stride): element (row, c) of the head's
+    Q is q[q_base + row·row_stride + c] (K, V, O alike), its LSE lse[lse_base + row·lse_stride].
+    """
+    if VARLEN:
+        b = bh // heads
+        h = bh - b * heads
+        q_start = cu_q[b]
+        k_start = cu_k[b]
+        return (cu_q[b + 1] - q_start, cu_k[b + 1] - k_start, (q_start * heads + h) * d,
+                (k_start * heads + h) * d, heads * d, q_start * heads + h, heads)
+    return n_q, n_k, bh * n_q * d, bh * n_k * d, d, bh * n_q, 1
 
 
 def flash_smem_floats(D, Br, Bc):
@@ -67,10 +91,13 @@ def flash_smem_floats(D, Br, Bc):
 
 
 @lru_cache(maxsize=None)
-def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4):
+def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4, PAD=False,
+                         DROPOUT=False, VARLEN=False):
     """§32's loop for head dimension ≤ D, Br × Bc tiles, TR × TC threads (all compile-time).
     VEC: q, k, v rows are 16-byte aligned (d % 4 == 0, aligned pointers): 16-byte tile loads.
-    KU: the two products' inner loops unrolled KU times. GROUP: tile loads in flight per thread."""
+    KU: the two products' inner loops unrolled KU times. GROUP: tile loads in flight per thread.
+    PAD: key_padding_mask (§35). DROPOUT: §36's Philox keep-mask on P. VARLEN: packed
+    sequences with cumulative offsets (§35)."""
     T = TR * TC
     RM = Br // TR                  # query rows per thread
     CN = Bc // TC                  # S columns per thread
@@ -89,7 +116,11 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4):
     load_V = tile_loader(Bc, D, T, D, False, VEC, GROUP)    # Vj, row-major
 
     @cuda.jit
-    def flash_forward(q, k, v, o, lse, scale):
+    def flash_forward(q, k, v, o, lse, scale, d, n_q, n_k, heads, cu_q, cu_k, kpm,
+                      seed_lo, seed_hi, threshold, inv_keep):
+        """q, k, v, o, lse: flat float32 arrays (see ``attention_geometry`` for the layouts);
+        kpm: uint8 [B, Nk] (PAD); seed_lo, seed_hi, threshold: uint32, inv_keep = 1/(1 − p)
+        (DROPOUT); cu_q, cu_k: int32 [B + 1] (VARLEN; then n_q, n_k are unused)."""
         if CAUSAL:
             # grid (B·H, Q tiles), heaviest first: the last Q tiles see the most keys, so they
             # start in the first wave and the short ones fill the tail (§34)
@@ -102,9 +133,12 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4):
         tr = tid // TC
         tc = tid & (TC - 1)                         # tid % TC, known ≥ 0
         r0 = tr * RM                                # my first row inside the tile
-        n_q = q.shape[1]
-        n_k = k.shape[1]
-        d = q.shape[2]
+        b_idx = bh // heads                         # the batch row (VARLEN: the sequence)
+        n_q, n_k, q_base, k_base, row_stride, lse_base, lse_stride = attention_geometry(
+            bh, heads, d, n_q, n_k, cu_q, cu_k, VARLEN)
+        if q0 >= n_q:
+            return              # (VARLEN: a sequence shorter than the longest; the whole block
+                                # leaves together, before any barrier)
         offset = n_k - n_q                          # §34: query i sees key j iff j ≤ i + offset
 
         smem = cuda.shared.array(0, float32)
@@ -113,7 +147,7 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4):
         Pt = smem[OFF_P:]                           # Pᵀ: Pt[j·QS + r]
 
         # Qi = Q[q0 : q0+Br] · scale, into shared memory once; zeros past Nq and past d
-        load_Qt(q, bh, q0, n_q, d, Qt, scale)
+        load_Qt(q, q_base, row_stride, q0, n_q, d, Qt, scale)
 
         m = cuda.local.array(RM, float32)           # running row max        (§32: m)
         l = cuda.local.array(RM, float32)           # running row sum        (§32: l)
@@ -121,6 +155,7 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4):
         s = cuda.local.array((RM, CN), float32)     # this tile's scores, then P
         a = cuda.local.array(RM, float32)
         b = cuda.local.array(NB, float32)
+        zbits = cuda.local.array(RM, int64)         # §36: the keep bits of my P entries
         for i in range(RM):
             m[i] = NEG_INF
             l[i] = ZERO
@@ -136,7 +171,8 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4):
         for j in range(n_tiles):
             k0 = j * Bc
             cuda.syncthreads()                      # wait: the previous Vj and P are consumed
-            load_Kt(k, bh, k0, n_k, d, KV, ONE)     # Kjᵀ → shared memory (zeros past Nk, past d)
+            load_Kt(k, k_base, row_stride, k0, n_k, d, KV, ONE)    # Kjᵀ → shared memory
+                                                    # (zeros past Nk and past d)
             cuda.syncthreads()                      # wait: Kj (and, first time, Qi) is loaded
 
             # S = Qi Kjᵀ · scale: an RM × CN outer product per kk, operands four at a time
@@ -156,13 +192,16 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4):
                         for jj in range(CN):
                             s[i, jj] += a[i] * b[jj]
 
-            # §34: only the last tile (keys past Nk) and, causal, the diagonal tiles need a mask
-            if k0 + Bc > n_k or (CAUSAL and k0 + Bc - 1 > q0 + offset):
+            # §34: only the last tile (keys past Nk) and, causal, the diagonal tiles need a mask;
+            # §35: with a key padding mask, every tile
+            if PAD or k0 + Bc > n_k or (CAUSAL and k0 + Bc - 1 > q0 + offset):
                 for i in range(RM):
                     row = q0 + r0 + i
                     for jj in range(CN):
                         key = k0 + W * (jj // 4) + 4 * tc + (jj & 3)
                         if key >= n_k or (CAUSAL and key > row + offset):
+                            s[i, jj] = NEG_INF
+                        elif PAD and kpm[b_idx, key] == 0:     # a padding key takes no part
                             s[i, jj] = NEG_INF
 
             # online softmax (§32), one row at a time; the row's TC threads agree via shuffles
@@ -182,11 +221,30 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4):
                     acc[i, c] *= correction                  # acc = correction·acc …
                 m[i] = new_m
 
+            if DROPOUT:
+                # §36: which of my P entries survive, as bits (bit jj of zbits[i]): one Philox
+                # call gives the words of four adjacent keys, and a thread's columns come in
+                # fours. Applied below, as P goes to shared memory, after l took the whole P
+                # (the softmax is of all scores; dropout only thins what reaches V).
+                for i in range(RM):
+                    row = q0 + r0 + i
+                    bits = 0
+                    for h in range(CN // 4):
+                        jq = (k0 + W * h + 4 * tc) >> 2
+                        w0, w1, w2, w3 = dropout_words(seed_lo, seed_hi, bh, row, jq)
+                        bits |= ((1 if w0 >= threshold else 0) | (2 if w1 >= threshold else 0) |
+                                 (4 if w2 >= threshold else 0) |
+                                 (8 if w3 >= threshold else 0)) << (4 * h)
+                    zbits[i] = bits
+
             cuda.syncthreads()                      # wait: every thread is done with Kj
             for i in range(RM):                     # Pᵀ → shared memory, for the P Vj product
                 for jj in range(CN):
-                    Pt[(W * (jj // 4) + 4 * tc + (jj & 3)) * QS + r0 + i] = s[i, jj]
-            load_V(v, bh, k0, n_k, d, KV, ONE)      # Vj → shared memory, where Kjᵀ was
+                    p_ij = s[i, jj]
+                    if DROPOUT:                     # P ∘ Z, Z = keep / (1 − p)
+                        p_ij = p_ij * inv_keep if (zbits[i] >> jj) & 1 else ZERO
+                    Pt[(W * (jj // 4) + 4 * tc + (jj & 3)) * QS + r0 + i] = p_ij
+            load_V(v, k_base, row_stride, k0, n_k, d, KV, ONE)     # Vj, where Kjᵀ was
             cuda.syncthreads()                      # wait: P and Vj are in shared memory
 
             for j2 in range(Bc // KU):              # … + P Vj, operands four at a time
@@ -210,9 +268,10 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4):
                 for c in range(DN):
                     col = W * (c // 4) + 4 * tc + (c & 3)
                     if col < d:
-                        o[bh, row, col] = acc[i, c] * inv_l
+                        o[q_base + row * row_stride + col] = acc[i, c] * inv_l
                 if tc == 0:
-                    lse[bh, row] = NEG_INF if l[i] == ZERO else m[i] + math.log(l[i])
+                    at = lse_base + row * lse_stride
+                    lse[at] = NEG_INF if l[i] == ZERO else m[i] + math.log(l[i])
 
     return flash_forward
 
@@ -245,6 +304,43 @@ def merge_attention_kernel(o_parts, lse_parts, o, lse):
         o[row, c] = out
     if cuda.threadIdx.x == 0:
         lse[row] = NEG_INF if total == ZERO else m_safe + math.log(total)
+
+
+@cuda.jit
+def pad_scores(s, kpm, heads):
+    """§35 on the naive path's stored S [B·H, Nq, Nk]: S[bh, i, j] = −inf where key j of batch
+    row b = bh // heads is padding (kpm[b, j] == 0). One thread per element, grid-stride."""
+    n_q = s.shape[1]
+    n_k = s.shape[2]
+    total = s.shape[0] * n_q * n_k
+    for e in range(cuda.grid(1), total, cuda.gridsize(1)):
+        j = e % n_k
+        bh = e // (n_q * n_k)
+        if kpm[bh // heads, j] == 0:
+            s[bh, (e // n_k) % n_q, j] = NEG_INF
+
+
+@cuda.jit
+def dropout_probs(p, seed_lo, seed_hi, threshold, inv_keep):
+    """§36 on the naive path's stored P [B·H, Nq, Nk]: P ← P ∘ Z, Z = keep / (1 − p), the
+    same keep-mask as the flash kernel (``dropout_words``): one thread per four keys of a row."""
+    n_q = p.shape[1]
+    n_k = p.shape[2]
+    quads = (n_k + 3) // 4
+    total = p.shape[0] * n_q * quads
+    for e in range(cuda.grid(1), total, cuda.gridsize(1)):
+        jq = e % quads
+        i = (e // quads) % n_q
+        bh = e // (quads * n_q)
+        w0, w1, w2, w3 = dropout_words(seed_lo, seed_hi, bh, i, jq)
+        j = 4 * jq
+        p[bh, i, j] = p[bh, i, j] * inv_keep if w0 >= threshold else ZERO
+        if j + 1 < n_k:
+            p[bh, i, j + 1] = p[bh, i, j + 1] * inv_keep if w1 >= threshold else ZERO
+        if j + 2 < n_k:
+            p[bh, i, j + 2] = p[bh, i, j + 2] * inv_keep if w2 >= threshold else ZERO
+        if j + 3 < n_k:
+            p[bh, i, j + 3] = p[bh, i, j + 3] * inv_keep if w3 >= threshold else ZERO
 
 
 @cuda.jit

@@ -3,13 +3,15 @@
 Menu
 | kernel                               | what                                                       |
 |--------------------------------------|------------------------------------------------------------|
-| ``matmul_kernel(TRANS_B, CAUSAL)``   | C[z] = scale · A[z] @ B[z] (or B[z]ᵀ); CAUSAL: C_ij = −inf  |
-|                                      | where j > i + offset (§34's mask, bottom-right aligned)     |
+| ``matmul_kernel(TRANS_B, CAUSAL,     | C[z] = scale · op(A[z]) @ op(B[z]), op = ᵀ where TRANS_A / |
+|   TRANS_A=False)``                   | TRANS_B; CAUSAL: C_ij = −inf where j > i + offset (§34's   |
+|                                      | mask, bottom-right aligned)                                |
 
 §14's naive attention is three launches over global memory: S = QKᵀ·scale with this kernel
 (TRANS_B, CAUSAL as asked), P = softmax(S) with the softmax kernels (``softmax.py``, reused),
 O = PV with this kernel again. S and P are [B·H, Nq, Nk] arrays in HBM: the traffic and memory
-FlashAttention removes.
+FlashAttention removes. §31's naive backward uses it five times (``attention_backward.py``),
+TRANS_A for dV = (P∘Z)ᵀ dO and dK = dSᵀ Q · scale.
 
 Tiling (the classic shared-memory GEMM): a block computes a BM × BN tile of C with TY·TX
 threads; thread (ty, tx) owns rows ty + TY·i and columns tx + TX·j (i < BM/TY, j < BN/TX); the
@@ -32,9 +34,9 @@ KS = BK + 1             # padded stride of the shared tiles
 
 
 @lru_cache(maxsize=None)
-def matmul_kernel(TRANS_B, CAUSAL, BM=64, BN=64, TY=16, TX=16):
-    """C = scale · A @ op(B): a [Z, M, K]; b [Z, K, N] or, TRANS_B, [Z, N, K]; c [Z, M, N].
-    Launch with grid (ceil(N/BN), ceil(M/BM), Z) and TY·TX threads."""
+def matmul_kernel(TRANS_B, CAUSAL, BM=64, BN=64, TY=16, TX=16, TRANS_A=False):
+    """C = scale · op(A) @ op(B): a [Z, M, K] or, TRANS_A, [Z, K, M]; b [Z, K, N] or, TRANS_B,
+    [Z, N, K]; c [Z, M, N]. Launch with grid (ceil(N/BN), ceil(M/BM), Z) and TY·TX threads."""
     TM = BM // TY           # rows per thread
     TN = BN // TX           # columns per thread
     A_SIZE = BM * KS        # shared array sizes must be plain constants for Numba
@@ -48,8 +50,8 @@ def matmul_kernel(TRANS_B, CAUSAL, BM=64, BN=64, TY=16, TX=16):
         tid = cuda.threadIdx.x
         ty = tid // TX
         tx = tid & (TX - 1)
-        M = a.shape[1]
-        K = a.shape[2]
+        M = c.shape[1]
+        K = a.shape[1] if TRANS_A else a.shape[2]
         N = c.shape[2]
         As = cuda.shared.array(A_SIZE, float32)     # A tile, [BM][BK] padded
         Bs = cuda.shared.array(B_SIZE, float32)     # op(B) tile as [BN][BK] padded
@@ -60,10 +62,17 @@ def matmul_kernel(TRANS_B, CAUSAL, BM=64, BN=64, TY=16, TX=16):
             for j in range(TN):
                 acc[i, j] = ZERO
         for k0 in range(0, K, BK):
-            for e in range(tid, BM * BK, TY * TX):  # A[m0:m0+BM, k0:k0+BK]
-                r = e // BK
-                kk = e - r * BK
-                As[r * KS + kk] = a[z, m0 + r, k0 + kk] if m0 + r < M and k0 + kk < K else ZERO
+            for e in range(tid, BM * BK, TY * TX):  # op(A)[m0:m0+BM, k0:k0+BK]
+                if TRANS_A:
+                    kk = e // BM                    # a is [K, M]: read along m (coalesced)
+                    r = e - kk * BM
+                    ok = m0 + r < M and k0 + kk < K
+                    As[r * KS + kk] = a[z, k0 + kk, m0 + r] if ok else ZERO
+                else:
+                    r = e // BK
+                    kk = e - r * BK
+                    ok = m0 + r < M and k0 + kk < K
+                    As[r * KS + kk] = a[z, m0 + r, k0 + kk] if ok else ZERO
             for e in range(tid, BN * BK, TY * TX):  # op(B)[k0:k0+BK, n0:n0+BN], stored by column
                 if TRANS_B:
                     col = e // BK                   # b is [N, K]: read along k (coalesced)

@@ -14,13 +14,16 @@ instead of thirty. (Groups of four, not all at once: the registers are needed fo
 
 Menu
 - ``tile_loader(ROWS, D, T, STRIDE, TRANSPOSE, VEC, GROUP_MAX=4)`` → device function
-  ``load(src, bh, row0, n, d, dst, scale)``: dst ← src[bh, row0 : row0+ROWS, :D] · scale.
+  ``load(src, base, row_stride, row0, n, d, dst, scale)``: dst ← rows row0 … row0+ROWS−1
+  (of n) of the matrix at ``src[base + row·row_stride + c]`` (c < d; zeros past n and d),
+  times ``scale``. ``src`` is a flat array: the same loader serves the padded [B·H, N, d]
+  layout (row_stride = d) and the packed variable-length one [total, H, d] (row_stride = H·d).
   - ``TRANSPOSE``: consecutive threads take consecutive rows, so the four scalar stores of a
     thread (rows r, columns c … c+3) hit 32 different banks across a warp.
   - row-major: consecutive threads take consecutive 16-byte pieces of a row (coalesced loads,
     one conflict-free 16-byte store each).
-  - ``VEC``: 16-byte global loads; the caller guarantees d % 4 == 0 and a 16-byte aligned
-    ``src`` (the launcher checks the pointer). Otherwise four guarded scalar loads.
+  - ``VEC``: 16-byte global loads; the caller guarantees d % 4 == 0, row_stride % 4 == 0 and
+    a 16-byte aligned ``src`` (the launcher checks the pointer). Otherwise four guarded scalar loads.
 Limits: D a multiple of 4; T threads (the block size) all call it, outside any branch that
 depends on the thread (it has no barrier itself; the caller syncs before and after).
 """
@@ -60,7 +63,7 @@ def tile_loader(ROWS, D, T, STRIDE, TRANSPOSE, VEC, GROUP_MAX=4):
         return e // D4, 4 * (e % D4)
 
     @cuda.jit(device=True)
-    def load(src, bh, row0, n, d, dst, scale):
+    def load(src, base, row_stride, row0, n, d, dst, scale):
         tid = cuda.threadIdx.x
         buf = cuda.local.array((GROUP, 4), float32)
         for g in range(0, ITERS, GROUP):
@@ -75,11 +78,11 @@ def tile_loader(ROWS, D, T, STRIDE, TRANSPOSE, VEC, GROUP_MAX=4):
                     if VEC:
                         if c < d:
                             buf[it, 0], buf[it, 1], buf[it, 2], buf[it, 3] = \
-                                load4(src, (bh * n + row) * d + c)
+                                load4(src, base + row * row_stride + c)
                     else:
                         for u in range(4):
                             if c + u < d:
-                                buf[it, u] = src[bh, row, c + u]
+                                buf[it, u] = src[base + row * row_stride + c + u]
             # 2) then their stores (scaled): shared memory only, no waiting on global memory
             for it in range(GROUP):
                 e = (g + it) * T + tid

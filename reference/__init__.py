@@ -30,6 +30,28 @@ from .attention import (
     merge_states,
     naive_attention_bytes,
 )
+from .attention_backward import (
+    attention_backward,
+    attention_backward_flops,
+    attention_backward_intermediates,
+)
+from .varlen import (
+    check_cu_seqlens,
+    cu_seqlens,
+    pack,
+    packed_to_padded,
+    padded_to_packed,
+    unpack,
+    varlen_attention,
+    varlen_attention_backward,
+    varlen_dropout_masks,
+)
+from .philox import (
+    dropout_keep_mask,
+    dropout_threshold,
+    philox4x32_10,
+    seed_key,
+)
 
 __all__ = [
     "softmax_naive",
@@ -53,4 +75,20 @@ __all__ = [
     "naive_attention_bytes",
     "flash_attention_bytes",
     "attention_state_sizes",
+    "attention_backward",
+    "attention_backward_intermediates",
+    "attention_backward_flops",
+    "cu_seqlens",
+    "check_cu_seqlens",
+    "pack",
+    "unpack",
+    "packed_to_padded",
+    "padded_to_packed",
+    "varlen_dropout_masks",
+    "varlen_attention",
+    "varlen_attention_backward",
+    "philox4x32_10",
+    "seed_key",
+    "dropout_threshold",
+    "dropout_keep_mask",
 ]

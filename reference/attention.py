@@ -6,7 +6,8 @@ fast: the tiled oracle is §32's pseudocode, line for line.
 Menu (§ = section of the lesson, see ``shared/lesson/OUTLINE.md``)::
 
     attention(q, k, v, ...)               §12  S = QKᵀ·scale, P = softmax(S), O = PV; plus
-                                               lse = log Σ_j e^{S_ij}  (the oracle)
+                                               lse = log Σ_j e^{S_ij}  (the oracle);
+                                               §36 dropout: O = (P∘Z) V, Z = M / (1 − p)
     attention_per_query(q, k, v, ...)     §13  o_i = Σ_j p_ij v_j, one query i at a time
     attention_state(q, k, v, ...)         §21  the un-normalized state (m, l, acc), o = acc / l
     merge_states(m_a, l_a, acc_a, m_b, l_b, acc_b)
@@ -49,6 +50,11 @@ Conventions shared by every function that takes q, k, v:
   the empty state (m, l, acc) = (−inf, 0, 0) and gives o = 0 and lse = −inf — never NaN, and
   no RuntimeWarning. The trick is the *safe max* of ``reference.softmax``: where m = −inf,
   subtract 0 instead of m, so every e^{S − m} is e^{−inf} = 0 rather than e^{−inf − (−inf)}.
+* Dropout (§36, :func:`attention` only): ``dropout_mask`` is a bool keep-mask M (True = keep)
+  broadcastable to S's shape, ``dropout_p`` the drop probability p, 0 ≤ p < 1. The output is
+  O = (P ∘ Z) V with Z = M / (1 − p) (inverted dropout); P and lse are those of the un-dropped
+  softmax (what the backward pass rebuilds, §30). The oracle draws no random numbers: M comes
+  from the caller, e.g. ``reference.philox.dropout_keep_mask(seed, B, H, Nq, Nk, p)``.
 * Each (batch, head) is independent; all of them are computed at once (vectorised), so the
   loops below are over tiles or queries only.
 
@@ -183,6 +189,46 @@ def _key_mask(key_padding_mask, q, k):
     raise ValueError(f"key_padding_mask must have shape {want}; got {mask.shape}")
 
 
+def _check_dropout_p(dropout_p, name="dropout_p"):
+    """§36: the drop probability as a float in [0, 1), or an error naming ``name``."""
+    if isinstance(dropout_p, (bool, np.bool_)) or not isinstance(
+            dropout_p, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number in [0, 1); got {dropout_p!r}")
+    p = float(dropout_p)
+    if not 0.0 <= p < 1.0:                              # NaN fails this too
+        raise ValueError(f"{name} must be a drop probability in [0, 1); got {dropout_p!r}")
+    return p
+
+
+def _dropout_scale(dropout_mask, dropout_p, shape, name="dropout_mask", p_name="dropout_p"):
+    """§36: Z = M / (1 − p), broadcastable to the scores' ``shape``; None when there is no dropout.
+
+    ``dropout_mask`` is a bool keep-mask (True = keep) whose shape broadcasts to ``shape``
+    exactly. p > 0 without a mask is an error (the oracle draws no random numbers); a mask with
+    p = 0 is allowed (Z = M).
+    """
+    p = _check_dropout_p(dropout_p, p_name)
+    if dropout_mask is None:
+        if p != 0.0:
+            raise ValueError(
+                f"{p_name} = {p} needs a {name} (bool keep-mask, True = keep): the oracle draws "
+                "no random numbers (see reference.philox.dropout_keep_mask)"
+            )
+        return None
+    mask = np.asarray(dropout_mask)
+    if mask.dtype != np.bool_:
+        raise TypeError(f"{name} must be a bool array (True = keep); got dtype {mask.dtype}")
+    try:
+        fits = np.broadcast_shapes(mask.shape, tuple(shape)) == tuple(shape)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"{name} must broadcast to the scores' shape {tuple(shape)}; got {mask.shape}"
+        )
+    return mask / (1.0 - p)                             # Z = M / (1 − p): 0 or 1/(1 − p)
+
+
 def _check_m(m, name):
     """A state's running max: finite or −inf (the empty state). NaN or +inf is a ValueError."""
     m = np.asarray(m, dtype=np.float64)
@@ -249,7 +295,8 @@ def _masked_scores(q, k, scale, visible):
 # §12  the whole-matrix oracle
 # ---------------------------------------------------------------------------------------------
 
-def attention(q, k, v, causal=False, scale=None, key_padding_mask=None, return_p=False):
+def attention(q, k, v, causal=False, scale=None, key_padding_mask=None, return_p=False, *,
+              dropout_mask=None, dropout_p=0.0):
     """§12: S = QKᵀ·scale, P = softmax(S) row-wise, O = PV; with lse = ln Σ_j e^{S_ij}.
 
     The oracle every attention kernel is checked against: the full [Nq, Nk] matrices S and P
@@ -263,17 +310,24 @@ def attention(q, k, v, causal=False, scale=None, key_padding_mask=None, return_p
     ``key_padding_mask`` ([B, Nk] or [Nk] bool, True = key takes part) set masked scores to
     −inf; a row with no visible key gives O = 0, lse = −inf (and a P row of zeros).
 
+    §36 dropout: with ``dropout_mask`` M (bool, True = keep, broadcastable to [B, H, Nq, Nk] —
+    or [Nq, Nk] for 2-D inputs) and ``dropout_p`` p (0 ≤ p < 1), O = (P ∘ Z) V with
+    Z = M / (1 − p). lse and the returned p are those of the un-dropped softmax: dropout acts
+    after the softmax, so the row statistics do not change. ``dropout_p > 0`` without a mask
+    is a ValueError; a mask with p = 0 gives Z = M.
+
     Returns ``(o, lse)``, or ``(o, lse, p)`` with ``return_p=True`` (p [B, H, Nq, Nk], for
-    §14–15's naive attention). Shapes and dtypes: see the module.
+    §14–15's naive attention; before dropout). Shapes and dtypes: see the module.
     """
     q, k, v = _check_qkv(q, k, v)
     scale = _check_scale(scale, q.shape[-1])
     S = _masked_scores(q, k, scale, _visible(q, k, causal, key_padding_mask))   # S = QKᵀ·scale
+    Z = _dropout_scale(dropout_mask, dropout_p, S.shape)    # §36: M / (1 − p), or None
     m = np.max(S, axis=-1, initial=-np.inf)             # m_i = max_j S_ij (−inf: no key seen)
     E = np.exp(S - _safe_max(m)[..., None])             # e^{S_ij − m_i}, 0 for masked keys
     l = np.sum(E, axis=-1)                              # l_i = Σ_j e^{S_ij − m_i}
     P = _divide_by_l(E, l)                              # P = softmax(S), zero rows stay zero
-    o = P @ v                                           # O = P V
+    o = (P if Z is None else P * Z) @ v                 # O = P V;  §36: O = (P ∘ Z) V
     lse = _lse(m, l)                                    # lse_i = m_i + ln l_i
     return (o, lse, P) if return_p else (o, lse)
 

@@ -11,6 +11,8 @@ Rules (the same for softmax and attention):
   are turned into NumPy arrays (and then follow the NumPy rule).
 """
 
+import os
+
 import numpy as np
 from numba import cuda
 
@@ -89,9 +91,26 @@ def _is_c_contiguous(arr):
     return True
 
 
+# Tests set this (tests/conftest.py; or FLASHLESSON_POISON=1): every result array is then
+# allocated full of NaN (float) or 0xAB bytes (integer), so an element a kernel forgot to write
+# fails the comparison with the oracle instead of passing on leftover memory.
+POISON = os.environ.get("FLASHLESSON_POISON") == "1"
+
+
+def empty(shape, dtype):
+    """A device array for a result (poisoned when ``POISON`` is set)."""
+    if not POISON:
+        return cuda.device_array(shape, dtype=dtype)
+    dtype = np.dtype(dtype)
+    fill = np.full(shape, np.nan, dtype) if dtype.kind == "f" else \
+        np.full(shape, 0xAB, np.uint8).view(dtype) if dtype.itemsize == 1 else \
+        np.full(shape, -0x55555555, np.int64).astype(dtype)
+    return cuda.to_device(fill)
+
+
 def new_output(like, shape, dtype):
-    """A device array for a result; NaN-free garbage is fine, every element is written."""
-    return cuda.device_array(shape, dtype=dtype)
+    """A device array for a result; every element is written by the kernel."""
+    return empty(shape, dtype)
 
 
 def check_out(out, name, shape, dtype, on_host):

@@ -14,7 +14,8 @@ from kernels_numba import attention as KA
 from kernels_numba import gemm as KG
 
 from . import device
-from .arrays import Operand
+from .arrays import Operand, empty
+from .dropout import kernel_args
 from .launch import launch, max_shared_bytes
 from .softmax_methods import softmax as _softmax
 
@@ -88,6 +89,9 @@ SIM_CONFIG = FlashConfig(Br=32, Bc=16, TR=8, TC=4)
 # The naive path's GEMM tiles (BM, BN, TY, TX): 64×64 with 256 threads; 16×16 with 64 threads
 # in the simulator.
 GEMM_TILES = (16, 16, 8, 8) if device.SIMULATOR else (64, 64, 16, 16)
+# The naive path's element-wise kernels (padding, dropout): at most this many blocks × threads,
+# grid-stride beyond.
+ELEMENTWISE = (4, 64) if device.SIMULATOR else (8192, 256)
 
 
 # When the grid of (Q tiles × B·H) blocks would not even give every SM one block (B1 H16 N256:
@@ -170,8 +174,66 @@ def _operands(q, k, v):
     return qo, ko, vo
 
 
-def attention(q, k, v, *, causal=False, scale=None, return_lse=False, method="flash",
-              config=None):
+def _check_dropout(dropout_p, seed):
+    """(seed_lo, seed_hi, threshold, inv_keep) for the kernels; p = 0 means no dropout."""
+    if isinstance(dropout_p, (bool, np.bool_)) or not isinstance(
+            dropout_p, (int, float, np.integer, np.floating)):
+        raise TypeError(f"dropout_p: expected a real number in [0, 1), got "
+                        f"{type(dropout_p).__name__}")
+    p = float(dropout_p)
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout_p: expected a probability in [0, 1), got {dropout_p!r}")
+    k0, k1, t = kernel_args(seed, p)             # (checks seed: an int in [0, 2^64))
+    return p, (k0, k1, t, np.float32(1.0 / (1.0 - p)))
+
+
+def _check_padding(key_padding_mask, batch, nk):
+    """The key padding mask as a device array of bool/uint8 [B, Nk] (True/1 = the key takes
+    part), or None."""
+    if key_padding_mask is None:
+        return None
+    mo = Operand(key_padding_mask, "key_padding_mask", (np.bool_, np.uint8), ndim=2)
+    if mo.shape != (batch, nk):
+        raise ValueError(f"key_padding_mask: expected shape (B, Nk) = {(batch, nk)}, got "
+                         f"{mo.shape}")
+    return mo.device_view(mo.shape)
+
+
+_DUMMIES = {}
+
+
+def _dummy(kind):
+    """Placeholders for the arguments a kernel specialization does not use."""
+    if kind not in _DUMMIES:
+        _DUMMIES[kind] = cuda.to_device(np.zeros((1, 1), np.uint8) if kind == "mask"
+                                        else np.zeros(2, np.int32))
+    return _DUMMIES[kind]
+
+
+def _flash(q, k, v, o, lse, *, d, n_q, n_k, heads, grid_bh, max_q, causal, scale, config,
+           kpm=None, dropout=None, cu=None):
+    """Launch the forward kernel on flat arrays (layouts: ``attention_geometry`` in
+    kernels_numba/attention.py)."""
+    cfg = config or default_config(d, max_q, grid_bh)
+    if not isinstance(cfg, FlashConfig):
+        raise TypeError(f"config: expected a FlashConfig, got {type(cfg).__name__}")
+    cfg.check(d)
+    vec = d % 4 == 0 and _aligned16(q, k, v)
+    kernel = KA.flash_forward_kernel(cfg.head_dim(d), cfg.Br, cfg.Bc, cfg.TR, cfg.TC, causal,
+                                     vec, cfg.KU, cfg.GROUP, kpm is not None,
+                                     dropout is not None, cu is not None)
+    seed_lo, seed_hi, threshold, inv_keep = dropout or (np.uint32(0), np.uint32(0),
+                                                        np.uint32(0), np.float32(1))
+    cu_q, cu_k = cu or (_dummy("cu"), _dummy("cu"))
+    tiles = -(-max_q // cfg.Br)
+    launch(kernel, (grid_bh, tiles) if causal else (tiles, grid_bh), cfg.threads,
+           (q, k, v, o, lse, np.float32(scale), d, n_q, n_k, heads, cu_q, cu_k,
+            _dummy("mask") if kpm is None else kpm, seed_lo, seed_hi, threshold, inv_keep),
+           cfg.smem_bytes(d))
+
+
+def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropout_p=0.0,
+              seed=0, return_lse=False, method="flash", config=None):
     """Softmax attention O = softmax(Q Kᵀ · scale) V, over float32 q [B, H, Nq, d] and
     k, v [B, H, Nk, d].
 
@@ -180,7 +242,12 @@ def attention(q, k, v, *, causal=False, scale=None, return_lse=False, method="fl
     causal: mask keys after each query, aligned bottom-right when Nq ≠ Nk (query i sees key j
         iff j ≤ i + Nk − Nq, as flash-attn ≥ 2.1; torch SDPA's is_causal aligns top-left).
         Rows that see no key give O = 0 and LSE = −inf.
-    scale: defaults to 1/√d. return_lse: also return LSE = log Σ_j e^{S_ij}, float32 [B, H, Nq].
+    scale: defaults to 1/√d. return_lse: also return LSE = log Σ_j e^{S_ij}, float32 [B, H, Nq]
+        (of the scores before dropout).
+    key_padding_mask: bool (or uint8) [B, Nk], True = the key takes part (§35); a batch row
+        with no valid key gives zeros.
+    dropout_p, seed: §36 dropout on P with the keep-mask of ``dropout_keep_mask(seed, B, H,
+        Nq, Nk, dropout_p)``; kept probabilities scaled by 1/(1 − p).
     config: a ``FlashConfig`` (tile sizes, threads) for method "flash"; default per head dim.
     NumPy in → NumPy out; device arrays in → device arrays out, without host copies.
     """
@@ -191,33 +258,98 @@ def attention(q, k, v, *, causal=False, scale=None, return_lse=False, method="fl
     nk = ko.shape[2]
     scale = _check_scale(scale, d)
     causal = bool(causal)
+    p, dropout = _check_dropout(dropout_p, seed)
+    kpm = _check_padding(key_padding_mask, B, nk)
     bh = B * H
     q3 = qo.device_view((bh, nq, d))
     k3 = ko.device_view((bh, nk, d))
     v3 = vo.device_view((bh, nk, d))
-    o3 = cuda.device_array((bh, nq, d), np.float32)
-    lse2 = cuda.device_array((bh, nq), np.float32)
+    o3 = empty((bh, nq, d), np.float32)
+    lse2 = empty((bh, nq), np.float32)
     if method == "flash":
-        cfg = config or default_config(d, nq, bh)
-        if not isinstance(cfg, FlashConfig):
-            raise TypeError(f"config: expected a FlashConfig, got {type(cfg).__name__}")
-        cfg.check(d)
-        vec = d % 4 == 0 and _aligned16(q3, k3, v3)
-        kernel = KA.flash_forward_kernel(cfg.head_dim(d), cfg.Br, cfg.Bc, cfg.TR, cfg.TC,
-                                         causal, vec, cfg.KU, cfg.GROUP)
-        tiles = -(-nq // cfg.Br)
-        launch(kernel, (bh, tiles) if causal else (tiles, bh), cfg.threads,
-               (q3, k3, v3, o3, lse2, np.float32(scale)), cfg.smem_bytes(d))
+        _flash(q3.reshape(-1), k3.reshape(-1), v3.reshape(-1), o3.reshape(-1),
+               lse2.reshape(-1), d=d, n_q=nq, n_k=nk, heads=H, grid_bh=bh, max_q=nq,
+               causal=causal, scale=scale, config=config, kpm=kpm,
+               dropout=dropout if p > 0 else None)
     else:
         if config is not None:
             raise ValueError("config: only method 'flash' takes a configuration")
-        _naive(q3, k3, v3, o3, lse2, scale, causal, return_lse)
+        _naive(q3, k3, v3, o3, lse2, scale, causal, return_lse, H, kpm,
+               dropout if p > 0 else None)
     shape = (B, H, nq, d)
     if qo.on_host:
         o = o3.copy_to_host().reshape(shape)
         return (o, lse2.copy_to_host().reshape(shape[:3])) if return_lse else o
     o = o3.reshape(shape)
     return (o, lse2.reshape(shape[:3])) if return_lse else o
+
+
+def _check_cu(cu, name, batch, total):
+    """int32 cumulative offsets [B + 1]: 0, increasing, ending at the packed row count."""
+    co = Operand(cu, name, (np.int32,), ndim=1)
+    if co.shape[0] != batch + 1:
+        raise ValueError(f"{name}: expected B + 1 = {batch + 1} offsets (as many as "
+                         f"cu_seqlens_q), got {co.shape[0]}")
+    host = co.obj if co.on_host else co.obj.copy_to_host()      # B + 1 integers
+    if host[0] != 0:
+        raise ValueError(f"{name}: must start at 0, got {host[0]}")
+    if np.any(np.diff(host.astype(np.int64)) < 0):
+        raise ValueError(f"{name}: offsets must not decrease, got {host.tolist()}")
+    if host[-1] != total:
+        raise ValueError(f"{name}: the last offset must be the packed row count {total}, got "
+                         f"{host[-1]}")
+    return co.device_view(co.shape), np.diff(host.astype(np.int64))
+
+
+def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q, max_seqlen_k,
+                     causal=False, scale=None, dropout_p=0.0, seed=0, return_lse=False,
+                     config=None):
+    """§35: attention over packed variable-length sequences, no padding computed.
+
+    q [total_q, H, d], k and v [total_k, H, d] float32; sequence b is rows
+    cu_seqlens_q[b] … cu_seqlens_q[b+1] − 1 of q (and likewise of k, v with cu_seqlens_k);
+    offsets int32 [B + 1], starting at 0, not decreasing, ending at total. max_seqlen_q and
+    max_seqlen_k: at least the longest sequence (the grid is sized by max_seqlen_q). Causal
+    alignment, dropout (b = sequence index, i and j = positions inside it) and empty
+    sequences as in ``attention``. Returns o [total_q, H, d] (and LSE [total_q, H]).
+    """
+    qo = Operand(q, "q", (np.float32,), ndim=3)
+    ko = Operand(k, "k", (np.float32,), ndim=3)
+    vo = Operand(v, "v", (np.float32,), ndim=3)
+    if not (qo.on_host == ko.on_host == vo.on_host):
+        raise TypeError("q, k, v: all three must be NumPy arrays or all three device arrays")
+    total_q, H, d = qo.shape
+    total_k = ko.shape[0]
+    if ko.shape[1:] != (H, d) or vo.shape != ko.shape:
+        raise ValueError(f"k, v: expected [total_k, H, d] with q's H = {H}, d = {d} and equal "
+                         f"shapes; got k {ko.shape}, v {vo.shape}")
+    if not 1 <= d <= MAX_HEAD_DIM:
+        raise ValueError(f"q: head dimension d = {d} is not supported (1 … {MAX_HEAD_DIM})")
+    cuo = Operand(cu_seqlens_q, "cu_seqlens_q", (np.int32,), ndim=1)
+    batch = cuo.shape[0] - 1
+    if batch < 1:
+        raise ValueError("cu_seqlens_q: expected at least two offsets (one sequence)")
+    cu_q, len_q = _check_cu(cu_seqlens_q, "cu_seqlens_q", batch, total_q)
+    cu_k, len_k = _check_cu(cu_seqlens_k, "cu_seqlens_k", batch, total_k)
+    for name, value, lengths in (("max_seqlen_q", max_seqlen_q, len_q),
+                                 ("max_seqlen_k", max_seqlen_k, len_k)):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+        if value < max(int(lengths.max()), 1):
+            raise ValueError(f"{name}: {value} is shorter than the longest sequence "
+                             f"({int(lengths.max())})")
+    scale = _check_scale(scale, d)
+    p, dropout = _check_dropout(dropout_p, seed)
+    o = empty((total_q, H, d), np.float32)
+    lse = empty((total_q, H), np.float32)
+    if total_q:
+        _flash(qo.device_view(-1), ko.device_view(-1), vo.device_view(-1), o.reshape(-1),
+               lse.reshape(-1), d=d, n_q=0, n_k=0, heads=H, grid_bh=batch * H,
+               max_q=int(max_seqlen_q), causal=bool(causal), scale=scale, config=config,
+               dropout=dropout if p > 0 else None, cu=(cu_q, cu_k))
+    if qo.on_host:
+        o, lse = o.copy_to_host(), lse.copy_to_host()
+    return (o, lse) if return_lse else o
 
 
 def _aligned16(*arrays):
@@ -229,16 +361,23 @@ def _aligned16(*arrays):
     return all(a.__cuda_array_interface__["data"][0] % 16 == 0 for a in arrays)
 
 
-def _naive(q3, k3, v3, o3, lse2, scale, causal, return_lse):
-    """§14: S = QKᵀ·scale → HBM; P = softmax(S) → HBM; O = PV."""
+def _naive(q3, k3, v3, o3, lse2, scale, causal, return_lse, heads=1, kpm=None, dropout=None):
+    """§14: S = QKᵀ·scale → HBM; P = softmax(S) → HBM; O = PV. (§35 padding: −inf into S;
+    §36 dropout: P ∘ Z, after the LSE's S is kept.)"""
     bh, nq, d = q3.shape
     nk = k3.shape[1]
     bm, bn, ty, tx = GEMM_TILES
     s = cuda.device_array((bh, nq, nk), np.float32)         # S, written to global memory
     gemm = KG.matmul_kernel(True, causal, bm, bn, ty, tx)
     gemm[(-(-nk // bn), -(-nq // bm), bh), ty * tx](q3, k3, s, np.float32(scale), nk - nq)
+    blocks, threads = ELEMENTWISE
+    elementwise = (min(-(-s.size // threads), blocks), threads)
+    if kpm is not None:
+        KA.pad_scores[elementwise](s, kpm, heads)
     p = cuda.device_array((bh, nq, nk), np.float32)         # P, written to global memory
     _softmax(s, method="auto", out=p)                      # the softmax kernels, reused
+    if dropout is not None:
+        KA.dropout_probs[elementwise](p, *dropout)
     gemm = KG.matmul_kernel(False, False, bm, bn, ty, tx)
     gemm[(-(-d // bn), -(-nq // bm), bh), ty * tx](p, v3, o3, np.float32(1.0), 0)
     if return_lse:                                          # one more read of S: its row LSE
@@ -264,8 +403,8 @@ def merge_attention(o_parts, lse_parts):
     if n_parts < 1 or d < 1:
         raise ValueError(f"o_parts: need at least one part and d ≥ 1; got shape {oo.shape}")
     rows = int(np.prod(oo.shape[1:-1], dtype=np.int64))
-    o = cuda.device_array((rows, d), np.float32)
-    lse = cuda.device_array(rows, np.float32)
+    o = empty((rows, d), np.float32)
+    lse = empty(rows, np.float32)
     if rows:
         KA.merge_attention_kernel[rows, 32](oo.device_view((n_parts, rows, d)),
                                            lo.device_view((n_parts, rows)), o, lse)

@@ -329,3 +329,79 @@ def bench_attention(shapes=ATTENTION_SHAPES + ATTENTION_SWEEP, causal_modes=(Fal
                             "flash TFLOP/s": flops / ms / 1e9})
             log(f"flash B1 H1 N{n} d64 causal={causal}: {ms:.2f} ms, {flops / ms / 1e9:.1f} TFLOP/s")
     return results
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention backward (§30–31): recompute (flash) vs stored P (naive) vs torch SDPA backward
+# ---------------------------------------------------------------------------------------------
+BACKWARD_FLOP_FACTOR = 2.5      # backward FLOPs = 2.5 × forward (5 matmuls of 2·N²·d vs 2)
+
+
+def bench_attention_backward(shapes=ATTENTION_SHAPES, causal_modes=(False, True),
+                             methods=("flash", "naive"), log=print):
+    """Check (against torch's float64 autograd on one head), then time ``attention_backward``
+    per method and torch SDPA's backward per fp32 backend, in the same process."""
+    from .attention_methods import attention as fl_attention
+    from .backward_methods import attention_backward
+    device.gpu_only("flashlesson bench attention --backward")
+    torch = _torch()
+    results = []
+    rng = np.random.default_rng(0)
+    for (b, h, n, d) in shapes:
+        shape = (b, h, n, d)
+        q, k, v, do = (cuda.to_device(rng.standard_normal(shape).astype(np.float32))
+                       for _ in range(4))
+        for causal in causal_modes:
+            flops = BACKWARD_FLOP_FACTOR * attention_flops(b, h, n, n, d, causal)
+            row = {"B": b, "H": h, "N": n, "d": d, "causal": causal}
+            o, lse = fl_attention(q, k, v, causal=causal, return_lse=True)
+            ref = None
+            if torch is not None:
+                from torch.nn.attention import SDPBackend, sdpa_kernel
+                F = torch.nn.functional
+                tq, tk, tv, tdo = (torch.as_tensor(a, device="cuda") for a in (q, k, v, do))
+                # float64 gradients of head (0, 0) from torch autograd of the math backend
+                q64, k64, v64 = (t[:1, :1].double().requires_grad_() for t in (tq, tk, tv))
+                out = F.scaled_dot_product_attention(q64, k64, v64, is_causal=causal)
+                ref = [g[0, 0].cpu().numpy() for g in torch.autograd.grad(
+                    out, (q64, k64, v64), tdo[:1, :1].double())]
+                for name, backend in (("math", SDPBackend.MATH),
+                                      ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
+                    try:
+                        with sdpa_kernel(backend):
+                            xq, xk, xv = (t.clone().requires_grad_() for t in (tq, tk, tv))
+                            out = F.scaled_dot_product_attention(xq, xk, xv, is_causal=causal)
+                            f = (lambda: torch.autograd.grad(out, (xq, xk, xv), tdo,
+                                                             retain_graph=True))
+                            ms = time_gpu_adaptive(f)
+                        row[f"sdpa {name} bwd TFLOP/s"] = flops / ms / 1e9
+                        del out, xq, xk, xv
+                    except RuntimeError as exc:          # e.g. out of memory for math
+                        log(f"sdpa {name} backward {shape} causal={causal}: {str(exc)[:80]}")
+                    torch.cuda.empty_cache()
+            for method in methods:
+                if method == "naive" and n * n * b * h * 4 * 2 > 40e9:
+                    continue
+                f = (lambda: attention_backward(do, q, k, v, o, lse, causal=causal,
+                                                method=method))
+                device_bytes_held(f)                    # warm-up: compile, load, reserve
+                peak_extra = device_bytes_held(f)
+                grads = f()
+                if ref is not None:
+                    row[f"{method} rel err"] = max(
+                        float(np.max(np.abs(g[0, 0].copy_to_host() - r)) / np.max(np.abs(r)))
+                        for g, r in zip(grads, ref))
+                del grads
+                ms = time_gpu_adaptive(f, defer=method != "naive")
+                row[f"{method} bwd ms"] = ms
+                row[f"{method} bwd TFLOP/s"] = flops / ms / 1e9
+                row[f"{method} bwd MB held"] = peak_extra / 2 ** 20
+            for base in ("math", "efficient"):
+                if f"sdpa {base} bwd TFLOP/s" in row and "flash bwd TFLOP/s" in row:
+                    row[f"flash / {base}"] = (row["flash bwd TFLOP/s"] /
+                                              row[f"sdpa {base} bwd TFLOP/s"])
+            results.append(row)
+            log(" ".join(f"{key}={val:.4g}" if isinstance(val, float) else f"{key}={val}"
+                         for key, val in row.items()))
+        del q, k, v, do
+    return results

@@ -6,6 +6,7 @@
     flashlesson info                  device, versions, mode (GPU or simulator)
     flashlesson bench softmax [...]   GPU only: every method × N × dtype, GB/s, vs torch
     flashlesson bench attention       GPU only: naive and flash, TFLOP/s, vs torch SDPA
+    flashlesson bench attention --backward   the same for the backward pass (§30–31)
 """
 
 import argparse
@@ -42,11 +43,19 @@ def _cmd_section(args):
 
 def _cmd_bench_attention(args):
     from . import bench
-    shapes = bench.ATTENTION_SHAPES + (() if args.quick else bench.ATTENTION_SWEEP)
-    results = bench.bench_attention(shapes=shapes, long_check=not args.quick)
-    cols = ["B", "H", "N", "d", "causal", "flash TFLOP/s", "naive TFLOP/s",
-            "sdpa math TFLOP/s", "sdpa efficient TFLOP/s", "flash / math", "flash / efficient",
-            "flash rel err", "flash MB held", "naive MB held", "flash host ms"]
+    if args.backward:
+        results = bench.bench_attention_backward()
+        cols = ["B", "H", "N", "d", "causal", "flash bwd TFLOP/s", "naive bwd TFLOP/s",
+                "sdpa math bwd TFLOP/s", "sdpa efficient bwd TFLOP/s", "flash / math",
+                "flash / efficient", "flash rel err", "naive rel err", "flash bwd MB held",
+                "naive bwd MB held"]
+    else:
+        shapes = bench.ATTENTION_SHAPES + (() if args.quick else bench.ATTENTION_SWEEP)
+        results = bench.bench_attention(shapes=shapes, long_check=not args.quick)
+        cols = ["B", "H", "N", "d", "causal", "flash TFLOP/s", "naive TFLOP/s",
+                "sdpa math TFLOP/s", "sdpa efficient TFLOP/s", "flash / math",
+                "flash / efficient", "flash rel err", "flash MB held", "naive MB held",
+                "flash host ms"]
     print()
     print(tabulate([[r.get(c, "") for c in cols] for r in results], headers=cols,
                    floatfmt=".3g"))
@@ -121,6 +130,8 @@ def build_parser():
     s.add_argument("--plot", help="write a bandwidth-vs-N PNG (needs matplotlib)")
     s.add_argument("--quick", action="store_true",
                    help="attention: the three main shapes only, no N sweep")
+    s.add_argument("--backward", action="store_true",
+                   help="attention: the backward pass (§30–31) vs torch SDPA's backward")
     s.set_defaults(fn=_cmd_bench)
     return p
 

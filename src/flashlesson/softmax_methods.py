@@ -14,7 +14,7 @@ from numba import cuda
 from kernels_numba import softmax as K
 
 from . import device
-from .arrays import Operand, check_out
+from .arrays import Operand, check_out, empty
 
 DTYPES = (np.float32, np.float16)
 WARP = 32
@@ -234,12 +234,12 @@ def softmax(x, *, method=AUTO, out=None, threads=None):
         out = check_out(out, "out", shape, xo.dtype, xo.on_host)
     if rows == 0:
         return out if out is not None else (np.empty(shape, xo.dtype) if xo.on_host
-                                            else cuda.device_array(shape, xo.dtype))
+                                            else empty(shape, xo.dtype))
     x2 = xo.device_view((rows, n))
     if out is not None and not xo.on_host:
         y2 = out.reshape((rows, n))
     else:
-        y2 = cuda.device_array((rows, n), dtype=xo.dtype)
+        y2 = empty((rows, n), dtype=xo.dtype)
     m.launch(x2, y2, threads)
     if xo.on_host:
         result = y2.copy_to_host().reshape(shape)

@@ -1,0 +1,567 @@
+"""FlashAttention backward (lesson §30–31), with §34 causal, §35 key padding and §36 dropout.
+
+Menu
+| kernel                                   | §         | what                                    |
+|------------------------------------------|-----------|-----------------------------------------|
+| ``bwd_preprocess``                       | 30        | D_i = rowsum(dO ∘ O)_i, a thread a row  |
+| ``flash_bwd_dkdv_kernel(D, Bc, Br, TR,   | 30, 34–36 | one block per (K/V tile, batch·head):   |
+|   TC, CAUSAL, PAD, DROPOUT, VEC)``       |           | Kj, Vj stay in shared memory, dKj, dVj  |
+|                                          |           | in registers; Q, dO, LSE, D tiles       |
+|                                          |           | stream through; S and P recomputed      |
+| ``flash_bwd_dq_kernel(D, Br, Bc, TR,     | 30, 34–36 | one block per (Q tile, batch·head):     |
+|   TC, CAUSAL, PAD, DROPOUT, VEC)``       |           | Qi, dOi stay, dQi in registers; K/V     |
+|                                          |           | tiles stream through; S, P recomputed   |
+| ``naive_probs_kernel(PAD)``              | 31        | a stored S → a stored P = e^{S − LSE}   |
+|                                          |           | (in place): the matrix §30 never keeps  |
+| ``naive_ds_kernel(DROPOUT)``             | 31        | over stored P and dP: dS = P∘(dP∘Z − D) |
+|                                          |           | (in dP's place), P∘Z (in P's place)     |
+
+§31's naive backward is ``gemm.matmul_kernel`` (S = QKᵀ·scale, dP = dO Vᵀ, dV = (P∘Z)ᵀ dO,
+dQ = dS K·scale, dK = dSᵀ Q·scale: five launches, ``TRANS_A`` for the two transposed products)
+around the two element-wise kernels: P and dP/dS are [B·H, Nq, Nk] arrays in HBM.
+
+The backward beside §30 (``reference.attention_backward_intermediates`` is the same algebra on
+whole matrices)::
+
+    D = rowsum(dO ∘ O)                                  ← bwd_preprocess
+    for each K/V tile j (one block of the dK/dV kernel):
+        dKj = dVj = 0
+        for each Q tile i (causal: from the first query that sees key k0 on):
+            S  = Qi Kjᵀ · scale                         ← recomputed, never read back
+            P  = exp(S − LSE_i)        [masked → 0]     ← the forward's P, from its saved LSE
+            dVj += (P∘Z)ᵀ dOi
+            dP = (dOi Vjᵀ) ∘ Z
+            dS = P ∘ (dP − D_i)
+            dKj += dSᵀ Qi · scale
+    for each Q tile i (one block of the dQ kernel):
+        dQi = 0
+        for each K/V tile j (causal: up to the diagonal):
+            S, P, dP, dS as above
+            dQi += dS Kj · scale
+
+Z = keep/(1 − p) under dropout (§36: regenerated from (seed, b·H + h, i, j) by Philox, never
+stored), Z = 1 without. Why two kernels: FlashAttention-2 computes dQ inside the dK/dV loop and
+adds each tile's dS Kj into dQ with atomics, whose order, and so whose rounding, changes from
+run to run. Here every gradient element is summed by one thread in a fixed order, and the
+gradients are bitwise identical from run to run; the price is that the dQ kernel recomputes S
+and dP a second time: 7 matmuls of Nq·Nk·d multiply-adds instead of FlashAttention-2's 5
+(1.4× the FLOPs, ``reference.attention_backward_flops`` counts 5).
+
+Thread layout (both kernels, as the forward's): T = TR·TC threads; thread (tr, tc) owns the
+block's rows tr·RM … tr·RM + RM − 1 (RM = rows/TR: keys for dK/dV, queries for dQ) and the
+columns W·h + 4·tc + e (W = 4·TC, e < 4) of S (CN per thread) and of its gradient rows (DN =
+D/TC per thread). Its rows of the gradient, and their accumulators, never leave its registers;
+no cross-thread reduction is needed, because the row statistics (LSE, D) come from the forward.
+
+Every tile is row-major in shared memory with a padded row stride (D + 4), loaded by
+``tiles.tile_loader``. The products that contract over d (S = Q Kᵀ, dP = dO Vᵀ) take both
+operands four at a time *along d* (``load4`` of a row: rows · 4 values, then one ``load4`` per
+column, 4·RM·CN multiply-adds per (RM + CN) loads); the products that contract over the tile's
+rows (dV, dK, dQ) take them four at a time along the output rows and columns, as the forward's
+P V. So one copy of each tile serves both kinds of product. The summation order of S is the
+forward kernel's (kk = 0, 1, 2, … one multiply-add at a time, on Q · scale): with the LSE that
+kernel saved, P = e^{S − LSE} is rebuilt from the very S it exponentiated, so the error of P is
+that of LSE alone — which matters when scores are large (|S| ~ 1000: a few float32 ulps of S
+are ~1e-4, see the outlier test).
+
+Shared memory (dynamic, float32):
+  dK/dV:  Kj, Vj [Bc][D+4]  |  Qi·scale, dOi [Br][D+4]  |  P∘Z, dS [Br][Bc+4]  |  LSE, D [Br]
+  dQ:     Qi·scale, dOi [Br][D+4]  |  Kj, Vj [Bc][D+4]  |  dSᵀ [Bc][Br+4]  |  key mask [Bc]
+  (+4: rows stay 16-byte aligned and move 4 banks over.)
+
+Masks (bottom-right causal as the forward: query i sees key j iff j ≤ i + Nk − Nq). A row that
+sees no key has LSE = −inf; the kernels use +inf in its place, so P = e^{S − ∞} = 0 and its dQ,
+and its share of dK and dV, are exactly 0 (never e^{−inf + inf} = NaN). Rows past Nq get the
+same +inf; keys past Nk are masked to −inf in the dQ kernel (in the dK/dV kernel they only touch
+their own, unwritten, rows). Padded keys (PAD: ``kpm`` uint8 [B, Nk], 0 = padded, indexed with
+b = bh // H) are −inf in S, so a padded key gets dK = dV = 0.
+
+Dropout (DROPOUT): ``kernels_numba.philox.dropout_words`` gives the words of 4 adjacent keys of
+one query in one Philox call — the thread's keys come in such aligned quads in both kernels
+(dK/dV: RM consecutive rows from a multiple of 4; dQ: columns 4·tc + e) — so each call serves
+4 elements; element (i, j) is kept iff its word ≥ threshold, as ``philox.dropout_keep``.
+
+Limits: D = d rounded up to a multiple of 4·TC (columns past d are zeros); T a multiple of 32;
+TC a power of 2 ≤ 32; the block's rows a multiple of 4·TR, the streamed tile a multiple of 4·TC.
+Arguments as the forward kernel's: flat float32 arrays (head bh = b·H + h of a [B·H, N, d] array
+starts at bh·N·d, rows d floats apart) — q, do [B·H·Nq·d], k, v [B·H·Nk·d], lse and D [B·H·Nq] —
+then scale, d, Nq, Nk, H, kpm, seed_lo, seed_hi, threshold, inv_keep = 1/(1 − p). Outputs dq
+[B·H·Nq·d], dk, dv [B·H·Nk·d], flat too: every element written. Grids: (⌈Nk/Bc⌉, B·H) for
+dK/dV, (⌈Nq/Br⌉, B·H) for dQ.
+
+How to run: ``flashlesson.attention_backward(do, q, k, v, o, lse, method="flash" | "naive")``;
+``pytest tests/test_attention_backward.py``.
+"""
+
+from functools import lru_cache
+
+import numpy as np
+from numba import cuda, float32
+
+from .philox import dropout_keep, dropout_words
+from .reductions import NEG_INF, ONE, ZERO, fast_exp
+from .tiles import tile_loader
+from .vector import load4, store4
+
+POS_INF = np.float32(np.inf)   # a row's LSE when it sees no key: P = e^{S − ∞} = 0
+
+
+def dkdv_smem_floats(D, Bc, Br):
+    """Dynamic shared memory of the dK/dV kernel, in float32 elements."""
+    return 2 * Bc * (D + 4) + 2 * Br * (D + 4) + 2 * Br * (Bc + 4) + 2 * Br
+
+
+def dq_smem_floats(D, Br, Bc):
+    """Dynamic shared memory of the dQ kernel, in float32 elements."""
+    return 2 * Br * (D + 4) + 2 * Bc * (D + 4) + Bc * (Br + 4) + Bc
+
+
+@cuda.jit
+def bwd_preprocess(o, do, dvec):
+    """§30: D_i = Σ_c dO_ic · O_ic for o, do [R, d] (R = B·H·Nq rows), dvec [R].
+
+    One thread per row, threads striding over the rows (any R, any grid). D is O(R·d) work
+    against the O(R·Nk·d) of the main kernels, so the plainest layout does. (A warp per row
+    with a §6 butterfly would read coalesced, but costs 5 shuffles a row — and in the simulator
+    each simulated shuffle takes milliseconds: it was 85% of a small backward's run time.)
+    With dropout O is the dropped output (P∘Z) V, and D_i = Σ_j P_ij dP_ij still holds."""
+    row = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    while row < o.shape[0]:
+        total = ZERO
+        for c in range(o.shape[1]):
+            total += do[row, c] * o[row, c]         # D_i = Σ_c dO_ic O_ic
+        dvec[row] = total
+        row += cuda.gridDim.x * cuda.blockDim.x
+
+
+@lru_cache(maxsize=None)
+def flash_bwd_dkdv_kernel(D, Bc, Br, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False):
+    """dK, dV of one K/V tile of Bc keys per block, Q tiles of Br queries streamed; TR × TC
+    threads; head dimension ≤ D (all compile-time). VEC: 16-byte global tile loads."""
+    T = TR * TC
+    RM = Bc // TR                  # keys (rows) per thread
+    CN = Br // TC                  # queries (S columns) per thread
+    DN = D // TC                   # dK, dV columns per thread
+    W = 4 * TC                     # a warp-row of TC threads covers W adjacent columns
+    DS = D + 4                     # row stride of the [rows][D] tiles
+    PS = Bc + 4                    # row stride of P∘Z and dS, stored [query][key]
+    OFF_V = Bc * DS
+    OFF_Q = 2 * Bc * DS
+    OFF_DO = OFF_Q + Br * DS
+    OFF_PZ = OFF_DO + Br * DS
+    OFF_DS = OFF_PZ + Br * PS
+    OFF_L = OFF_DS + Br * PS
+    OFF_D = OFF_L + Br
+    END = OFF_D + Br
+    assert END == dkdv_smem_floats(D, Bc, Br)
+    assert T % 32 == 0 and 32 % TC == 0 and RM % 4 == 0 and CN % 4 == 0 and DN % 4 == 0
+    assert RM * TR == Bc and CN * TC == Br and DN * TC == D
+    load_rows_k = tile_loader(Bc, D, T, DS, False, VEC)     # Kj or Vj, row-major
+    load_rows_q = tile_loader(Br, D, T, DS, False, VEC)     # Qi · scale or dOi, row-major
+
+    @cuda.jit
+    def flash_bwd_dkdv(q, k, v, do, lse, dvec, dk, dv, scale, d, n_q, n_k, heads, kpm,
+                       seed_lo, seed_hi, threshold, inv_keep):
+        """Flat float32 arrays: q, do [B·H·Nq·d], k, v, dk, dv [B·H·Nk·d], lse, dvec [B·H·Nq]
+        (head bh's rows are d floats apart); kpm uint8 [B, Nk] (PAD); seed_lo, seed_hi,
+        threshold uint32 and inv_keep = 1/(1 − p) (DROPOUT)."""
+        bh = cuda.blockIdx.y                        # which (batch, head)
+        k0 = cuda.blockIdx.x * Bc                   # first key of this block's tile
+        tid = cuda.threadIdx.x
+        tr = tid // TC
+        tc = tid & (TC - 1)                         # tid % TC, known ≥ 0
+        r0 = tr * RM                                # my first key inside the tile
+        b_idx = bh // heads                         # the batch row, for the padding mask
+        q_base = bh * n_q * d                       # head bh: Q[row, c] = q[q_base + row·d + c]
+        k_base = bh * n_k * d                       #          K[key, c] = k[k_base + key·d + c]
+        offset = n_k - n_q                          # §34: query i sees key j iff j ≤ i + offset
+
+        smem = cuda.shared.array(0, float32)
+        Kj = smem[:OFF_V]                           # Kj[r·DS + c] = K[k0 + r, c]
+        Vj = smem[OFF_V:OFF_Q]                      # Vj[r·DS + c] = V[k0 + r, c]
+        Qi = smem[OFF_Q:OFF_DO]                     # Qi[r·DS + c] = Q[q0 + r, c] · scale
+        dOi = smem[OFF_DO:OFF_PZ]                   # dOi[r·DS + c] = dO[q0 + r, c]
+        PZ = smem[OFF_PZ:OFF_DS]                    # PZ[r·PS + j] = (P∘Z)[q0 + r, k0 + j]
+        dS = smem[OFF_DS:OFF_L]                     # dS[r·PS + j] = dS[q0 + r, k0 + j]
+        Li = smem[OFF_L:OFF_D]                      # LSE of the tile's queries (+inf: no key)
+        Di = smem[OFF_D:END]                        # D of the tile's queries
+
+        # Kj, Vj: into shared memory once, for the whole loop (zeros past Nk and past d)
+        load_rows_k(k, k_base, d, k0, n_k, d, Kj, ONE)
+        load_rows_k(v, k_base, d, k0, n_k, d, Vj, ONE)
+
+        dk_acc = cuda.local.array((RM, DN), float32)    # dKj, my rows: Σ over Q tiles
+        dv_acc = cuda.local.array((RM, DN), float32)    # dVj, my rows
+        s = cuda.local.array((RM, CN), float32)         # S, then P∘Z
+        dp = cuda.local.array((RM, CN), float32)        # dP, then dS
+        a4 = cuda.local.array((RM, 4), float32)         # my rows, 4 of d at a time
+        a = cuda.local.array(RM, float32)
+        b = cuda.local.array(DN, float32)
+        lc = cuda.local.array(CN, float32)              # LSE of my columns (queries)
+        dc = cuda.local.array(CN, float32)              # D of my columns
+        z = cuda.local.array(4, float32)                # dropout: Z of 4 keys of one query
+        for i in range(RM):
+            for c in range(DN):
+                dk_acc[i, c] = ZERO
+                dv_acc[i, c] = ZERO
+        for e in range(4):
+            z[e] = ONE
+
+        # which Q tiles see this K/V tile: all of them, or (causal) from the first query that
+        # sees key k0, i = k0 − offset, on; none at all when that query is past Nq
+        first = 0
+        if CAUSAL:
+            first = max(k0 - offset, 0) // Br
+        n_tiles = (n_q + Br - 1) // Br
+
+        for t in range(first, n_tiles):
+            q0 = t * Br
+            cuda.syncthreads()                      # wait: the previous Qi, dOi, P∘Z, dS are used
+            load_rows_q(q, q_base, d, q0, n_q, d, Qi, scale)
+            load_rows_q(do, q_base, d, q0, n_q, d, dOi, ONE)
+            for r in range(tid, Br, T):
+                row = q0 + r
+                x = lse[bh * n_q + row] if row < n_q else NEG_INF
+                Li[r] = POS_INF if x == NEG_INF else x      # no key (or no row): P = 0
+                Di[r] = dvec[bh * n_q + row] if row < n_q else ZERO
+            cuda.syncthreads()                      # wait: Qi, dOi, LSE, D (first time: Kj, Vj)
+
+            # S = Kj Qiᵀ (Q scaled) and dP = Vj dOiᵀ: RM × CN each, d four at a time
+            for i in range(RM):
+                for jj in range(CN):
+                    s[i, jj] = ZERO
+                    dp[i, jj] = ZERO
+            for kk in range(0, D, 4):
+                for i in range(RM):
+                    a4[i, 0], a4[i, 1], a4[i, 2], a4[i, 3] = load4(Kj, (r0 + i) * DS + kk)
+                for jj in range(CN):
+                    b0, b1, b2, b3 = load4(Qi, (W * (jj // 4) + 4 * tc + (jj & 3)) * DS + kk)
+                    for i in range(RM):             # (the forward's order: one kk at a time)
+                        s[i, jj] += a4[i, 0] * b0
+                        s[i, jj] += a4[i, 1] * b1
+                        s[i, jj] += a4[i, 2] * b2
+                        s[i, jj] += a4[i, 3] * b3
+            for kk in range(0, D, 4):
+                for i in range(RM):
+                    a4[i, 0], a4[i, 1], a4[i, 2], a4[i, 3] = load4(Vj, (r0 + i) * DS + kk)
+                for jj in range(CN):
+                    b0, b1, b2, b3 = load4(dOi, (W * (jj // 4) + 4 * tc + (jj & 3)) * DS + kk)
+                    for i in range(RM):
+                        dp[i, jj] += a4[i, 0] * b0
+                        dp[i, jj] += a4[i, 1] * b1
+                        dp[i, jj] += a4[i, 2] * b2
+                        dp[i, jj] += a4[i, 3] * b3
+
+            # §35: a padded key is in no score; §34: on the diagonal tiles, keys after the query
+            if PAD:
+                for i in range(RM):
+                    key = k0 + r0 + i
+                    if key >= n_k or kpm[b_idx, key] == 0:
+                        for jj in range(CN):
+                            s[i, jj] = NEG_INF
+            if CAUSAL and k0 + Bc - 1 > q0 + offset:
+                for i in range(RM):
+                    key = k0 + r0 + i
+                    for jj in range(CN):
+                        row = q0 + W * (jj // 4) + 4 * tc + (jj & 3)
+                        if key > row + offset:
+                            s[i, jj] = NEG_INF
+
+            # P = exp(S − LSE); P∘Z (for dV) and dS = P ∘ (dP∘Z − D) (for dK), in place
+            for h in range(CN // 4):
+                lc[4 * h], lc[4 * h + 1], lc[4 * h + 2], lc[4 * h + 3] = load4(Li, W * h + 4 * tc)
+                dc[4 * h], dc[4 * h + 1], dc[4 * h + 2], dc[4 * h + 3] = load4(Di, W * h + 4 * tc)
+            for jj in range(CN):
+                row = q0 + W * (jj // 4) + 4 * tc + (jj & 3)
+                for g in range(RM // 4):            # keys 4g … 4g + 3 of my rows: one quad
+                    if DROPOUT:                     # §36: Z of these 4 keys, one Philox call
+                        w0, w1, w2, w3 = dropout_words(seed_lo, seed_hi, bh, row,
+                                                       (k0 + r0 + 4 * g) >> 2)
+                        z[0] = inv_keep if w0 >= threshold else ZERO
+                        z[1] = inv_keep if w1 >= threshold else ZERO
+                        z[2] = inv_keep if w2 >= threshold else ZERO
+                        z[3] = inv_keep if w3 >= threshold else ZERO
+                    for e in range(4):
+                        i = 4 * g + e
+                        p = fast_exp(s[i, jj] - lc[jj])             # P = exp(S − LSE)
+                        s[i, jj] = p * z[e]                         # P∘Z
+                        dp[i, jj] = p * (dp[i, jj] * z[e] - dc[jj])  # dS = P ∘ (dP∘Z − D)
+            for jj in range(CN):                    # → shared memory [query][key], 4 keys a store
+                col = W * (jj // 4) + 4 * tc + (jj & 3)
+                for g in range(RM // 4):
+                    store4(PZ, col * PS + r0 + 4 * g, s[4 * g, jj], s[4 * g + 1, jj],
+                           s[4 * g + 2, jj], s[4 * g + 3, jj])
+                    store4(dS, col * PS + r0 + 4 * g, dp[4 * g, jj], dp[4 * g + 1, jj],
+                           dp[4 * g + 2, jj], dp[4 * g + 3, jj])
+            cuda.syncthreads()                      # wait: the tile's P∘Z and dS are stored
+
+            n_rows = min(Br, n_q - q0)              # (queries past Nq add zeros: skip them)
+            for r in range(n_rows):                 # dVj += (P∘Z)ᵀ dOi
+                for g in range(RM // 4):
+                    a[4 * g], a[4 * g + 1], a[4 * g + 2], a[4 * g + 3] = \
+                        load4(PZ, r * PS + r0 + 4 * g)
+                for h in range(DN // 4):
+                    b[4 * h], b[4 * h + 1], b[4 * h + 2], b[4 * h + 3] = \
+                        load4(dOi, r * DS + W * h + 4 * tc)
+                for i in range(RM):
+                    for c in range(DN):
+                        dv_acc[i, c] += a[i] * b[c]
+            for r in range(n_rows):                 # dKj += dSᵀ (Qi · scale)
+                for g in range(RM // 4):
+                    a[4 * g], a[4 * g + 1], a[4 * g + 2], a[4 * g + 3] = \
+                        load4(dS, r * PS + r0 + 4 * g)
+                for h in range(DN // 4):
+                    b[4 * h], b[4 * h + 1], b[4 * h + 2], b[4 * h + 3] = \
+                        load4(Qi, r * DS + W * h + 4 * tc)
+                for i in range(RM):
+                    for c in range(DN):
+                        dk_acc[i, c] += a[i] * b[c]
+
+        # dKj, dVj: the only writes to global memory (zeros if no query sees the tile)
+        for i in range(RM):
+            key = k0 + r0 + i
+            if key < n_k:
+                for c in range(DN):
+                    col = W * (c // 4) + 4 * tc + (c & 3)
+                    if col < d:
+                        dk[k_base + key * d + col] = dk_acc[i, c]
+                        dv[k_base + key * d + col] = dv_acc[i, c]
+
+    return flash_bwd_dkdv
+
+
+@lru_cache(maxsize=None)
+def flash_bwd_dq_kernel(D, Br, Bc, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False):
+    """dQ of one Q tile of Br queries per block, K/V tiles of Bc keys streamed; TR × TC
+    threads; head dimension ≤ D (all compile-time). VEC: 16-byte global tile loads."""
+    T = TR * TC
+    RM = Br // TR                  # queries (rows) per thread
+    CN = Bc // TC                  # keys (S columns) per thread
+    DN = D // TC                   # dQ columns per thread
+    W = 4 * TC
+    DS = D + 4                     # row stride of the [rows][D] tiles
+    PS = Br + 4                    # row stride of dSᵀ, stored [key][query]
+    OFF_DO = Br * DS
+    OFF_K = 2 * Br * DS
+    OFF_V = OFF_K + Bc * DS
+    OFF_DS = OFF_V + Bc * DS
+    OFF_M = OFF_DS + Bc * PS
+    END = OFF_M + Bc
+    assert END == dq_smem_floats(D, Br, Bc)
+    assert T % 32 == 0 and 32 % TC == 0 and RM % 4 == 0 and CN % 4 == 0 and DN % 4 == 0
+    assert RM * TR == Br and CN * TC == Bc and DN * TC == D
+    load_rows_q = tile_loader(Br, D, T, DS, False, VEC)     # Qi · scale or dOi, row-major
+    load_rows_k = tile_loader(Bc, D, T, DS, False, VEC)     # Kj or Vj, row-major
+
+    @cuda.jit
+    def flash_bwd_dq(q, k, v, do, lse, dvec, dq, scale, d, n_q, n_k, heads, kpm,
+                     seed_lo, seed_hi, threshold, inv_keep):
+        """As the dK/dV kernel's arguments; dq [B·H·Nq·d] flat."""
+        bh = cuda.blockIdx.y                        # which (batch, head)
+        q0 = cuda.blockIdx.x * Br                   # first query of this block's tile
+        tid = cuda.threadIdx.x
+        tr = tid // TC
+        tc = tid & (TC - 1)                         # tid % TC, known ≥ 0
+        r0 = tr * RM                                # my first query inside the tile
+        b_idx = bh // heads                         # the batch row, for the padding mask
+        q_base = bh * n_q * d                       # head bh: Q[row, c] = q[q_base + row·d + c]
+        k_base = bh * n_k * d                       #          K[key, c] = k[k_base + key·d + c]
+        offset = n_k - n_q                          # §34: query i sees key j iff j ≤ i + offset
+
+        smem = cuda.shared.array(0, float32)
+        Qi = smem[:OFF_DO]                          # Qi[r·DS + c] = Q[q0 + r, c] · scale
+        dOi = smem[OFF_DO:OFF_K]                    # dOi[r·DS + c] = dO[q0 + r, c]
+        Kj = smem[OFF_K:OFF_V]                      # Kj[j·DS + c] = K[k0 + j, c]
+        Vj = smem[OFF_V:OFF_DS]                     # Vj[j·DS + c] = V[k0 + j, c]
+        dSt = smem[OFF_DS:OFF_M]                    # dSᵀ: dSt[j·PS + r] = dS[q0 + r, k0 + j]
+        Mj = smem[OFF_M:END]                        # 0, or −inf for a key past Nk or padded
+
+        # Qi · scale and dOi: into shared memory once (zeros past Nq and past d)
+        load_rows_q(q, q_base, d, q0, n_q, d, Qi, scale)
+        load_rows_q(do, q_base, d, q0, n_q, d, dOi, ONE)
+
+        acc = cuda.local.array((RM, DN), float32)   # dQi / scale, my rows
+        s = cuda.local.array((RM, CN), float32)     # S, then P
+        dp = cuda.local.array((RM, CN), float32)    # dP, then dS
+        a4 = cuda.local.array((RM, 4), float32)     # my rows, 4 of d at a time
+        a = cuda.local.array(RM, float32)
+        b = cuda.local.array(DN, float32)
+        lr = cuda.local.array(RM, float32)          # LSE of my rows (+inf: the row sees no key)
+        dr = cuda.local.array(RM, float32)          # D of my rows
+        mc = cuda.local.array(CN, float32)          # key mask of my columns
+        z = cuda.local.array(4, float32)            # dropout: Z of 4 keys of one query
+        for i in range(RM):
+            row = q0 + r0 + i
+            x = lse[bh * n_q + row] if row < n_q else NEG_INF
+            lr[i] = POS_INF if x == NEG_INF else x
+            dr[i] = dvec[bh * n_q + row] if row < n_q else ZERO
+            for c in range(DN):
+                acc[i, c] = ZERO
+        for e in range(4):
+            z[e] = ONE
+
+        # how many K/V tiles this Q tile visits: all of them, or (causal) up to the diagonal
+        n_tiles = (n_k + Bc - 1) // Bc
+        if CAUSAL:
+            last_key = q0 + Br - 1 + offset         # the last key the tile's last row sees
+            n_tiles = min(n_tiles, last_key // Bc + 1) if last_key >= 0 else 0
+
+        for j in range(n_tiles):
+            k0 = j * Bc
+            cuda.syncthreads()                      # wait: the previous Kj and dS are used
+            load_rows_k(k, k_base, d, k0, n_k, d, Kj, ONE)
+            load_rows_k(v, k_base, d, k0, n_k, d, Vj, ONE)
+            for r in range(tid, Bc, T):             # §35: padded keys, and keys past Nk, are −inf
+                key = k0 + r
+                ok = key < n_k
+                if PAD and ok:
+                    ok = kpm[b_idx, key] != 0
+                Mj[r] = ZERO if ok else NEG_INF
+            cuda.syncthreads()                      # wait: Kj, Vj, the mask (first: Qi, dOi)
+
+            # S = Qi Kjᵀ (Q scaled) and dP = dOi Vjᵀ: RM × CN each, d four at a time
+            for i in range(RM):
+                for jj in range(CN):
+                    s[i, jj] = ZERO
+                    dp[i, jj] = ZERO
+            for kk in range(0, D, 4):
+                for i in range(RM):
+                    a4[i, 0], a4[i, 1], a4[i, 2], a4[i, 3] = load4(Qi, (r0 + i) * DS + kk)
+                for jj in range(CN):
+                    b0, b1, b2, b3 = load4(Kj, (W * (jj // 4) + 4 * tc + (jj & 3)) * DS + kk)
+                    for i in range(RM):             # (the forward's order: one kk at a time)
+                        s[i, jj] += a4[i, 0] * b0
+                        s[i, jj] += a4[i, 1] * b1
+                        s[i, jj] += a4[i, 2] * b2
+                        s[i, jj] += a4[i, 3] * b3
+            for kk in range(0, D, 4):
+                for i in range(RM):
+                    a4[i, 0], a4[i, 1], a4[i, 2], a4[i, 3] = load4(dOi, (r0 + i) * DS + kk)
+                for jj in range(CN):
+                    b0, b1, b2, b3 = load4(Vj, (W * (jj // 4) + 4 * tc + (jj & 3)) * DS + kk)
+                    for i in range(RM):
+                        dp[i, jj] += a4[i, 0] * b0
+                        dp[i, jj] += a4[i, 1] * b1
+                        dp[i, jj] += a4[i, 2] * b2
+                        dp[i, jj] += a4[i, 3] * b3
+
+            # masks: keys past Nk and padded keys (§35) on the tiles that have them; §34 the
+            # diagonal tiles (as in the forward: the other tiles need no test)
+            if PAD or k0 + Bc > n_k:
+                for h in range(CN // 4):
+                    mc[4 * h], mc[4 * h + 1], mc[4 * h + 2], mc[4 * h + 3] = \
+                        load4(Mj, W * h + 4 * tc)
+                for i in range(RM):
+                    for jj in range(CN):
+                        s[i, jj] += mc[jj]          # S + (−inf) = −inf; S + 0 = S
+            if CAUSAL and k0 + Bc - 1 > q0 + offset:
+                for i in range(RM):
+                    row = q0 + r0 + i
+                    for jj in range(CN):
+                        key = k0 + W * (jj // 4) + 4 * tc + (jj & 3)
+                        if key > row + offset:
+                            s[i, jj] = NEG_INF
+
+            # P = exp(S − LSE), dS = P ∘ (dP∘Z − D), in place
+            for i in range(RM):
+                row = q0 + r0 + i
+                for h in range(CN // 4):            # keys W·h + 4·tc + e, e < 4: one quad
+                    if DROPOUT:                     # §36: Z of these 4 keys, one Philox call
+                        w0, w1, w2, w3 = dropout_words(seed_lo, seed_hi, bh, row,
+                                                       (k0 + W * h + 4 * tc) >> 2)
+                        z[0] = inv_keep if w0 >= threshold else ZERO
+                        z[1] = inv_keep if w1 >= threshold else ZERO
+                        z[2] = inv_keep if w2 >= threshold else ZERO
+                        z[3] = inv_keep if w3 >= threshold else ZERO
+                    for e in range(4):
+                        jj = 4 * h + e
+                        p = fast_exp(s[i, jj] - lr[i])              # P = exp(S − LSE)
+                        dp[i, jj] = p * (dp[i, jj] * z[e] - dr[i])  # dS = P ∘ (dP∘Z − D)
+            for jj in range(CN):                    # dSᵀ → shared memory, 4 queries per store
+                col = W * (jj // 4) + 4 * tc + (jj & 3)
+                for g in range(RM // 4):
+                    store4(dSt, col * PS + r0 + 4 * g, dp[4 * g, jj], dp[4 * g + 1, jj],
+                           dp[4 * g + 2, jj], dp[4 * g + 3, jj])
+            cuda.syncthreads()                      # wait: the tile's dS is stored
+
+            n_keys = min(Bc, n_k - k0)              # (keys past Nk add zeros: skip them)
+            for jk in range(n_keys):                # dQi += dS Kj
+                for g in range(RM // 4):
+                    a[4 * g], a[4 * g + 1], a[4 * g + 2], a[4 * g + 3] = \
+                        load4(dSt, jk * PS + r0 + 4 * g)
+                for h in range(DN // 4):
+                    b[4 * h], b[4 * h + 1], b[4 * h + 2], b[4 * h + 3] = \
+                        load4(Kj, jk * DS + W * h + 4 * tc)
+                for i in range(RM):
+                    for c in range(DN):
+                        acc[i, c] += a[i] * b[c]
+
+        # dQi = acc · scale: the only write to global memory (zeros for a row that sees no key)
+        for i in range(RM):
+            row = q0 + r0 + i
+            if row < n_q:
+                for c in range(DN):
+                    col = W * (c // 4) + 4 * tc + (c & 3)
+                    if col < d:
+                        dq[q_base + row * d + col] = acc[i, c] * scale
+
+    return flash_bwd_dq
+
+
+# ---------------------------------------------------------------------------------------------
+# §31: the naive backward's element-wise kernels, over [B·H, Nq, Nk] matrices in global memory.
+# Grid-stride loops over the flattened matrix (any size); one element per thread per step.
+# ---------------------------------------------------------------------------------------------
+@lru_cache(maxsize=None)
+def naive_probs_kernel(PAD):
+    """P = exp(S − LSE), written over S (s [BH, Nq, Nk], lse [BH, Nq]); padded keys (§35,
+    kpm uint8 [B, Nk], b = bh // heads) and rows with LSE = −inf give P = 0. Causal keys are
+    already −inf in S (the GEMM wrote them)."""
+
+    @cuda.jit
+    def naive_probs(s, lse, kpm, heads):
+        n_q = s.shape[1]
+        n_k = s.shape[2]
+        total = s.shape[0] * n_q * n_k
+        e = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        while e < total:
+            row = e // n_k                          # (bh, i) flattened
+            j = e - row * n_k
+            bh = row // n_q
+            i = row - bh * n_q
+            x = lse[bh, i]
+            p = fast_exp(s[bh, i, j] - (POS_INF if x == NEG_INF else x))    # P = e^{S − LSE}
+            if PAD:
+                if kpm[bh // heads, j] == 0:
+                    p = ZERO
+            s[bh, i, j] = p
+            e += cuda.gridDim.x * cuda.blockDim.x
+
+    return naive_probs
+
+
+@lru_cache(maxsize=None)
+def naive_ds_kernel(DROPOUT):
+    """dS = P ∘ (dP∘Z − D), written over dP; with DROPOUT also P∘Z, written over P (the
+    operand of dV = (P∘Z)ᵀ dO). p, dp [BH, Nq, Nk], dvec [BH, Nq]."""
+
+    @cuda.jit
+    def naive_ds(p, dp, dvec, seed_lo, seed_hi, threshold, inv_keep):
+        n_q = p.shape[1]
+        n_k = p.shape[2]
+        total = p.shape[0] * n_q * n_k
+        e = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        while e < total:
+            row = e // n_k
+            j = e - row * n_k
+            bh = row // n_q
+            i = row - bh * n_q
+            pij = p[bh, i, j]
+            z = ONE
+            if DROPOUT:                             # §36: Z regenerated, not stored
+                z = inv_keep if dropout_keep(seed_lo, seed_hi, bh, i, j, threshold) else ZERO
+                p[bh, i, j] = pij * z               # P∘Z
+            dp[bh, i, j] = pij * (dp[bh, i, j] * z - dvec[bh, i])     # dS = P ∘ (dP∘Z − D)
+            e += cuda.gridDim.x * cuda.blockDim.x
+
+    return naive_ds

@@ -1,0 +1,173 @@
+"""Attention backward oracle for lesson 22, §30–31 (with §34–36 masks): pure NumPy, float64.
+
+The backward kernels in ``kernels_numba/`` are checked against these; the oracle itself is
+checked against finite differences in ``tests/test_reference_backward.py``.
+
+Menu (§ = section of the lesson, see ``shared/lesson/OUTLINE.md``)::
+
+    attention_backward(do, q, k, v, ...)  §30  (dq, dk, dv) of O = attention(q, k, v, ...) for
+                                               an upstream gradient dO = ∂L/∂O
+    attention_backward_intermediates(do, q, k, v, ...)
+                                          §30  the same, with every matrix on the way in a dict:
+                                               S, P (rebuilt from lse), Z, P̃, O, lse, D, dP̃,
+                                               dP, dS, dq, dk, dv (for teaching and tests)
+    attention_backward_flops(b, h, nq, nk, d, causal)
+                                          §31  5 matmuls instead of the forward's 2: 2.5 × the
+                                               forward FLOPs, 10·B·H·Nq·Nk·d (halved if causal)
+
+The formulas. Forward, per (batch, head), as :func:`reference.attention.attention`::
+
+    S = Q Kᵀ · scale             [Nq, Nk]   (−inf where masked: causal, key padding)
+    P = softmax(S)  row-wise     [Nq, Nk]   lse_i = ln Σ_j e^{S_ij}   (saved, §29–30)
+    P̃ = P ∘ Z,  Z = M / (1 − p)             (§36 dropout; Z = 1 without dropout)
+    O = P̃ V                      [Nq, dv]
+
+Backward, given dO = ∂L/∂O [Nq, dv]::
+
+    P_ij = e^{S_ij − lse_i}                 §30: P is rebuilt from S and the saved lse,
+                                            never stored (a kernel recomputes S tile by tile)
+    dV  = P̃ᵀ dO                  [Nk, dv]
+    dP̃  = dO Vᵀ                  [Nq, Nk]
+    dP  = dP̃ ∘ Z                            (the same mask and scale as the forward, §36)
+    D_i = Σ_c dO_ic O_ic                    (= Σ_j P_ij dP_ij: one dot product per row
+                                             instead of a row of P times a row of dP)
+    dS  = P ∘ (dP − D)                      (the softmax Jacobian, row by row:
+                                             ∂P_ij/∂S_ik = P_ij (δ_jk − P_ik))
+    dQ  = dS K · scale           [Nq, d]
+    dK  = dSᵀ Q · scale          [Nk, d]
+
+Why D = rowsum(dO ∘ O): Σ_j P_ij dP_ij = Σ_j P_ij Z_ij Σ_c dO_ic V_jc = Σ_c dO_ic (P̃ V)_ic
+= Σ_c dO_ic O_ic — with the dropped O, so it holds with dropout too. (flash-attn computes D
+in a small pre-processing kernel before the main backward loop, one row of O·dO at a time.)
+
+Conventions (as :mod:`reference.attention`, whose checks these functions share):
+
+* Shapes: q [B, H, Nq, d], k [B, H, Nk, d], v [B, H, Nk, dv], do [B, H, Nq, dv] (O's shape);
+  or a single head as 2-D arrays. Returns dq, dk, dv of q's, k's and v's shapes, float64.
+  Nq = 0 and Nk = 0 are allowed.
+* ``causal`` (bottom-right, :func:`reference.attention.causal_mask`), ``key_padding_mask``
+  ([B, Nk] or [Nk] bool), ``scale`` (default 1/√d), ``dropout_mask`` (bool keep-mask
+  broadcastable to [B, H, Nq, Nk]) and ``dropout_p`` mean what they mean in the forward oracle;
+  the backward is that of the forward called with the same arguments. With dropout, the mask
+  is held fixed: the gradient is that of the differentiable function q, k, v ↦ O for this M.
+* Masked entries have P_ij = 0 exactly, hence dS_ij = 0 exactly: a padded key gets dk = 0 and
+  dv = 0 exactly, and a row that sees no key (O = 0, lse = −inf) gets dq = 0 and contributes
+  nothing to dk, dv — never NaN, no RuntimeWarning. The safe trick is the forward's: where
+  lse = −inf (every S_ij of the row is −inf) subtract 0, so P_ij = e^{−inf} = 0 rather than
+  e^{−inf − (−inf)}.
+* ``do`` must be finite; a real array of O's shape (converted to float64), else an error
+  naming it.
+
+Imports: NumPy only.
+"""
+
+import numpy as np
+
+from .attention import (
+    _as_real,
+    _check_qkv,
+    _check_scale,
+    _dropout_scale,
+    _masked_scores,
+    _safe_max,
+    _visible,
+    attention,
+    attention_flops,
+)
+
+__all__ = [
+    "attention_backward",
+    "attention_backward_intermediates",
+    "attention_backward_flops",
+]
+
+
+def _check_do(do, shape):
+    """The upstream gradient dO as float64 of O's ``shape``, finite, or an error naming ``do``."""
+    do = _as_real(do, "do")
+    if do.shape != tuple(shape):
+        raise ValueError(
+            f"do must have the output's shape [B, H, Nq, dv] (or [Nq, dv]) = {tuple(shape)}; "
+            f"got {do.shape}"
+        )
+    if not np.all(np.isfinite(do)):
+        raise ValueError("do holds NaN or inf; the upstream gradient must be finite")
+    return do
+
+
+def attention_backward_intermediates(do, q, k, v, *, causal=False, scale=None,
+                                     key_padding_mask=None, dropout_mask=None, dropout_p=0.0):
+    """§30: the backward pass step by step; returns a dict of every intermediate.
+
+    Keys (shapes per (batch, head), with the leading [B, H] of 4-D inputs)::
+
+        S    [Nq, Nk]  Q Kᵀ · scale, −inf where masked        (recomputed, §30)
+        lse  [Nq]      ln Σ_j e^{S_ij}, −inf for a row with no visible key (the forward's)
+        O    [Nq, dv]  the forward output (P ∘ Z) V
+        P    [Nq, Nk]  e^{S − lse}: rebuilt from S and lse, equal to softmax(S)
+        Z    [Nq, Nk]  M / (1 − p), ones without dropout (broadcast to S's shape)
+        Pd   [Nq, Nk]  P̃ = P ∘ Z, the probabilities O was made from
+        D    [Nq]      Σ_c dO_ic O_ic
+        dPd  [Nq, Nk]  dP̃ = dO Vᵀ
+        dP   [Nq, Nk]  dP̃ ∘ Z
+        dS   [Nq, Nk]  P ∘ (dP − D)
+        dq, dk, dv     the gradients, as :func:`attention_backward` returns them
+
+    Arguments and conventions: see the module and :func:`attention_backward`.
+    """
+    q, k, v = _check_qkv(q, k, v)
+    scale = _check_scale(scale, q.shape[-1])
+    visible = _visible(q, k, causal, key_padding_mask)
+    S = _masked_scores(q, k, scale, visible)            # S = Q Kᵀ · scale, −inf where masked
+    Z = _dropout_scale(dropout_mask, dropout_p, S.shape)    # §36: M / (1 − p), or None
+    # The forward pass: what a kernel keeps for the backward is O and lse (§29–30), not P.
+    o, lse = attention(q, k, v, causal=causal, scale=scale, key_padding_mask=key_padding_mask,
+                       dropout_mask=dropout_mask, dropout_p=dropout_p)
+    do = _check_do(do, o.shape)
+
+    P = np.exp(S - _safe_max(lse)[..., None])           # §30: P_ij = e^{S_ij − lse_i}, rebuilt
+    Z = np.ones_like(S) if Z is None else np.broadcast_to(Z, S.shape)
+    Pd = P * Z                                          # P̃ = P ∘ Z
+    sw = np.swapaxes
+    dv = sw(Pd, -1, -2) @ do                            # dV = P̃ᵀ dO
+    dPd = do @ sw(v, -1, -2)                            # dP̃ = dO Vᵀ
+    dP = dPd * Z                                        # dP = dP̃ ∘ Z
+    D = np.sum(do * o, axis=-1)                         # D_i = Σ_c dO_ic O_ic  (= Σ_j P_ij dP_ij)
+    dS = P * (dP - D[..., None])                        # dS = P ∘ (dP − D): 0 where P = 0
+    dq = (dS @ k) * scale                               # dQ = dS K · scale
+    dk = (sw(dS, -1, -2) @ q) * scale                   # dK = dSᵀ Q · scale
+    return {"S": S, "lse": lse, "O": o, "P": P, "Z": Z, "Pd": Pd, "D": D,
+            "dPd": dPd, "dP": dP, "dS": dS, "dq": dq, "dk": dk, "dv": dv}
+
+
+def attention_backward(do, q, k, v, *, causal=False, scale=None, key_padding_mask=None,
+                       dropout_mask=None, dropout_p=0.0):
+    """§30: (dq, dk, dv) of O = attention(q, k, v, ...) for the upstream gradient ``do`` = ∂L/∂O.
+
+    D = rowsum(dO ∘ O), dV = (P∘Z)ᵀ dO, dP = (dO Vᵀ) ∘ Z, dS = P ∘ (dP − D), dQ = dS K · scale,
+    dK = dSᵀ Q · scale, with P rebuilt from the saved lse (see the module for the derivation
+    and the conventions). The keyword arguments are the forward's,
+    :func:`reference.attention.attention`: the gradient is that of the forward called with the
+    same ones (dropout with the mask held fixed). Every mask gives exact zeros: a padded key
+    has dk = dv = 0, a row with no visible key has dq = 0; never NaN.
+
+    Returns float64 ``(dq, dk, dv)`` with the shapes of ``q``, ``k``, ``v``.
+    """
+    r = attention_backward_intermediates(do, q, k, v, causal=causal, scale=scale,
+                                         key_padding_mask=key_padding_mask,
+                                         dropout_mask=dropout_mask, dropout_p=dropout_p)
+    return r["dq"], r["dk"], r["dv"]
+
+
+def attention_backward_flops(b, h, nq, nk, d, causal=False):
+    """§31: matmul FLOPs of one backward pass, 2.5 × the forward's: 10·B·H·Nq·Nk·d (5· if causal).
+
+    The forward does two [Nq × Nk × d] matmuls (QKᵀ, PV: 2·Nq·Nk·d FLOPs each, see
+    :func:`reference.attention.attention_flops`). The backward does five: S = QKᵀ again (the
+    §30 recomputation), dV = P̃ᵀ dO, dP̃ = dO Vᵀ, dQ = dS K, dK = dSᵀ Q — so 5/2 = 2.5 × the
+    forward, the convention of flash-attn's benchmarks (forward + backward = 3.5 ×). The
+    element-wise work (exp, D, dS) is not counted, and neither is the causal exact fraction
+    (halved, as in the forward). Always an int.
+    """
+    fwd = attention_flops(b, h, nq, nk, d, causal=causal)   # even: 4·… or 2·…
+    return 5 * fwd // 2

@@ -1,0 +1,313 @@
+"""``flashlesson.backward_methods``: the backward pass of softmax attention (lesson §30–31), with
+causal masks (§34), key padding (§35) and dropout (§36); the public function is
+``flashlesson.attention_backward``. (The module is not named ``attention_backward``: the
+package exports the function under that name, which would hide a module of the same name —
+the reason ``attention_methods`` is not called ``attention``.)
+
+Two methods, one API: "flash" (§30) recomputes S and P tile by tile from Q, K and the forward's
+LSE and never stores an N × N matrix; "naive" (§31's contrast) stores P = exp(S − LSE) and dP/dS
+in global memory and runs GEMM launches around two element-wise kernels. Validation, the
+registry, launch configurations and dispatch live here; the kernels are in
+``kernels_numba/attention_backward.py`` and ``kernels_numba/gemm.py``.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import cuda
+
+from kernels_numba import attention_backward as KB
+from kernels_numba import gemm as KG
+
+from . import device, dropout
+from .arrays import Operand, empty
+from .attention_methods import GEMM_TILES, MAX_HEAD_DIM, WARP, AttentionMethod, _check_scale, \
+    _operands
+from .launch import launch, max_shared_bytes
+
+# Registers: a coarse guard on the floats a thread keeps live in its inner loops (gradient
+# accumulators + S and dP of a tile; ``BwdConfig.registers_floats``). The GPU defaults below
+# hold 96–160 and compile for sm_90 with 0 spill bytes and 0 stack, at 128–254 registers
+# (ptxas -v, every CAUSAL/PAD/DROPOUT/VEC variant); the operand and tile-loader registers come
+# on top, so much more would spill.
+MAX_REGISTER_FLOATS = 160
+
+
+@dataclass(frozen=True)
+class BwdConfig:
+    """Tile sizes and thread layouts of the two backward kernels (kernels_numba/
+    attention_backward.py). The dK/dV kernel keeps Bc keys per block and streams Q tiles of Br
+    queries (each of its TR·TC threads owns Bc/TR keys); the dQ kernel keeps dq_Br queries per
+    block and streams K/V tiles of dq_Bc keys (each thread owns dq_Br/dq_TR queries)."""
+    Bc: int          # dK/dV kernel: keys per block (Kj, Vj on chip; dKj, dVj in registers)
+    Br: int          # dK/dV kernel: queries per streamed Q/dO tile
+    TR: int          # dK/dV kernel: thread rows; each thread owns Bc/TR keys
+    TC: int          # dK/dV kernel: threads sharing a key row (a power of 2 ≤ 32)
+    dq_Br: int       # dQ kernel: queries per block (Qi, dOi on chip; dQi in registers)
+    dq_Bc: int       # dQ kernel: keys per streamed K/V tile
+    dq_TR: int       # dQ kernel: thread rows; each thread owns dq_Br/dq_TR queries
+    dq_TC: int       # dQ kernel: threads sharing a query row (a power of 2 ≤ 32)
+
+    @property
+    def threads(self):
+        """(threads of the dK/dV kernel, threads of the dQ kernel)."""
+        return self.TR * self.TC, self.dq_TR * self.dq_TC
+
+    @staticmethod
+    def _head_dim(d, tc):
+        w = 4 * tc
+        return -(-d // w) * w
+
+    def head_dims(self, d):
+        """D of each kernel: d rounded up to a multiple of 4·TC (its compile-time head dim)."""
+        return self._head_dim(d, self.TC), self._head_dim(d, self.dq_TC)
+
+    def smem_bytes(self, d):
+        """(shared memory of the dK/dV kernel, of the dQ kernel), in bytes."""
+        D1, D2 = self.head_dims(d)
+        return (4 * KB.dkdv_smem_floats(D1, self.Bc, self.Br),
+                4 * KB.dq_smem_floats(D2, self.dq_Br, self.dq_Bc))
+
+    def registers_floats(self, d):
+        """Floats each thread keeps in registers across the inner loops, per kernel: the
+        gradient rows it accumulates plus S and dP of one tile (dK/dV: 2 accumulators)."""
+        D1, D2 = self.head_dims(d)
+        rm, cn = self.Bc // self.TR, self.Br // self.TC
+        dkdv = rm * (2 * D1 // self.TC + 2 * cn)
+        rm, cn = self.dq_Br // self.dq_TR, self.dq_Bc // self.dq_TC
+        dq = rm * (D2 // self.dq_TC + 2 * cn)
+        return dkdv, dq
+
+    def check(self, d):
+        """Raise a clear error if this configuration cannot run head dimension d."""
+        problems = []
+        for kernel, rows, cols, tr, tc, rows_name, cols_name in (
+                ("dK/dV", self.Bc, self.Br, self.TR, self.TC, "Bc", "Br"),
+                ("dQ", self.dq_Br, self.dq_Bc, self.dq_TR, self.dq_TC, "dq_Br", "dq_Bc")):
+            pre = "dq_" if kernel == "dQ" else ""
+            threads = tr * tc
+            if tc < 1 or tc > WARP or tc & (tc - 1):
+                problems.append(f"{pre}TC = {tc} must be a power of 2 between 1 and 32")
+            if threads % WARP or not WARP <= threads <= 1024:
+                problems.append(f"{pre}TR·{pre}TC = {threads} threads ({kernel} kernel) must "
+                                "be a multiple of 32, ≤ 1024")
+            if tr < 1 or rows % (4 * tr):
+                problems.append(f"{rows_name} = {rows} must be a multiple of 4·{pre}TR = "
+                                f"{4 * tr}")
+            if tc >= 1 and cols % (4 * tc):
+                problems.append(f"{cols_name} = {cols} must be a multiple of 4·{pre}TC = "
+                                f"{4 * tc}")
+        if not problems:
+            for kernel, nbytes in zip(("dK/dV", "dQ"), self.smem_bytes(d)):
+                if nbytes > max_shared_bytes():
+                    problems.append(f"the {kernel} kernel's tiles need {nbytes} bytes of shared "
+                                    f"memory for d = {d}; this device allows "
+                                    f"{max_shared_bytes()}")
+            for kernel, floats in zip(("dK/dV", "dQ"), self.registers_floats(d)):
+                if floats > MAX_REGISTER_FLOATS and not device.SIMULATOR:   # (no registers)
+                    problems.append(f"each thread of the {kernel} kernel would hold {floats} "
+                                    f"gradients and scores in registers (> "
+                                    f"{MAX_REGISTER_FLOATS}): they would spill")
+        if problems:
+            raise ValueError(f"config {self}: " + "; ".join(problems))
+
+
+# Defaults per head dimension. GPU values are first guesses (no sweep yet): 4 rows per thread,
+# 128–256 threads, shared memory under the 227 KB opt-in limit; the simulator runs one warp.
+BWD_GPU_CONFIGS = (
+    (64, BwdConfig(Bc=64, Br=64, TR=16, TC=8, dq_Br=64, dq_Bc=64, dq_TR=16, dq_TC=8)),
+    (128, BwdConfig(Bc=64, Br=64, TR=16, TC=16, dq_Br=64, dq_Bc=64, dq_TR=16, dq_TC=16)),
+    (256, BwdConfig(Bc=32, Br=64, TR=8, TC=16, dq_Br=32, dq_Bc=64, dq_TR=8, dq_TC=16)),
+)
+BWD_SIM_CONFIG = BwdConfig(Bc=32, Br=16, TR=8, TC=4, dq_Br=32, dq_Bc=16, dq_TR=8, dq_TC=4)
+
+# Grid-stride launches of the small kernels (D = rowsum(dO∘O), the naive element-wise steps):
+# (threads, most blocks). One small block in the simulator, where each thread is a Python thread.
+STRIDE_LAUNCH = (32, 1) if device.SIMULATOR else (256, 4096)
+# The naive path's GEMM tiles (BM, BN, TY, TX): the forward's on the GPU; in the simulator 32×32
+# tiles with 64 threads (fewer simulated blocks for the same work than the forward's 16×16).
+NAIVE_GEMM_TILES = (32, 32, 8, 8) if device.SIMULATOR else GEMM_TILES
+
+
+def default_config(d):
+    if device.SIMULATOR:
+        return BWD_SIM_CONFIG
+    for limit, cfg in BWD_GPU_CONFIGS:
+        if d <= limit:
+            return cfg
+    raise ValueError(f"head dimension d = {d}: at most {MAX_HEAD_DIM} is supported")
+
+
+METHODS = {m.name: m for m in [
+    AttentionMethod("naive", "31", "P = exp(S − LSE) stored, dP and dS stored: five GEMM "
+                    "launches around two element-wise kernels",
+                    "gemm.matmul_kernel ×5, attention_backward.naive_probs_kernel, "
+                    "naive_ds_kernel", "P and dP (then P∘Z, dS), [B·H, Nq, Nk] each"),
+    AttentionMethod("flash", "30, 34–36", "D = rowsum(dO∘O); one kernel over K/V tiles for dK, "
+                    "dV and one over Q tiles for dQ, S and P recomputed from Q, K and LSE; no "
+                    "atomics", "attention_backward.bwd_preprocess, flash_bwd_dkdv_kernel, "
+                    "flash_bwd_dq_kernel", "D [B·H, Nq] (nothing N × N)"),
+]}
+CHOICES = tuple(METHODS)
+
+
+def _same_side(op, qo):
+    if op.on_host != qo.on_host:
+        where = "a NumPy array" if qo.on_host else "a device array"
+        raise TypeError(f"{op.name}: must be {where}, like q, k, v")
+
+
+def _like_q(arr, name, qo):
+    """do and o: float32 arrays of q's shape, on q's side."""
+    op = Operand(arr, name, (np.float32,), ndim=4)
+    _same_side(op, qo)
+    if op.shape != qo.shape:
+        raise ValueError(f"{name}: expected q's shape {qo.shape}, got {op.shape}")
+    return op
+
+
+def _check_dropout_p(dropout_p):
+    if isinstance(dropout_p, (bool, np.bool_)) or not isinstance(
+            dropout_p, (int, float, np.integer, np.floating)):
+        raise TypeError(f"dropout_p: expected a real number in [0, 1), got "
+                        f"{type(dropout_p).__name__}")
+    p = float(dropout_p)
+    if not 0.0 <= p < 1.0:                          # NaN fails this too
+        raise ValueError(f"dropout_p: expected a drop probability in [0, 1), got {dropout_p!r}")
+    return p
+
+
+def _aligned16(*arrays):
+    """Every device array's data starts on a 16-byte boundary (for 16-byte tile loads)."""
+    if device.SIMULATOR:
+        return True
+    return all(a.__cuda_array_interface__["data"][0] % 16 == 0 for a in arrays)
+
+
+def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_padding_mask=None,
+                       dropout_p=0.0, seed=0, method="flash", config=None):
+    """Gradients (dq, dk, dv) of O = attention(q, k, v, ...) for the upstream gradient do = ∂L/∂O.
+
+    q, do, o: float32 [B, H, Nq, d]; k, v: float32 [B, H, Nk, d]; lse: float32 [B, H, Nq], the
+    forward's LSE (``attention(..., return_lse=True)``; −inf for a row that sees no key);
+    o is the forward's output (with dropout: the dropped one, (P∘Z) V).
+    The keyword arguments are the forward's: causal (bottom-right aligned, query i sees key j
+    iff j ≤ i + Nk − Nq), scale (default 1/√d), key_padding_mask (bool [B, Nk], True = the key
+    takes part), dropout_p in [0, 1) and seed in [0, 2^64) (the Philox keep-mask of
+    ``flashlesson.dropout_keep_mask(seed, B, H, Nq, Nk, dropout_p)``, regenerated, not stored;
+    kept probabilities are scaled by 1/(1 − p)).
+
+    method: "flash" (§30: S and P recomputed tile by tile, nothing N × N stored) or "naive"
+        (§31: P = exp(S − LSE) and dP/dS stored in global memory, GEMM launches).
+    config: a ``BwdConfig`` for method "flash"; default per head dim.
+
+    Dispatch: D = rowsum(dO ∘ O) first (one small kernel), then the method's kernels. Masked
+    scores give exact zeros: a padded key gets dk = dv = 0, a row that sees no key dq = 0,
+    never NaN. The result does not depend on the run: no atomics, a fixed summation order.
+    NumPy in → NumPy out; device arrays in → device arrays out, without host copies.
+    Returns (dq, dk, dv) with the shapes of q, k, v, float32.
+    """
+    if method not in CHOICES:
+        raise ValueError(f"method: expected one of {', '.join(CHOICES)}; got {method!r}")
+    qo, ko, vo = _operands(q, k, v)
+    B, H, nq, d = qo.shape
+    nk = ko.shape[2]
+    doo = _like_q(do, "do", qo)
+    oo = _like_q(o, "o", qo)
+    lo = Operand(lse, "lse", (np.float32,), ndim=3)
+    _same_side(lo, qo)
+    if lo.shape != (B, H, nq):
+        raise ValueError(f"lse: expected shape {(B, H, nq)} ([B, H, Nq]), got {lo.shape}")
+    pad = None
+    if key_padding_mask is not None:
+        mo = Operand(key_padding_mask, "key_padding_mask", (np.bool_,), ndim=2)
+        _same_side(mo, qo)
+        if mo.shape != (B, nk):
+            raise ValueError(f"key_padding_mask: expected shape {(B, nk)} ([B, Nk]), got "
+                             f"{mo.shape}")
+        pad = cuda.to_device(mo.obj.view(np.uint8)) if mo.on_host else mo.obj.view(np.uint8)
+    p = _check_dropout_p(dropout_p)
+    seed_lo, seed_hi = dropout.seed_key(seed)                   # (checks seed, names it)
+    scale = _check_scale(scale, d)
+    causal = bool(causal)
+    if method == "flash":
+        cfg = config or default_config(d)
+        if not isinstance(cfg, BwdConfig):
+            raise TypeError(f"config: expected a BwdConfig, got {type(cfg).__name__}")
+        cfg.check(d)
+    elif config is not None:
+        raise ValueError("config: only method 'flash' takes a configuration")
+
+    bh = B * H
+    q3 = qo.device_view((bh, nq, d))
+    k3 = ko.device_view((bh, nk, d))
+    v3 = vo.device_view((bh, nk, d))
+    do3 = doo.device_view((bh, nq, d))
+    o3 = oo.device_view((bh, nq, d))
+    lse2 = lo.device_view((bh, nq))
+    dq3 = empty((bh, nq, d), np.float32)        # (NaN-filled when arrays.POISON: the tests)
+    dk3 = empty((bh, nk, d), np.float32)
+    dv3 = empty((bh, nk, d), np.float32)
+
+    # D_i = Σ_c dO_ic O_ic, one thread per row
+    dvec = empty((bh, nq), np.float32)
+    threads, most = STRIDE_LAUNCH
+    rows = bh * nq
+    KB.bwd_preprocess[min(-(-rows // threads), most), threads](
+        o3.reshape((rows, d)), do3.reshape((rows, d)), dvec.reshape(rows))
+
+    dropping = p > 0.0
+    kpm = pad if pad is not None else cuda.device_array((1, 1), np.uint8)
+    drop_args = (np.uint32(seed_lo), np.uint32(seed_hi), np.uint32(dropout.threshold(p)),
+                 np.float32(1.0 / (1.0 - p)))
+    if method == "flash":
+        vec = d % 4 == 0 and _aligned16(q3, k3, v3, do3)
+        flat = [a.reshape(a.size) for a in (q3, k3, v3, do3, lse2, dvec, dq3, dk3, dv3)]
+        qf, kf, vf, dof, lsef, dvecf, dqf, dkf, dvf = flat
+        sizes = (np.float32(scale), d, nq, nk, H, kpm) + drop_args
+        D1, D2 = cfg.head_dims(d)
+        smem_kv, smem_q = cfg.smem_bytes(d)
+        kernel = KB.flash_bwd_dkdv_kernel(D1, cfg.Bc, cfg.Br, cfg.TR, cfg.TC, causal,
+                                          pad is not None, dropping, vec)
+        launch(kernel, (-(-nk // cfg.Bc), bh), cfg.TR * cfg.TC,
+               (qf, kf, vf, dof, lsef, dvecf, dkf, dvf) + sizes, smem_kv)
+        kernel = KB.flash_bwd_dq_kernel(D2, cfg.dq_Br, cfg.dq_Bc, cfg.dq_TR, cfg.dq_TC, causal,
+                                        pad is not None, dropping, vec)
+        launch(kernel, (-(-nq // cfg.dq_Br), bh), cfg.dq_TR * cfg.dq_TC,
+               (qf, kf, vf, dof, lsef, dvecf, dqf) + sizes, smem_q)
+    else:
+        _naive(q3, k3, v3, do3, lse2, dvec, dq3, dk3, dv3, np.float32(scale), causal, pad, H,
+               dropping, drop_args)
+
+    if qo.on_host:
+        return (dq3.copy_to_host().reshape(qo.shape), dk3.copy_to_host().reshape(ko.shape),
+                dv3.copy_to_host().reshape(vo.shape))
+    return dq3.reshape(qo.shape), dk3.reshape(ko.shape), dv3.reshape(vo.shape)
+
+
+def _naive(q3, k3, v3, do3, lse2, dvec, dq3, dk3, dv3, scale, causal, pad, heads, dropping,
+           drop_args):
+    """§31: P stored, then read back by every later step (the traffic §30 avoids)."""
+    bh, nq, d = q3.shape
+    nk = k3.shape[1]
+    bm, bn, ty, tx = NAIVE_GEMM_TILES
+    one = np.float32(1.0)
+    threads, most = STRIDE_LAUNCH
+    blocks = min(-(-bh * nq * nk // threads), most)
+
+    def gemm(trans_a, trans_b, causal_mask, a, b, c, alpha, offset=0):
+        kernel = KG.matmul_kernel(trans_b, causal_mask, bm, bn, ty, tx, trans_a)
+        m, n = c.shape[1], c.shape[2]
+        kernel[(-(-n // bn), -(-m // bm), c.shape[0]), ty * tx](a, b, c, alpha, offset)
+
+    p = cuda.device_array((bh, nq, nk), np.float32)             # S, then P, then P∘Z
+    gemm(False, True, causal, q3, k3, p, scale, nk - nq)        # S = Q Kᵀ · scale (−inf masked)
+    kpm = pad if pad is not None else cuda.device_array((1, 1), np.uint8)
+    KB.naive_probs_kernel(pad is not None)[blocks, threads](p, lse2, kpm, heads)
+    dp = cuda.device_array((bh, nq, nk), np.float32)            # dP, then dS
+    gemm(False, True, False, do3, v3, dp, one)                  # dP = dO Vᵀ
+    KB.naive_ds_kernel(dropping)[blocks, threads](p, dp, dvec, *drop_args)   # dS, P∘Z
+    gemm(True, False, False, p, do3, dv3, one)                  # dV = (P∘Z)ᵀ dO
+    gemm(True, False, False, dp, q3, dk3, scale)                # dK = dSᵀ Q · scale
+    gemm(False, False, False, dp, k3, dq3, scale)               # dQ = dS K · scale
+

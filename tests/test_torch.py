@@ -1,0 +1,54 @@
+"""``flashlesson.torch`` (GPU, torch installed): the autograd function against torch autograd of
+the math formula, zero-copy, dropout's mask reproducible from its seed."""
+
+import numpy as np
+import pytest
+from conftest import SIM
+
+pytestmark = pytest.mark.skipif(SIM, reason="GPU: needs CUDA tensors")
+torch = pytest.importorskip("torch")
+
+
+def _grads(fn, q, k, v, do):
+    xs = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = fn(*xs)
+    return (out, *torch.autograd.grad(out, xs, do))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", [(2, 3, 100, 64), (1, 2, 257, 80), (1, 1, 33, 128)])
+def test_autograd_matches_torch_math(causal, shape):
+    from flashlesson.torch import scaled_dot_product_attention as fl_sdpa
+    F = torch.nn.functional
+    q, k, v, do = (torch.randn(shape, device="cuda") for _ in range(4))
+    got = _grads(lambda a, b, c: fl_sdpa(a, b, c, is_causal=causal), q, k, v, do)
+    want = _grads(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=causal),
+                  *(t.double() for t in (q, k, v, do)))
+    for g, w, name in zip(got, want, ("o", "dq", "dk", "dv")):
+        err = float((g.double() - w).abs().max() / w.abs().max())
+        assert err < 1e-4, f"{name}: relative error {err:.2e}"
+
+
+def test_zero_copy_and_dropout_mask_from_seed():
+    import flashlesson
+    import reference
+    from flashlesson.torch import scaled_dot_product_attention as fl_sdpa
+    B, H, N, d, p = 2, 2, 70, 32, 0.2
+    q, k, v = (torch.randn(B, H, N, d, device="cuda", requires_grad=True) for _ in range(3))
+    out = fl_sdpa(q, k, v, dropout_p=p, seed=42)
+    assert out.is_cuda and out.dtype == torch.float32
+    mask = flashlesson.dropout_keep_mask(42, B, H, N, N, p)
+    o_ref, _ = reference.attention(*(t.detach().cpu().numpy() for t in (q, k, v)),
+                                   dropout_mask=mask, dropout_p=p)
+    np.testing.assert_allclose(out.detach().cpu().numpy(), o_ref, rtol=1e-5, atol=1e-5)
+    out.sum().backward()                          # the backward regenerates the same mask
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+
+
+def test_refuses_what_it_does_not_do():
+    from flashlesson.torch import scaled_dot_product_attention as fl_sdpa
+    q = torch.randn(1, 1, 8, 16, device="cuda")
+    with pytest.raises(ValueError, match="attn_mask: not supported"):
+        fl_sdpa(q, q, q, attn_mask=torch.ones(8, 8, dtype=torch.bool, device="cuda"))
+    with pytest.raises(TypeError, match="query: expected a float32 CUDA tensor"):
+        fl_sdpa(q.half(), q, q)
