@@ -1,16 +1,18 @@
-"""FlashAttention backward (lesson §30–31), with §34 causal, §35 key padding and §36 dropout.
+"""FlashAttention backward (lesson §30–31), with §34 causal, §35 key padding and packed
+variable-length sequences, and §36 dropout.
 
 Menu
 | kernel                                   | §         | what                                    |
 |------------------------------------------|-----------|-----------------------------------------|
 | ``bwd_preprocess``                       | 30        | D_i = rowsum(dO ∘ O)_i, a thread a row  |
+|                                          |           | (any layout of rows: padded or packed)  |
 | ``flash_bwd_dkdv_kernel(D, Bc, Br, TR,   | 30, 34–36 | one block per (K/V tile, batch·head):   |
-|   TC, CAUSAL, PAD, DROPOUT, VEC)``       |           | Kj, Vj stay in shared memory, dKj, dVj  |
-|                                          |           | in registers; Q, dO, LSE, D tiles       |
+|   TC, CAUSAL, PAD, DROPOUT, VEC,         |           | Kj, Vj stay in shared memory, dKj, dVj  |
+|   VARLEN)``                              |           | in registers; Q, dO, LSE, D tiles       |
 |                                          |           | stream through; S and P recomputed      |
 | ``flash_bwd_dq_kernel(D, Br, Bc, TR,     | 30, 34–36 | one block per (Q tile, batch·head):     |
-|   TC, CAUSAL, PAD, DROPOUT, VEC)``       |           | Qi, dOi stay, dQi in registers; K/V     |
-|                                          |           | tiles stream through; S, P recomputed   |
+|   TC, CAUSAL, PAD, DROPOUT, VEC,         |           | Qi, dOi stay, dQi in registers; K/V     |
+|   VARLEN)``                              |           | tiles stream through; S, P recomputed   |
 | ``naive_probs_kernel(PAD)``              | 31        | a stored S → a stored P = e^{S − LSE}   |
 |                                          |           | (in place): the matrix §30 never keeps  |
 | ``naive_ds_kernel(DROPOUT)``             | 31        | over stored P and dP: dS = P∘(dP∘Z − D) |
@@ -81,16 +83,31 @@ one query in one Philox call — the thread's keys come in such aligned quads in
 (dK/dV: RM consecutive rows from a multiple of 4; dQ: columns 4·tc + e) — so each call serves
 4 elements; element (i, j) is kept iff its word ≥ threshold, as ``philox.dropout_keep``.
 
+Packed variable-length sequences (VARLEN, §35): q, do, dq [total_q, H, d], k, v, dk, dv
+[total_k, H, d], lse and D [total_q, H]; sequence b is rows cu_q[b] … cu_q[b+1] − 1 (int32
+offsets, cu_k likewise). Block (·, bh = b·H + h) finds its head's rows, their stride (H·d) and
+its sequence's lengths n_q,b, n_k,b with the forward's ``attention.attention_geometry``, so
+both passes address the arrays the same way; from there the kernels are the padded ones with
+Nq = n_q,b and Nk = n_k,b: causal bottom-right per sequence (offset n_k,b − n_q,b), dropout
+counters (b·H + h, i, j) with i, j positions inside the sequence (the forward's). The grids are
+sized by the longest sequence; a block whose tile starts past its sequence's length returns at
+once, the whole block together, before any barrier. An empty sequence gives what the padded
+kernels give: n_q,b = 0, every K/V block visits no Q tile and writes dk = dv = 0; n_k,b = 0,
+every row's LSE is −inf and dq = 0. ``bwd_preprocess`` needs no flag: both layouts are rows
+of d floats in the order of LSE's entries.
+
 Limits: D = d rounded up to a multiple of 4·TC (columns past d are zeros); T a multiple of 32;
 TC a power of 2 ≤ 32; the block's rows a multiple of 4·TR, the streamed tile a multiple of 4·TC.
-Arguments as the forward kernel's: flat float32 arrays (head bh = b·H + h of a [B·H, N, d] array
-starts at bh·N·d, rows d floats apart) — q, do [B·H·Nq·d], k, v [B·H·Nk·d], lse and D [B·H·Nq] —
-then scale, d, Nq, Nk, H, kpm, seed_lo, seed_hi, threshold, inv_keep = 1/(1 − p). Outputs dq
-[B·H·Nq·d], dk, dv [B·H·Nk·d], flat too: every element written. Grids: (⌈Nk/Bc⌉, B·H) for
-dK/dV, (⌈Nq/Br⌉, B·H) for dQ.
+Arguments as the forward kernel's: flat float32 arrays (padded: head bh = b·H + h of a
+[B·H, N, d] array starts at bh·N·d, rows d floats apart) — q, do [B·H·Nq·d], k, v [B·H·Nk·d],
+lse and D [B·H·Nq] — then scale, d, Nq, Nk, H, cu_q, cu_k (VARLEN; then Nq, Nk are unused),
+kpm, seed_lo, seed_hi, threshold, inv_keep = 1/(1 − p). Outputs dq [B·H·Nq·d], dk, dv
+[B·H·Nk·d], flat too: every element written. Grids: (⌈Nk/Bc⌉, B·H) for dK/dV, (⌈Nq/Br⌉, B·H)
+for dQ (VARLEN: Nk, Nq = the longest sequence's).
 
-How to run: ``flashlesson.attention_backward(do, q, k, v, o, lse, method="flash" | "naive")``;
-``pytest tests/test_attention_backward.py``.
+How to run: ``flashlesson.attention_backward(do, q, k, v, o, lse, method="flash" | "naive")``,
+``flashlesson.varlen_attention_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, ...)``;
+``pytest tests/test_attention_backward.py tests/test_varlen_backward.py``.
 """
 
 from functools import lru_cache
@@ -98,6 +115,7 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda, float32
 
+from .attention import attention_geometry
 from .philox import dropout_keep, dropout_words
 from .reductions import NEG_INF, ONE, ZERO, fast_exp
 from .tiles import tile_loader
@@ -118,7 +136,8 @@ def dq_smem_floats(D, Br, Bc):
 
 @cuda.jit
 def bwd_preprocess(o, do, dvec):
-    """§30: D_i = Σ_c dO_ic · O_ic for o, do [R, d] (R = B·H·Nq rows), dvec [R].
+    """§30: D_i = Σ_c dO_ic · O_ic for o, do [R, d] (R = B·H·Nq rows, or total_q·H packed:
+    either way row r's D lands where its LSE is), dvec [R].
 
     One thread per row, threads striding over the rows (any R, any grid). D is O(R·d) work
     against the O(R·Nk·d) of the main kernels, so the plainest layout does. (A warp per row
@@ -135,9 +154,10 @@ def bwd_preprocess(o, do, dvec):
 
 
 @lru_cache(maxsize=None)
-def flash_bwd_dkdv_kernel(D, Bc, Br, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False):
+def flash_bwd_dkdv_kernel(D, Bc, Br, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VARLEN=False):
     """dK, dV of one K/V tile of Bc keys per block, Q tiles of Br queries streamed; TR × TC
-    threads; head dimension ≤ D (all compile-time). VEC: 16-byte global tile loads."""
+    threads; head dimension ≤ D (all compile-time). VEC: 16-byte global tile loads. VARLEN:
+    packed sequences with cumulative offsets (§35)."""
     T = TR * TC
     RM = Bc // TR                  # keys (rows) per thread
     CN = Br // TC                  # queries (S columns) per thread
@@ -160,20 +180,26 @@ def flash_bwd_dkdv_kernel(D, Bc, Br, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False):
     load_rows_q = tile_loader(Br, D, T, DS, False, VEC)     # Qi · scale or dOi, row-major
 
     @cuda.jit
-    def flash_bwd_dkdv(q, k, v, do, lse, dvec, dk, dv, scale, d, n_q, n_k, heads, kpm,
-                       seed_lo, seed_hi, threshold, inv_keep):
+    def flash_bwd_dkdv(q, k, v, do, lse, dvec, dk, dv, scale, d, n_q, n_k, heads, cu_q, cu_k,
+                       kpm, seed_lo, seed_hi, threshold, inv_keep):
         """Flat float32 arrays: q, do [B·H·Nq·d], k, v, dk, dv [B·H·Nk·d], lse, dvec [B·H·Nq]
-        (head bh's rows are d floats apart); kpm uint8 [B, Nk] (PAD); seed_lo, seed_hi,
-        threshold uint32 and inv_keep = 1/(1 − p) (DROPOUT)."""
+        (VARLEN: [total, H, d] and [total_q, H], see ``attention_geometry``); cu_q, cu_k int32
+        [B + 1] (VARLEN); kpm uint8 [B, Nk] (PAD); seed_lo, seed_hi, threshold uint32 and
+        inv_keep = 1/(1 − p) (DROPOUT)."""
         bh = cuda.blockIdx.y                        # which (batch, head)
         k0 = cuda.blockIdx.x * Bc                   # first key of this block's tile
         tid = cuda.threadIdx.x
         tr = tid // TC
         tc = tid & (TC - 1)                         # tid % TC, known ≥ 0
         r0 = tr * RM                                # my first key inside the tile
-        b_idx = bh // heads                         # the batch row, for the padding mask
-        q_base = bh * n_q * d                       # head bh: Q[row, c] = q[q_base + row·d + c]
-        k_base = bh * n_k * d                       #          K[key, c] = k[k_base + key·d + c]
+        b_idx = bh // heads                         # the batch row (VARLEN: the sequence)
+        # head bh: Q[row, c] = q[q_base + row·row_stride + c], K[key, c] = k[k_base + …],
+        # LSE[row] = lse[lse_base + row·lse_stride] (D alike): the forward's addressing
+        n_q, n_k, q_base, k_base, row_stride, lse_base, lse_stride = attention_geometry(
+            bh, heads, d, n_q, n_k, cu_q, cu_k, VARLEN)
+        if k0 >= n_k:
+            return              # (VARLEN: a sequence shorter than the longest; the whole block
+                                # leaves together, before any barrier)
         offset = n_k - n_q                          # §34: query i sees key j iff j ≤ i + offset
 
         smem = cuda.shared.array(0, float32)
@@ -187,8 +213,8 @@ def flash_bwd_dkdv_kernel(D, Bc, Br, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False):
         Di = smem[OFF_D:END]                        # D of the tile's queries
 
         # Kj, Vj: into shared memory once, for the whole loop (zeros past Nk and past d)
-        load_rows_k(k, k_base, d, k0, n_k, d, Kj, ONE)
-        load_rows_k(v, k_base, d, k0, n_k, d, Vj, ONE)
+        load_rows_k(k, k_base, row_stride, k0, n_k, d, Kj, ONE)
+        load_rows_k(v, k_base, row_stride, k0, n_k, d, Vj, ONE)
 
         dk_acc = cuda.local.array((RM, DN), float32)    # dKj, my rows: Σ over Q tiles
         dv_acc = cuda.local.array((RM, DN), float32)    # dVj, my rows
@@ -217,13 +243,13 @@ def flash_bwd_dkdv_kernel(D, Bc, Br, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False):
         for t in range(first, n_tiles):
             q0 = t * Br
             cuda.syncthreads()                      # wait: the previous Qi, dOi, P∘Z, dS are used
-            load_rows_q(q, q_base, d, q0, n_q, d, Qi, scale)
-            load_rows_q(do, q_base, d, q0, n_q, d, dOi, ONE)
+            load_rows_q(q, q_base, row_stride, q0, n_q, d, Qi, scale)
+            load_rows_q(do, q_base, row_stride, q0, n_q, d, dOi, ONE)
             for r in range(tid, Br, T):
                 row = q0 + r
-                x = lse[bh * n_q + row] if row < n_q else NEG_INF
+                x = lse[lse_base + row * lse_stride] if row < n_q else NEG_INF
                 Li[r] = POS_INF if x == NEG_INF else x      # no key (or no row): P = 0
-                Di[r] = dvec[bh * n_q + row] if row < n_q else ZERO
+                Di[r] = dvec[lse_base + row * lse_stride] if row < n_q else ZERO
             cuda.syncthreads()                      # wait: Qi, dOi, LSE, D (first time: Kj, Vj)
 
             # S = Kj Qiᵀ (Q scaled) and dP = Vj dOiᵀ: RM × CN each, d four at a time
@@ -324,16 +350,17 @@ def flash_bwd_dkdv_kernel(D, Bc, Br, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False):
                 for c in range(DN):
                     col = W * (c // 4) + 4 * tc + (c & 3)
                     if col < d:
-                        dk[k_base + key * d + col] = dk_acc[i, c]
-                        dv[k_base + key * d + col] = dv_acc[i, c]
+                        dk[k_base + key * row_stride + col] = dk_acc[i, c]
+                        dv[k_base + key * row_stride + col] = dv_acc[i, c]
 
     return flash_bwd_dkdv
 
 
 @lru_cache(maxsize=None)
-def flash_bwd_dq_kernel(D, Br, Bc, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False):
+def flash_bwd_dq_kernel(D, Br, Bc, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VARLEN=False):
     """dQ of one Q tile of Br queries per block, K/V tiles of Bc keys streamed; TR × TC
-    threads; head dimension ≤ D (all compile-time). VEC: 16-byte global tile loads."""
+    threads; head dimension ≤ D (all compile-time). VEC: 16-byte global tile loads. VARLEN:
+    packed sequences with cumulative offsets (§35)."""
     T = TR * TC
     RM = Br // TR                  # queries (rows) per thread
     CN = Bc // TC                  # keys (S columns) per thread
@@ -354,18 +381,23 @@ def flash_bwd_dq_kernel(D, Br, Bc, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False):
     load_rows_k = tile_loader(Bc, D, T, DS, False, VEC)     # Kj or Vj, row-major
 
     @cuda.jit
-    def flash_bwd_dq(q, k, v, do, lse, dvec, dq, scale, d, n_q, n_k, heads, kpm,
+    def flash_bwd_dq(q, k, v, do, lse, dvec, dq, scale, d, n_q, n_k, heads, cu_q, cu_k, kpm,
                      seed_lo, seed_hi, threshold, inv_keep):
-        """As the dK/dV kernel's arguments; dq [B·H·Nq·d] flat."""
+        """As the dK/dV kernel's arguments; dq flat, q's layout."""
         bh = cuda.blockIdx.y                        # which (batch, head)
         q0 = cuda.blockIdx.x * Br                   # first query of this block's tile
         tid = cuda.threadIdx.x
         tr = tid // TC
         tc = tid & (TC - 1)                         # tid % TC, known ≥ 0
         r0 = tr * RM                                # my first query inside the tile
-        b_idx = bh // heads                         # the batch row, for the padding mask
-        q_base = bh * n_q * d                       # head bh: Q[row, c] = q[q_base + row·d + c]
-        k_base = bh * n_k * d                       #          K[key, c] = k[k_base + key·d + c]
+        b_idx = bh // heads                         # the batch row (VARLEN: the sequence)
+        # head bh: Q[row, c] = q[q_base + row·row_stride + c], K[key, c] = k[k_base + …],
+        # LSE[row] = lse[lse_base + row·lse_stride] (D alike): the forward's addressing
+        n_q, n_k, q_base, k_base, row_stride, lse_base, lse_stride = attention_geometry(
+            bh, heads, d, n_q, n_k, cu_q, cu_k, VARLEN)
+        if q0 >= n_q:
+            return              # (VARLEN: a sequence shorter than the longest; the whole block
+                                # leaves together, before any barrier)
         offset = n_k - n_q                          # §34: query i sees key j iff j ≤ i + offset
 
         smem = cuda.shared.array(0, float32)
@@ -377,8 +409,8 @@ def flash_bwd_dq_kernel(D, Br, Bc, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False):
         Mj = smem[OFF_M:END]                        # 0, or −inf for a key past Nk or padded
 
         # Qi · scale and dOi: into shared memory once (zeros past Nq and past d)
-        load_rows_q(q, q_base, d, q0, n_q, d, Qi, scale)
-        load_rows_q(do, q_base, d, q0, n_q, d, dOi, ONE)
+        load_rows_q(q, q_base, row_stride, q0, n_q, d, Qi, scale)
+        load_rows_q(do, q_base, row_stride, q0, n_q, d, dOi, ONE)
 
         acc = cuda.local.array((RM, DN), float32)   # dQi / scale, my rows
         s = cuda.local.array((RM, CN), float32)     # S, then P
@@ -392,9 +424,9 @@ def flash_bwd_dq_kernel(D, Br, Bc, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False):
         z = cuda.local.array(4, float32)            # dropout: Z of 4 keys of one query
         for i in range(RM):
             row = q0 + r0 + i
-            x = lse[bh * n_q + row] if row < n_q else NEG_INF
+            x = lse[lse_base + row * lse_stride] if row < n_q else NEG_INF
             lr[i] = POS_INF if x == NEG_INF else x
-            dr[i] = dvec[bh * n_q + row] if row < n_q else ZERO
+            dr[i] = dvec[lse_base + row * lse_stride] if row < n_q else ZERO
             for c in range(DN):
                 acc[i, c] = ZERO
         for e in range(4):
@@ -409,8 +441,8 @@ def flash_bwd_dq_kernel(D, Br, Bc, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False):
         for j in range(n_tiles):
             k0 = j * Bc
             cuda.syncthreads()                      # wait: the previous Kj and dS are used
-            load_rows_k(k, k_base, d, k0, n_k, d, Kj, ONE)
-            load_rows_k(v, k_base, d, k0, n_k, d, Vj, ONE)
+            load_rows_k(k, k_base, row_stride, k0, n_k, d, Kj, ONE)
+            load_rows_k(v, k_base, row_stride, k0, n_k, d, Vj, ONE)
             for r in range(tid, Bc, T):             # §35: padded keys, and keys past Nk, are −inf
                 key = k0 + r
                 ok = key < n_k
@@ -503,7 +535,7 @@ def flash_bwd_dq_kernel(D, Br, Bc, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False):
                 for c in range(DN):
                     col = W * (c // 4) + 4 * tc + (c & 3)
                     if col < d:
-                        dq[q_base + row * d + col] = acc[i, c] * scale
+                        dq[q_base + row * row_stride + col] = acc[i, c] * scale
 
     return flash_bwd_dq
 

@@ -13,6 +13,7 @@ for step in "$@"; do
     tune) python3 scripts/tune_attention.py ${TUNE_ARGS:-} > "$OUT/tune_attention.log" 2>&1; tail -40 "$OUT/tune_attention.log" ;;
     bench) python3 -m flashlesson.cli bench attention --json "$OUT/bench_attention.json" > "$OUT/bench_attention.log" 2>&1 || rc=1
            tail -30 "$OUT/bench_attention.log" ;;
+    tunebwd) python3 scripts/tune_backward.py ${TUNEBWD_ARGS:-} > "$OUT/tune_backward.log" 2>&1; tail -14 "$OUT/tune_backward.log" ;;
     bwd) python3 -m flashlesson.cli bench attention --backward --json "$OUT/bench_attention_backward.json" > "$OUT/bench_attention_backward.log" 2>&1 || rc=1
            tail -12 "$OUT/bench_attention_backward.log" ;;
     quick) python3 -m flashlesson.cli bench attention --quick --json "$OUT/bench_attention.json" > "$OUT/bench_attention.log" 2>&1 || rc=1

@@ -1,8 +1,10 @@
 """``flashlesson.backward_methods``: the backward pass of softmax attention (lesson §30–31), with
-causal masks (§34), key padding (§35) and dropout (§36); the public function is
-``flashlesson.attention_backward``. (The module is not named ``attention_backward``: the
-package exports the function under that name, which would hide a module of the same name —
-the reason ``attention_methods`` is not called ``attention``.)
+causal masks (§34), key padding and packed variable-length sequences (§35) and dropout (§36);
+the public functions are ``flashlesson.attention_backward`` and
+``flashlesson.varlen_attention_backward`` (the backward of ``flashlesson.varlen_attention``:
+the flash kernels with their VARLEN flag, no naive method). (The module is not named
+``attention_backward``: the package exports the function under that name, which would hide a
+module of the same name — the reason ``attention_methods`` is not called ``attention``.)
 
 Two methods, one API: "flash" (§30) recomputes S and P tile by tile from Q, K and the forward's
 LSE and never stores an N × N matrix; "naive" (§31's contrast) stores P = exp(S − LSE) and dP/dS
@@ -21,8 +23,8 @@ from kernels_numba import gemm as KG
 
 from . import device, dropout
 from .arrays import Operand, empty
-from .attention_methods import GEMM_TILES, MAX_HEAD_DIM, WARP, AttentionMethod, _check_scale, \
-    _operands
+from .attention_methods import GEMM_TILES, MAX_HEAD_DIM, WARP, AttentionMethod, _check_cu, \
+    _check_scale, _dummy, _operands
 from .launch import launch, max_shared_bytes
 
 # Registers: a coarse guard on the floats a thread keeps live in its inner loops (gradient
@@ -112,10 +114,13 @@ class BwdConfig:
             raise ValueError(f"config {self}: " + "; ".join(problems))
 
 
-# Defaults per head dimension. GPU values are first guesses (no sweep yet): 4 rows per thread,
-# 128–256 threads, shared memory under the 227 KB opt-in limit; the simulator runs one warp.
+# Defaults per head dimension, from the H200 sweep (scripts/tune_backward.py), B1 H16 N4096,
+# 2026-11-30, TFLOP/s counted as 2.5 × the forward: d=64 (128, 64, 32, 8) 12.7 vs 12.1 for
+# (64, 64, 16, 8), 11.0 for (64, 32, 16, 8), 10.9 for (64, 64, 16, 16); d=128 (64, 64, 16, 16)
+# 11.9 vs 11.5 for (64, 32, 16, 8), 10.5 for (32, 32, 8, 8), 9.9 for (32, 64, 8, 16). d=256:
+# not swept. The simulator runs one warp.
 BWD_GPU_CONFIGS = (
-    (64, BwdConfig(Bc=64, Br=64, TR=16, TC=8, dq_Br=64, dq_Bc=64, dq_TR=16, dq_TC=8)),
+    (64, BwdConfig(Bc=128, Br=64, TR=32, TC=8, dq_Br=128, dq_Bc=64, dq_TR=32, dq_TC=8)),
     (128, BwdConfig(Bc=64, Br=64, TR=16, TC=16, dq_Br=64, dq_Bc=64, dq_TR=16, dq_TC=16)),
     (256, BwdConfig(Bc=32, Br=64, TR=8, TC=16, dq_Br=32, dq_Bc=64, dq_TR=8, dq_TC=16)),
 )
@@ -159,7 +164,7 @@ def _same_side(op, qo):
 
 def _like_q(arr, name, qo):
     """do and o: float32 arrays of q's shape, on q's side."""
-    op = Operand(arr, name, (np.float32,), ndim=4)
+    op = Operand(arr, name, (np.float32,), ndim=len(qo.shape))
     _same_side(op, qo)
     if op.shape != qo.shape:
         raise ValueError(f"{name}: expected q's shape {qo.shape}, got {op.shape}")
@@ -251,30 +256,16 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
 
     # D_i = Σ_c dO_ic O_ic, one thread per row
     dvec = empty((bh, nq), np.float32)
-    threads, most = STRIDE_LAUNCH
     rows = bh * nq
-    KB.bwd_preprocess[min(-(-rows // threads), most), threads](
-        o3.reshape((rows, d)), do3.reshape((rows, d)), dvec.reshape(rows))
+    _preprocess(o3.reshape((rows, d)), do3.reshape((rows, d)), dvec.reshape(rows))
 
     dropping = p > 0.0
-    kpm = pad if pad is not None else cuda.device_array((1, 1), np.uint8)
-    drop_args = (np.uint32(seed_lo), np.uint32(seed_hi), np.uint32(dropout.threshold(p)),
-                 np.float32(1.0 / (1.0 - p)))
+    drop_args = _drop_args(seed_lo, seed_hi, p)
     if method == "flash":
-        vec = d % 4 == 0 and _aligned16(q3, k3, v3, do3)
         flat = [a.reshape(a.size) for a in (q3, k3, v3, do3, lse2, dvec, dq3, dk3, dv3)]
-        qf, kf, vf, dof, lsef, dvecf, dqf, dkf, dvf = flat
-        sizes = (np.float32(scale), d, nq, nk, H, kpm) + drop_args
-        D1, D2 = cfg.head_dims(d)
-        smem_kv, smem_q = cfg.smem_bytes(d)
-        kernel = KB.flash_bwd_dkdv_kernel(D1, cfg.Bc, cfg.Br, cfg.TR, cfg.TC, causal,
-                                          pad is not None, dropping, vec)
-        launch(kernel, (-(-nk // cfg.Bc), bh), cfg.TR * cfg.TC,
-               (qf, kf, vf, dof, lsef, dvecf, dkf, dvf) + sizes, smem_kv)
-        kernel = KB.flash_bwd_dq_kernel(D2, cfg.dq_Br, cfg.dq_Bc, cfg.dq_TR, cfg.dq_TC, causal,
-                                        pad is not None, dropping, vec)
-        launch(kernel, (-(-nq // cfg.dq_Br), bh), cfg.dq_TR * cfg.dq_TC,
-               (qf, kf, vf, dof, lsef, dvecf, dqf) + sizes, smem_q)
+        _flash(*flat, d=d, n_q=nq, n_k=nk, heads=H, grid_bh=bh, max_q=nq, max_k=nk,
+               causal=causal, scale=scale, cfg=cfg, kpm=pad,
+               drop_args=drop_args if dropping else None)
     else:
         _naive(q3, k3, v3, do3, lse2, dvec, dq3, dk3, dv3, np.float32(scale), causal, pad, H,
                dropping, drop_args)
@@ -283,6 +274,122 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
         return (dq3.copy_to_host().reshape(qo.shape), dk3.copy_to_host().reshape(ko.shape),
                 dv3.copy_to_host().reshape(vo.shape))
     return dq3.reshape(qo.shape), dk3.reshape(ko.shape), dv3.reshape(vo.shape)
+
+
+def varlen_attention_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q,
+                              max_seqlen_k, causal=False, scale=None, dropout_p=0.0, seed=0,
+                              config=None):
+    """§30 + §35: gradients (dq, dk, dv) of ``varlen_attention`` over packed sequences.
+
+    q, do, o: float32 [total_q, H, d]; k, v: float32 [total_k, H, d]; lse: float32
+    [total_q, H] — o and lse as ``varlen_attention(..., return_lse=True)`` returned them (with
+    dropout: the dropped o). cu_seqlens_q, cu_seqlens_k: int32 [B + 1] offsets (sequence b is
+    rows cu[b] … cu[b+1] − 1), max_seqlen_q, max_seqlen_k at least the longest sequence, and
+    causal, scale, dropout_p, seed: all as given to the forward (causal bottom-right inside each
+    sequence; dropout's Philox counters use b = the sequence, i, j = positions inside it).
+    config: a ``BwdConfig``; default per head dim.
+
+    Each sequence's gradients are those of running it alone (a key of sequence b gets gradient
+    only from queries of sequence b), with the flash kernels of ``attention_backward`` under
+    their VARLEN flag — the same tiles, the same summation order. Empty sequences are allowed:
+    n_q,b = 0 gives its keys dk = dv = 0, n_k,b = 0 its queries dq = 0.
+    NumPy in → NumPy out; device arrays in → device arrays out, without host copies.
+    Returns (dq [total_q, H, d], dk [total_k, H, d], dv [total_k, H, d]), float32.
+    """
+    qo = Operand(q, "q", (np.float32,), ndim=3)
+    ko = Operand(k, "k", (np.float32,), ndim=3)
+    vo = Operand(v, "v", (np.float32,), ndim=3)
+    if not (qo.on_host == ko.on_host == vo.on_host):
+        raise TypeError("q, k, v: all three must be NumPy arrays or all three device arrays")
+    total_q, H, d = qo.shape
+    total_k = ko.shape[0]
+    if ko.shape[1:] != (H, d) or vo.shape != ko.shape:
+        raise ValueError(f"k, v: expected [total_k, H, d] with q's H = {H}, d = {d} and equal "
+                         f"shapes; got k {ko.shape}, v {vo.shape}")
+    if not 1 <= d <= MAX_HEAD_DIM:
+        raise ValueError(f"q: head dimension d = {d} is not supported (1 … {MAX_HEAD_DIM})")
+    doo = _like_q(do, "do", qo)
+    oo = _like_q(o, "o", qo)
+    lo = Operand(lse, "lse", (np.float32,), ndim=2)
+    _same_side(lo, qo)
+    if lo.shape != (total_q, H):
+        raise ValueError(f"lse: expected shape {(total_q, H)} ([total_q, H]), got {lo.shape}")
+    cuo = Operand(cu_seqlens_q, "cu_seqlens_q", (np.int32,), ndim=1)
+    batch = cuo.shape[0] - 1
+    if batch < 1:
+        raise ValueError("cu_seqlens_q: expected at least two offsets (one sequence)")
+    if batch * H > 65535:
+        raise ValueError(f"cu_seqlens_q: B·H = {batch * H} exceeds the 65535 blocks of a "
+                         "grid's y dimension")
+    cu_q, len_q = _check_cu(cu_seqlens_q, "cu_seqlens_q", batch, total_q)
+    cu_k, len_k = _check_cu(cu_seqlens_k, "cu_seqlens_k", batch, total_k)
+    for name, value, lengths in (("max_seqlen_q", max_seqlen_q, len_q),
+                                 ("max_seqlen_k", max_seqlen_k, len_k)):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+        if value < max(int(lengths.max()), 1):
+            raise ValueError(f"{name}: {value} is shorter than the longest sequence "
+                             f"({int(lengths.max())})")
+    p = _check_dropout_p(dropout_p)
+    seed_lo, seed_hi = dropout.seed_key(seed)                   # (checks seed, names it)
+    scale = _check_scale(scale, d)
+    cfg = config or default_config(d)
+    if not isinstance(cfg, BwdConfig):
+        raise TypeError(f"config: expected a BwdConfig, got {type(cfg).__name__}")
+    cfg.check(d)
+
+    dq = empty((total_q, H, d), np.float32)     # (NaN-filled when arrays.POISON: the tests)
+    dk = empty((total_k, H, d), np.float32)
+    dv = empty((total_k, H, d), np.float32)
+    dvec = empty((total_q, H), np.float32)      # D, laid out as lse
+    rows = total_q * H
+    _preprocess(oo.device_view((rows, d)), doo.device_view((rows, d)), dvec.reshape(rows))
+    _flash(qo.device_view(-1), ko.device_view(-1), vo.device_view(-1), doo.device_view(-1),
+           lo.device_view(-1), dvec.reshape(rows), dq.reshape(-1), dk.reshape(-1),
+           dv.reshape(-1), d=d, n_q=0, n_k=0, heads=H, grid_bh=batch * H,
+           max_q=int(max_seqlen_q), max_k=int(max_seqlen_k), causal=bool(causal), scale=scale,
+           cfg=cfg, drop_args=_drop_args(seed_lo, seed_hi, p) if p > 0.0 else None,
+           cu=(cu_q, cu_k))
+    if qo.on_host:
+        return dq.copy_to_host(), dk.copy_to_host(), dv.copy_to_host()
+    return dq, dk, dv
+
+
+def _drop_args(seed_lo, seed_hi, p):
+    """(seed_lo, seed_hi, threshold, inv_keep = 1/(1 − p)): the kernels' dropout arguments."""
+    return (np.uint32(seed_lo), np.uint32(seed_hi), np.uint32(dropout.threshold(p)),
+            np.float32(1.0 / (1.0 - p)))
+
+
+def _flash(qf, kf, vf, dof, lsef, dvecf, dqf, dkf, dvf, *, d, n_q, n_k, heads, grid_bh, max_q,
+           max_k, causal, scale, cfg, kpm=None, drop_args=None, cu=None):
+    """§30: the dK/dV kernel, then the dQ kernel, on flat arrays (layouts: the forward's
+    ``attention_geometry``; ``cu`` = (cu_q, cu_k) selects VARLEN, the grids then sized by the
+    longest sequences max_q, max_k). D = rowsum(dO∘O) must already be in dvecf."""
+    vec = d % 4 == 0 and _aligned16(qf, kf, vf, dof)
+    cu_q, cu_k = cu or (_dummy("cu"), _dummy("cu"))
+    args = (np.float32(scale), d, n_q, n_k, heads, cu_q, cu_k,
+            _dummy("mask") if kpm is None else kpm) + \
+        (drop_args or (np.uint32(0), np.uint32(0), np.uint32(0), np.float32(1)))
+    flags = (causal, kpm is not None, drop_args is not None, vec, cu is not None)
+    D1, D2 = cfg.head_dims(d)
+    smem_kv, smem_q = cfg.smem_bytes(d)
+    if max_k > 0 and dkf.size:
+        kernel = KB.flash_bwd_dkdv_kernel(D1, cfg.Bc, cfg.Br, cfg.TR, cfg.TC, *flags)
+        launch(kernel, (-(-max_k // cfg.Bc), grid_bh), cfg.TR * cfg.TC,
+               (qf, kf, vf, dof, lsef, dvecf, dkf, dvf) + args, smem_kv)
+    if max_q > 0 and dqf.size:
+        kernel = KB.flash_bwd_dq_kernel(D2, cfg.dq_Br, cfg.dq_Bc, cfg.dq_TR, cfg.dq_TC, *flags)
+        launch(kernel, (-(-max_q // cfg.dq_Br), grid_bh), cfg.dq_TR * cfg.dq_TC,
+               (qf, kf, vf, dof, lsef, dvecf, dqf) + args, smem_q)
+
+
+def _preprocess(o2, do2, dvec):
+    """D_i = Σ_c dO_ic O_ic over rows o2, do2 [R, d] → dvec [R], one thread per row."""
+    rows = o2.shape[0]
+    if rows:
+        threads, most = STRIDE_LAUNCH
+        KB.bwd_preprocess[min(-(-rows // threads), most), threads](o2, do2, dvec)
 
 
 def _naive(q3, k3, v3, do3, lse2, dvec, dq3, dk3, dv3, scale, causal, pad, heads, dropping,

@@ -39,7 +39,8 @@ class FlashAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, causal, scale, key_padding_mask, dropout_p, seed):
-        q, k, v = (t.contiguous() for t in (q, k, v))
+        # (detached: torch refuses __cuda_array_interface__ on a tensor that requires grad)
+        q, k, v = (t.detach().contiguous() for t in (q, k, v))
         o, lse = attention(q, k, v, causal=causal, scale=scale,
                            key_padding_mask=key_padding_mask, dropout_p=dropout_p, seed=seed,
                            return_lse=True)
@@ -51,8 +52,10 @@ class FlashAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, do):
-        q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = attention_backward(do.contiguous(), q, k, v, o, lse, **ctx.options)
+        # (detached: autograd marks the saved output o as requiring grad)
+        q, k, v, o, lse = (t.detach() for t in ctx.saved_tensors)
+        dq, dk, dv = attention_backward(do.detach().contiguous(), q, k, v, o, lse,
+                                        **ctx.options)
         return _tensor(dq, q), _tensor(dk, q), _tensor(dv, q), None, None, None, None, None
 
 
