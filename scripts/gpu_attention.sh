@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One call on the H200: the test suite on the GPU, the attention sweep, the attention benchmark.
+# One call on the H200: any of the steps below, in order (tests, tuning sweeps, benchmarks, the
+# training example, section examples, an Nsight Compute profile).
 #   device run: bash scripts/gpu_attention.sh (carry .whl); logs under $OUT
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -13,6 +14,10 @@ for step in "$@"; do
     tune) python3 scripts/tune_attention.py ${TUNE_ARGS:-} > "$OUT/tune_attention.log" 2>&1; tail -40 "$OUT/tune_attention.log" ;;
     bench) python3 -m flashlesson.cli bench attention --json "$OUT/bench_attention.json" > "$OUT/bench_attention.log" 2>&1 || rc=1
            tail -30 "$OUT/bench_attention.log" ;;
+    train) python3 examples/train_tiny_transformer.py > "$OUT/train_tiny_transformer.log" 2>&1 || rc=1
+           tail -16 "$OUT/train_tiny_transformer.log" ;;
+    sections) python3 -m flashlesson.cli section ${SECTIONS:-30 31 35 36} > "$OUT/sections.log" 2>&1 || rc=1
+           grep -E "checks|FAIL|fail" "$OUT/sections.log" | tail -8 ;;
     tunebwd) python3 scripts/tune_backward.py ${TUNEBWD_ARGS:-} > "$OUT/tune_backward.log" 2>&1; tail -14 "$OUT/tune_backward.log" ;;
     bwd) python3 -m flashlesson.cli bench attention --backward --json "$OUT/bench_attention_backward.json" > "$OUT/bench_attention_backward.log" 2>&1 || rc=1
            tail -12 "$OUT/bench_attention_backward.log" ;;
