@@ -18,6 +18,14 @@ Menu
 | ``naive_ds_kernel(DROPOUT)``             | 31        | over stored P and dP: dS = P∘(dP∘Z − D) |
 |                                          |           | (in dP's place), P∘Z (in P's place)     |
 
+The two flash kernels' common steps are device functions, written once (factories, cached and
+specialized at compile time like ``tiles.tile_loader``: each closes over a thread's tile shape):
+``thread_place`` (block and thread → bh, the tile's first row, tc, r0), ``row_products``
+(S = A Bᵀ, dP likewise: contracting over d), ``causal_mask`` (§34 on S), ``transposed_store``
+(P∘Z, dS into shared memory), ``rows_accumulator`` (dV, dK, dQ += Xᵀ Y: contracting over the
+tile's rows), ``rows_writer`` (gradient rows to global memory); and plain ones: ``row_stats``
+(LSE, D of a query row), ``dropout_z`` (§36: Z of 4 keys of a query).
+
 §31's naive backward is ``gemm.matmul_kernel`` (S = QKᵀ·scale, dP = dO Vᵀ, dV = (P∘Z)ᵀ dO,
 dQ = dS K·scale, dK = dSᵀ Q·scale: five launches, ``TRANS_A`` for the two transposed products)
 around the two element-wise kernels: P and dP/dS are [B·H, Nq, Nk] arrays in HBM.
@@ -56,15 +64,16 @@ D/TC per thread). Its rows of the gradient, and their accumulators, never leave 
 no cross-thread reduction is needed, because the row statistics (LSE, D) come from the forward.
 
 Every tile is row-major in shared memory with a padded row stride (D + 4), loaded by
-``tiles.tile_loader``. The products that contract over d (S = Q Kᵀ, dP = dO Vᵀ) take both
-operands four at a time *along d* (``load4`` of a row: rows · 4 values, then one ``load4`` per
-column, 4·RM·CN multiply-adds per (RM + CN) loads); the products that contract over the tile's
-rows (dV, dK, dQ) take them four at a time along the output rows and columns, as the forward's
-P V. So one copy of each tile serves both kinds of product. The summation order of S is the
-forward kernel's (kk = 0, 1, 2, … one multiply-add at a time, on Q · scale): with the LSE that
-kernel saved, P = e^{S − LSE} is rebuilt from the very S it exponentiated, so the error of P is
-that of LSE alone — which matters when scores are large (|S| ~ 1000: a few float32 ulps of S
-are ~1e-4, see the outlier test).
+``tiles.tile_loader``. The products that contract over d (S = Q Kᵀ, dP = dO Vᵀ:
+``row_products``) take both operands four at a time *along d* (``load4`` of a row: rows · 4
+values, then one ``load4`` per column, 4·RM·CN multiply-adds per (RM + CN) loads); the products
+that contract over the tile's rows (dV, dK, dQ: ``rows_accumulator``) take them four at a time
+along the output rows and columns, as the forward's P V. So one copy of each tile serves both
+kinds of product. The summation order of S is the forward kernel's (kk = 0, 1, 2, … one
+multiply-add at a time, on Q · scale): with the LSE that kernel saved, P = e^{S − LSE} is
+rebuilt from the very S it exponentiated, so the error of P is that of LSE alone — which
+matters when scores are large (|S| ~ 1000: a few float32 ulps of S are ~1e-4, see the outlier
+test).
 
 Shared memory (dynamic, float32):
   dK/dV:  Kj, Vj [Bc][D+4]  |  Qi·scale, dOi [Br][D+4]  |  P∘Z, dS [Br][Bc+4]  |  LSE, D [Br]
@@ -116,6 +125,7 @@ import numpy as np
 from numba import cuda, float32
 
 from .attention import attention_geometry
+from .jit import pure_device
 from .philox import dropout_keep, dropout_words
 from .reductions import NEG_INF, ONE, ZERO, fast_exp
 from .tiles import tile_loader
@@ -153,6 +163,165 @@ def bwd_preprocess(o, do, dvec):
         row += cuda.gridDim.x * cuda.blockDim.x
 
 
+# ---------------------------------------------------------------------------------------------
+# The steps both flash kernels take, as device functions. Those that loop over a thread's part
+# of a tile come from lru_cached factories (as ``tiles.tile_loader``) that close over its shape,
+# so every loop count is a compile-time constant: the loops unroll as they did written out in
+# the kernels, and the local arrays they fill (S, dP, the accumulators) stay in registers.
+# Thread (tr, tc) owns rows r0 … r0 + RM − 1 of the block's tile (r0 = tr·RM) and the columns
+# W·(jj // 4) + 4·tc + (jj & 3) (jj < CN of S; c < DN of a gradient row). All but
+# ``thread_place`` use no ``cuda.*`` (``pure_device``: plain Python in the simulator).
+# ---------------------------------------------------------------------------------------------
+@lru_cache(maxsize=None)
+def thread_place(ROWS, RM, TC):
+    """→ ``place()``: where this thread works, in a grid (tiles, B·H) of blocks of tiles of
+    ROWS rows (keys for dK/dV, queries for dQ). Returns bh (the block's batch·head), x0 =
+    blockIdx.x·ROWS (its tile's first row), tid, and thread (tr, tc) = (tid // TC, tid % TC)'s
+    tc and r0 = tr·RM (its first row inside the tile)."""
+
+    @cuda.jit(device=True)
+    def place():
+        tid = cuda.threadIdx.x
+        tc = tid & (TC - 1)                         # tid % TC, known ≥ 0
+        return cuda.blockIdx.y, cuda.blockIdx.x * ROWS, tid, tc, (tid // TC) * RM
+
+    return place
+
+
+@lru_cache(maxsize=None)
+def row_products(RM, CN, D, DS, W):
+    """→ ``products(out, A, B, r0, tc, a4)``: out[i, jj] = Σ_{c < D} A[r0 + i, c] ·
+    B[W·(jj // 4) + 4·tc + (jj & 3), c], A and B tiles stored [rows][DS] (X[r, c] = X[r·DS + c]):
+    my RM rows of A against my CN rows of B, a product A Bᵀ that contracts over d (S = Qi Kjᵀ,
+    dP = dOi Vjᵀ; in the dK/dV kernel their transposes). Both operands four at a time along d
+    (``load4`` of a row, a4: RM × 4 scratch); each out[i, jj] summed c = 0, 1, 2, … one
+    multiply-add at a time: the forward kernel's order."""
+
+    @pure_device
+    def products(out, A, B, r0, tc, a4):
+        for i in range(RM):
+            for jj in range(CN):
+                out[i, jj] = ZERO
+        for kk in range(0, D, 4):
+            for i in range(RM):
+                a4[i, 0], a4[i, 1], a4[i, 2], a4[i, 3] = load4(A, (r0 + i) * DS + kk)
+            for jj in range(CN):
+                b0, b1, b2, b3 = load4(B, (W * (jj // 4) + 4 * tc + (jj & 3)) * DS + kk)
+                for i in range(RM):
+                    out[i, jj] += a4[i, 0] * b0
+                    out[i, jj] += a4[i, 1] * b1
+                    out[i, jj] += a4[i, 2] * b2
+                    out[i, jj] += a4[i, 3] * b3
+
+    return products
+
+
+@lru_cache(maxsize=None)
+def rows_accumulator(RM, DN, PS, DS, W):
+    """→ ``accumulate(acc, X, Y, n, r0, tc, a, b)``: acc[i, c] += Σ_{r < n} X[r, r0 + i] ·
+    Y[r, W·(c // 4) + 4·tc + (c & 3)], X stored [r][PS], Y [r][DS]: a product Xᵀ Y that
+    contracts over n rows of the streamed tile (dVj += (P∘Z)ᵀ dOi, dKj += dSᵀ Qi; dQi += dS Kj
+    from dSᵀ). Operands four at a time along i and c (a: RM, b: DN scratch), as the forward's
+    P V."""
+
+    @pure_device
+    def accumulate(acc, X, Y, n, r0, tc, a, b):
+        for r in range(n):
+            for g in range(RM // 4):
+                a[4 * g], a[4 * g + 1], a[4 * g + 2], a[4 * g + 3] = \
+                    load4(X, r * PS + r0 + 4 * g)
+            for h in range(DN // 4):
+                b[4 * h], b[4 * h + 1], b[4 * h + 2], b[4 * h + 3] = \
+                    load4(Y, r * DS + W * h + 4 * tc)
+            for i in range(RM):
+                for c in range(DN):
+                    acc[i, c] += a[i] * b[c]
+
+    return accumulate
+
+
+@lru_cache(maxsize=None)
+def transposed_store(RM, CN, PS, W):
+    """→ ``store_t(r0, tc, dst, x, dst2=None, x2=None)``: dst[(W·(jj // 4) + 4·tc + (jj & 3))·PS
+    + r0 + i] = x[i, jj], my RM × CN part of a tile into shared memory transposed (X of
+    ``rows_accumulator``), 4 of my rows a 16-byte store; dst2 ← x2 alike, when given (P∘Z and
+    dS: one pass, as ``rows_writer``)."""
+
+    @pure_device
+    def store_t(r0, tc, dst, x, dst2=None, x2=None):
+        for jj in range(CN):
+            col = W * (jj // 4) + 4 * tc + (jj & 3)
+            for g in range(RM // 4):
+                store4(dst, col * PS + r0 + 4 * g, x[4 * g, jj], x[4 * g + 1, jj],
+                       x[4 * g + 2, jj], x[4 * g + 3, jj])
+                if dst2 is not None:
+                    store4(dst2, col * PS + r0 + 4 * g, x2[4 * g, jj], x2[4 * g + 1, jj],
+                           x2[4 * g + 2, jj], x2[4 * g + 3, jj])
+
+    return store_t
+
+
+@lru_cache(maxsize=None)
+def causal_mask(RM, CN, W, KEY_ROWS):
+    """→ ``mask(s, row0, col0, tc, offset)``: §34, s[i, jj] = −inf where key > query + offset
+    (bottom-right: the query does not see the key), for row row0 + i and column col0 +
+    W·(jj // 4) + 4·tc + (jj & 3). KEY_ROWS: the rows are keys and the columns queries (dK/dV's
+    S = Kj Qiᵀ); else rows are queries (dQ's S = Qi Kjᵀ)."""
+
+    @pure_device
+    def mask(s, row0, col0, tc, offset):
+        for i in range(RM):
+            for jj in range(CN):
+                col = col0 + W * (jj // 4) + 4 * tc + (jj & 3)
+                key = row0 + i if KEY_ROWS else col
+                query = col if KEY_ROWS else row0 + i
+                if key > query + offset:
+                    s[i, jj] = NEG_INF
+
+    return mask
+
+
+@lru_cache(maxsize=None)
+def rows_writer(RM, DN, W):
+    """→ ``write(base, row_stride, row0, n, d, tc, scale, out, acc, out2=None, acc2=None)``:
+    out[base + row·row_stride + col] = acc[i, c] · scale for my rows row = row0 + i < n and my
+    columns col = W·(c // 4) + 4·tc + (c & 3) < d: a thread's gradient rows to global memory;
+    out2 ← acc2 · scale at the same places too, when given (dK and dV: one pass, one address
+    computation for both)."""
+
+    @pure_device
+    def write(base, row_stride, row0, n, d, tc, scale, out, acc, out2=None, acc2=None):
+        for i in range(RM):
+            row = row0 + i
+            if row < n:
+                for c in range(DN):
+                    col = W * (c // 4) + 4 * tc + (c & 3)
+                    if col < d:
+                        out[base + row * row_stride + col] = acc[i, c] * scale
+                        if out2 is not None:
+                            out2[base + row * row_stride + col] = acc2[i, c] * scale
+
+    return write
+
+
+@pure_device
+def row_stats(lse, dvec, lse_base, lse_stride, row, n_q):
+    """(LSE, D) of query row: LSE = +inf for a row that sees no key (saved −inf) and for a row
+    past n_q, so that its P = e^{S − ∞} = 0; D = 0 past n_q."""
+    x = lse[lse_base + row * lse_stride] if row < n_q else NEG_INF
+    return (POS_INF if x == NEG_INF else x,
+            dvec[lse_base + row * lse_stride] if row < n_q else ZERO)
+
+
+@pure_device
+def dropout_z(seed_lo, seed_hi, bh, row, quad, threshold, inv_keep):
+    """§36: Z of keys 4·quad … 4·quad + 3 of query row, from one Philox call: inv_keep =
+    1/(1 − p) where the key's word ≥ threshold (kept, as ``philox.dropout_keep``), else 0."""
+    w0, w1, w2, w3 = dropout_words(seed_lo, seed_hi, bh, row, quad)
+    return (inv_keep if w0 >= threshold else ZERO, inv_keep if w1 >= threshold else ZERO,
+            inv_keep if w2 >= threshold else ZERO, inv_keep if w3 >= threshold else ZERO)
+
+
 @lru_cache(maxsize=None)
 def flash_bwd_dkdv_kernel(D, Bc, Br, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VARLEN=False):
     """dK, dV of one K/V tile of Bc keys per block, Q tiles of Br queries streamed; TR × TC
@@ -176,8 +345,14 @@ def flash_bwd_dkdv_kernel(D, Bc, Br, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VA
     assert END == dkdv_smem_floats(D, Bc, Br)
     assert T % 32 == 0 and 32 % TC == 0 and RM % 4 == 0 and CN % 4 == 0 and DN % 4 == 0
     assert RM * TR == Bc and CN * TC == Br and DN * TC == D
+    place = thread_place(Bc, RM, TC)                        # a tile of keys per block
     load_rows_k = tile_loader(Bc, D, T, DS, False, VEC)     # Kj or Vj, row-major
     load_rows_q = tile_loader(Br, D, T, DS, False, VEC)     # Qi · scale or dOi, row-major
+    products = row_products(RM, CN, D, DS, W)               # S = Kj Qiᵀ, dP = Vj dOiᵀ
+    mask_causal = causal_mask(RM, CN, W, True)              # rows are keys
+    store_t = transposed_store(RM, CN, PS, W)               # P∘Z, dS → [query][key]
+    accumulate = rows_accumulator(RM, DN, PS, DS, W)        # dVj += (P∘Z)ᵀ dOi, dKj += dSᵀ Qi
+    write = rows_writer(RM, DN, W)                          # dKj, dVj → dk, dv
 
     @cuda.jit
     def flash_bwd_dkdv(q, k, v, do, lse, dvec, dk, dv, scale, d, n_q, n_k, heads, cu_q, cu_k,
@@ -186,12 +361,7 @@ def flash_bwd_dkdv_kernel(D, Bc, Br, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VA
         (VARLEN: [total, H, d] and [total_q, H], see ``attention_geometry``); cu_q, cu_k int32
         [B + 1] (VARLEN); kpm uint8 [B, Nk] (PAD); seed_lo, seed_hi, threshold uint32 and
         inv_keep = 1/(1 − p) (DROPOUT)."""
-        bh = cuda.blockIdx.y                        # which (batch, head)
-        k0 = cuda.blockIdx.x * Bc                   # first key of this block's tile
-        tid = cuda.threadIdx.x
-        tr = tid // TC
-        tc = tid & (TC - 1)                         # tid % TC, known ≥ 0
-        r0 = tr * RM                                # my first key inside the tile
+        bh, k0, tid, tc, r0 = place()               # (batch·head, first key), my rows k0 + r0 …
         b_idx = bh // heads                         # the batch row (VARLEN: the sequence)
         # head bh: Q[row, c] = q[q_base + row·row_stride + c], K[key, c] = k[k_base + …],
         # LSE[row] = lse[lse_base + row·lse_stride] (D alike): the forward's addressing
@@ -245,38 +415,13 @@ def flash_bwd_dkdv_kernel(D, Bc, Br, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VA
             cuda.syncthreads()                      # wait: the previous Qi, dOi, P∘Z, dS are used
             load_rows_q(q, q_base, row_stride, q0, n_q, d, Qi, scale)
             load_rows_q(do, q_base, row_stride, q0, n_q, d, dOi, ONE)
-            for r in range(tid, Br, T):
-                row = q0 + r
-                x = lse[lse_base + row * lse_stride] if row < n_q else NEG_INF
-                Li[r] = POS_INF if x == NEG_INF else x      # no key (or no row): P = 0
-                Di[r] = dvec[lse_base + row * lse_stride] if row < n_q else ZERO
+            for r in range(tid, Br, T):             # (no key, or no row: LSE = +inf, P = 0)
+                Li[r], Di[r] = row_stats(lse, dvec, lse_base, lse_stride, q0 + r, n_q)
             cuda.syncthreads()                      # wait: Qi, dOi, LSE, D (first time: Kj, Vj)
 
             # S = Kj Qiᵀ (Q scaled) and dP = Vj dOiᵀ: RM × CN each, d four at a time
-            for i in range(RM):
-                for jj in range(CN):
-                    s[i, jj] = ZERO
-                    dp[i, jj] = ZERO
-            for kk in range(0, D, 4):
-                for i in range(RM):
-                    a4[i, 0], a4[i, 1], a4[i, 2], a4[i, 3] = load4(Kj, (r0 + i) * DS + kk)
-                for jj in range(CN):
-                    b0, b1, b2, b3 = load4(Qi, (W * (jj // 4) + 4 * tc + (jj & 3)) * DS + kk)
-                    for i in range(RM):             # (the forward's order: one kk at a time)
-                        s[i, jj] += a4[i, 0] * b0
-                        s[i, jj] += a4[i, 1] * b1
-                        s[i, jj] += a4[i, 2] * b2
-                        s[i, jj] += a4[i, 3] * b3
-            for kk in range(0, D, 4):
-                for i in range(RM):
-                    a4[i, 0], a4[i, 1], a4[i, 2], a4[i, 3] = load4(Vj, (r0 + i) * DS + kk)
-                for jj in range(CN):
-                    b0, b1, b2, b3 = load4(dOi, (W * (jj // 4) + 4 * tc + (jj & 3)) * DS + kk)
-                    for i in range(RM):
-                        dp[i, jj] += a4[i, 0] * b0
-                        dp[i, jj] += a4[i, 1] * b1
-                        dp[i, jj] += a4[i, 2] * b2
-                        dp[i, jj] += a4[i, 3] * b3
+            products(s, Kj, Qi, r0, tc, a4)
+            products(dp, Vj, dOi, r0, tc, a4)
 
             # §35: a padded key is in no score; §34: on the diagonal tiles, keys after the query
             if PAD:
@@ -286,12 +431,7 @@ def flash_bwd_dkdv_kernel(D, Bc, Br, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VA
                         for jj in range(CN):
                             s[i, jj] = NEG_INF
             if CAUSAL and k0 + Bc - 1 > q0 + offset:
-                for i in range(RM):
-                    key = k0 + r0 + i
-                    for jj in range(CN):
-                        row = q0 + W * (jj // 4) + 4 * tc + (jj & 3)
-                        if key > row + offset:
-                            s[i, jj] = NEG_INF
+                mask_causal(s, k0 + r0, q0, tc, offset)     # rows: keys, columns: queries
 
             # P = exp(S − LSE); P∘Z (for dV) and dS = P ∘ (dP∘Z − D) (for dK), in place
             for h in range(CN // 4):
@@ -301,57 +441,23 @@ def flash_bwd_dkdv_kernel(D, Bc, Br, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VA
                 row = q0 + W * (jj // 4) + 4 * tc + (jj & 3)
                 for g in range(RM // 4):            # keys 4g … 4g + 3 of my rows: one quad
                     if DROPOUT:                     # §36: Z of these 4 keys, one Philox call
-                        w0, w1, w2, w3 = dropout_words(seed_lo, seed_hi, bh, row,
-                                                       (k0 + r0 + 4 * g) >> 2)
-                        z[0] = inv_keep if w0 >= threshold else ZERO
-                        z[1] = inv_keep if w1 >= threshold else ZERO
-                        z[2] = inv_keep if w2 >= threshold else ZERO
-                        z[3] = inv_keep if w3 >= threshold else ZERO
+                        z[0], z[1], z[2], z[3] = dropout_z(seed_lo, seed_hi, bh, row,
+                                                           (k0 + r0 + 4 * g) >> 2, threshold,
+                                                           inv_keep)
                     for e in range(4):
                         i = 4 * g + e
                         p = fast_exp(s[i, jj] - lc[jj])             # P = exp(S − LSE)
                         s[i, jj] = p * z[e]                         # P∘Z
                         dp[i, jj] = p * (dp[i, jj] * z[e] - dc[jj])  # dS = P ∘ (dP∘Z − D)
-            for jj in range(CN):                    # → shared memory [query][key], 4 keys a store
-                col = W * (jj // 4) + 4 * tc + (jj & 3)
-                for g in range(RM // 4):
-                    store4(PZ, col * PS + r0 + 4 * g, s[4 * g, jj], s[4 * g + 1, jj],
-                           s[4 * g + 2, jj], s[4 * g + 3, jj])
-                    store4(dS, col * PS + r0 + 4 * g, dp[4 * g, jj], dp[4 * g + 1, jj],
-                           dp[4 * g + 2, jj], dp[4 * g + 3, jj])
+            store_t(r0, tc, PZ, s, dS, dp)          # P∘Z, dS → [query][key], 4 keys a store
             cuda.syncthreads()                      # wait: the tile's P∘Z and dS are stored
 
             n_rows = min(Br, n_q - q0)              # (queries past Nq add zeros: skip them)
-            for r in range(n_rows):                 # dVj += (P∘Z)ᵀ dOi
-                for g in range(RM // 4):
-                    a[4 * g], a[4 * g + 1], a[4 * g + 2], a[4 * g + 3] = \
-                        load4(PZ, r * PS + r0 + 4 * g)
-                for h in range(DN // 4):
-                    b[4 * h], b[4 * h + 1], b[4 * h + 2], b[4 * h + 3] = \
-                        load4(dOi, r * DS + W * h + 4 * tc)
-                for i in range(RM):
-                    for c in range(DN):
-                        dv_acc[i, c] += a[i] * b[c]
-            for r in range(n_rows):                 # dKj += dSᵀ (Qi · scale)
-                for g in range(RM // 4):
-                    a[4 * g], a[4 * g + 1], a[4 * g + 2], a[4 * g + 3] = \
-                        load4(dS, r * PS + r0 + 4 * g)
-                for h in range(DN // 4):
-                    b[4 * h], b[4 * h + 1], b[4 * h + 2], b[4 * h + 3] = \
-                        load4(Qi, r * DS + W * h + 4 * tc)
-                for i in range(RM):
-                    for c in range(DN):
-                        dk_acc[i, c] += a[i] * b[c]
+            accumulate(dv_acc, PZ, dOi, n_rows, r0, tc, a, b)   # dVj += (P∘Z)ᵀ dOi
+            accumulate(dk_acc, dS, Qi, n_rows, r0, tc, a, b)    # dKj += dSᵀ (Qi · scale)
 
         # dKj, dVj: the only writes to global memory (zeros if no query sees the tile)
-        for i in range(RM):
-            key = k0 + r0 + i
-            if key < n_k:
-                for c in range(DN):
-                    col = W * (c // 4) + 4 * tc + (c & 3)
-                    if col < d:
-                        dk[k_base + key * row_stride + col] = dk_acc[i, c]
-                        dv[k_base + key * row_stride + col] = dv_acc[i, c]
+        write(k_base, row_stride, k0 + r0, n_k, d, tc, ONE, dk, dk_acc, dv, dv_acc)
 
     return flash_bwd_dkdv
 
@@ -377,22 +483,22 @@ def flash_bwd_dq_kernel(D, Br, Bc, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VARL
     assert END == dq_smem_floats(D, Br, Bc)
     assert T % 32 == 0 and 32 % TC == 0 and RM % 4 == 0 and CN % 4 == 0 and DN % 4 == 0
     assert RM * TR == Br and CN * TC == Bc and DN * TC == D
+    place = thread_place(Br, RM, TC)                        # a tile of queries per block
     load_rows_q = tile_loader(Br, D, T, DS, False, VEC)     # Qi · scale or dOi, row-major
     load_rows_k = tile_loader(Bc, D, T, DS, False, VEC)     # Kj or Vj, row-major
+    products = row_products(RM, CN, D, DS, W)               # S = Qi Kjᵀ, dP = dOi Vjᵀ
+    mask_causal = causal_mask(RM, CN, W, False)             # rows are queries
+    store_t = transposed_store(RM, CN, PS, W)               # dS → dSᵀ [key][query]
+    accumulate = rows_accumulator(RM, DN, PS, DS, W)        # dQi += dS Kj
+    write = rows_writer(RM, DN, W)                          # dQi → dq
 
     @cuda.jit
     def flash_bwd_dq(q, k, v, do, lse, dvec, dq, scale, d, n_q, n_k, heads, cu_q, cu_k, kpm,
                      seed_lo, seed_hi, threshold, inv_keep):
         """As the dK/dV kernel's arguments; dq flat, q's layout."""
-        bh = cuda.blockIdx.y                        # which (batch, head)
-        q0 = cuda.blockIdx.x * Br                   # first query of this block's tile
-        tid = cuda.threadIdx.x
-        tr = tid // TC
-        tc = tid & (TC - 1)                         # tid % TC, known ≥ 0
-        r0 = tr * RM                                # my first query inside the tile
+        bh, q0, tid, tc, r0 = place()               # (batch·head, first query), my rows q0 + r0 …
         b_idx = bh // heads                         # the batch row (VARLEN: the sequence)
-        # head bh: Q[row, c] = q[q_base + row·row_stride + c], K[key, c] = k[k_base + …],
-        # LSE[row] = lse[lse_base + row·lse_stride] (D alike): the forward's addressing
+        # head bh: as in the dK/dV kernel (the forward's addressing)
         n_q, n_k, q_base, k_base, row_stride, lse_base, lse_stride = attention_geometry(
             bh, heads, d, n_q, n_k, cu_q, cu_k, VARLEN)
         if q0 >= n_q:
@@ -423,10 +529,7 @@ def flash_bwd_dq_kernel(D, Br, Bc, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VARL
         mc = cuda.local.array(CN, float32)          # key mask of my columns
         z = cuda.local.array(4, float32)            # dropout: Z of 4 keys of one query
         for i in range(RM):
-            row = q0 + r0 + i
-            x = lse[lse_base + row * lse_stride] if row < n_q else NEG_INF
-            lr[i] = POS_INF if x == NEG_INF else x
-            dr[i] = dvec[lse_base + row * lse_stride] if row < n_q else ZERO
+            lr[i], dr[i] = row_stats(lse, dvec, lse_base, lse_stride, q0 + r0 + i, n_q)
             for c in range(DN):
                 acc[i, c] = ZERO
         for e in range(4):
@@ -452,30 +555,8 @@ def flash_bwd_dq_kernel(D, Br, Bc, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VARL
             cuda.syncthreads()                      # wait: Kj, Vj, the mask (first: Qi, dOi)
 
             # S = Qi Kjᵀ (Q scaled) and dP = dOi Vjᵀ: RM × CN each, d four at a time
-            for i in range(RM):
-                for jj in range(CN):
-                    s[i, jj] = ZERO
-                    dp[i, jj] = ZERO
-            for kk in range(0, D, 4):
-                for i in range(RM):
-                    a4[i, 0], a4[i, 1], a4[i, 2], a4[i, 3] = load4(Qi, (r0 + i) * DS + kk)
-                for jj in range(CN):
-                    b0, b1, b2, b3 = load4(Kj, (W * (jj // 4) + 4 * tc + (jj & 3)) * DS + kk)
-                    for i in range(RM):             # (the forward's order: one kk at a time)
-                        s[i, jj] += a4[i, 0] * b0
-                        s[i, jj] += a4[i, 1] * b1
-                        s[i, jj] += a4[i, 2] * b2
-                        s[i, jj] += a4[i, 3] * b3
-            for kk in range(0, D, 4):
-                for i in range(RM):
-                    a4[i, 0], a4[i, 1], a4[i, 2], a4[i, 3] = load4(dOi, (r0 + i) * DS + kk)
-                for jj in range(CN):
-                    b0, b1, b2, b3 = load4(Vj, (W * (jj // 4) + 4 * tc + (jj & 3)) * DS + kk)
-                    for i in range(RM):
-                        dp[i, jj] += a4[i, 0] * b0
-                        dp[i, jj] += a4[i, 1] * b1
-                        dp[i, jj] += a4[i, 2] * b2
-                        dp[i, jj] += a4[i, 3] * b3
+            products(s, Qi, Kj, r0, tc, a4)
+            products(dp, dOi, Vj, r0, tc, a4)
 
             # masks: keys past Nk and padded keys (§35) on the tiles that have them; §34 the
             # diagonal tiles (as in the forward: the other tiles need no test)
@@ -487,55 +568,28 @@ def flash_bwd_dq_kernel(D, Br, Bc, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VARL
                     for jj in range(CN):
                         s[i, jj] += mc[jj]          # S + (−inf) = −inf; S + 0 = S
             if CAUSAL and k0 + Bc - 1 > q0 + offset:
-                for i in range(RM):
-                    row = q0 + r0 + i
-                    for jj in range(CN):
-                        key = k0 + W * (jj // 4) + 4 * tc + (jj & 3)
-                        if key > row + offset:
-                            s[i, jj] = NEG_INF
+                mask_causal(s, q0 + r0, k0, tc, offset)     # rows: queries, columns: keys
 
             # P = exp(S − LSE), dS = P ∘ (dP∘Z − D), in place
             for i in range(RM):
                 row = q0 + r0 + i
                 for h in range(CN // 4):            # keys W·h + 4·tc + e, e < 4: one quad
                     if DROPOUT:                     # §36: Z of these 4 keys, one Philox call
-                        w0, w1, w2, w3 = dropout_words(seed_lo, seed_hi, bh, row,
-                                                       (k0 + W * h + 4 * tc) >> 2)
-                        z[0] = inv_keep if w0 >= threshold else ZERO
-                        z[1] = inv_keep if w1 >= threshold else ZERO
-                        z[2] = inv_keep if w2 >= threshold else ZERO
-                        z[3] = inv_keep if w3 >= threshold else ZERO
+                        z[0], z[1], z[2], z[3] = dropout_z(seed_lo, seed_hi, bh, row,
+                                                           (k0 + W * h + 4 * tc) >> 2,
+                                                           threshold, inv_keep)
                     for e in range(4):
                         jj = 4 * h + e
                         p = fast_exp(s[i, jj] - lr[i])              # P = exp(S − LSE)
                         dp[i, jj] = p * (dp[i, jj] * z[e] - dr[i])  # dS = P ∘ (dP∘Z − D)
-            for jj in range(CN):                    # dSᵀ → shared memory, 4 queries per store
-                col = W * (jj // 4) + 4 * tc + (jj & 3)
-                for g in range(RM // 4):
-                    store4(dSt, col * PS + r0 + 4 * g, dp[4 * g, jj], dp[4 * g + 1, jj],
-                           dp[4 * g + 2, jj], dp[4 * g + 3, jj])
+            store_t(r0, tc, dSt, dp)                # dSᵀ → shared memory, 4 queries a store
             cuda.syncthreads()                      # wait: the tile's dS is stored
 
             n_keys = min(Bc, n_k - k0)              # (keys past Nk add zeros: skip them)
-            for jk in range(n_keys):                # dQi += dS Kj
-                for g in range(RM // 4):
-                    a[4 * g], a[4 * g + 1], a[4 * g + 2], a[4 * g + 3] = \
-                        load4(dSt, jk * PS + r0 + 4 * g)
-                for h in range(DN // 4):
-                    b[4 * h], b[4 * h + 1], b[4 * h + 2], b[4 * h + 3] = \
-                        load4(Kj, jk * DS + W * h + 4 * tc)
-                for i in range(RM):
-                    for c in range(DN):
-                        acc[i, c] += a[i] * b[c]
+            accumulate(acc, dSt, Kj, n_keys, r0, tc, a, b)      # dQi += dS Kj
 
         # dQi = acc · scale: the only write to global memory (zeros for a row that sees no key)
-        for i in range(RM):
-            row = q0 + r0 + i
-            if row < n_q:
-                for c in range(DN):
-                    col = W * (c // 4) + 4 * tc + (c & 3)
-                    if col < d:
-                        dq[q_base + row * row_stride + col] = acc[i, c] * scale
+        write(q_base, row_stride, q0 + r0, n_q, d, tc, scale, dq, acc)
 
     return flash_bwd_dq
 

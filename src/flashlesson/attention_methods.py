@@ -303,18 +303,10 @@ def _check_cu(cu, name, batch, total):
     return co.device_view(co.shape), np.diff(host.astype(np.int64))
 
 
-def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q, max_seqlen_k,
-                     causal=False, scale=None, dropout_p=0.0, seed=0, return_lse=False,
-                     config=None):
-    """§35: attention over packed variable-length sequences, no padding computed.
-
-    q [total_q, H, d], k and v [total_k, H, d] float32; sequence b is rows
-    cu_seqlens_q[b] … cu_seqlens_q[b+1] − 1 of q (and likewise of k, v with cu_seqlens_k);
-    offsets int32 [B + 1], starting at 0, not decreasing, ending at total. max_seqlen_q and
-    max_seqlen_k: at least the longest sequence (the grid is sized by max_seqlen_q). Causal
-    alignment, dropout (b = sequence index, i and j = positions inside it) and empty
-    sequences as in ``attention``. Returns o [total_q, H, d] (and LSE [total_q, H]).
-    """
+def varlen_operands(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    """Validate §35's packed operands (shared by the forward and the backward): q [total_q, H,
+    d], k and v [total_k, H, d] float32, offsets int32 [B + 1], max lengths covering the longest
+    sequence. Returns (q, k, v Operands, B, cu_q and cu_k on the device)."""
     qo = Operand(q, "q", (np.float32,), ndim=3)
     ko = Operand(k, "k", (np.float32,), ndim=3)
     vo = Operand(v, "v", (np.float32,), ndim=3)
@@ -331,6 +323,9 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q, max_s
     batch = cuo.shape[0] - 1
     if batch < 1:
         raise ValueError("cu_seqlens_q: expected at least two offsets (one sequence)")
+    if batch * H > 65535:
+        raise ValueError(f"cu_seqlens_q: B·H = {batch * H} exceeds the 65535 blocks of a "
+                         "grid's y dimension")
     cu_q, len_q = _check_cu(cu_seqlens_q, "cu_seqlens_q", batch, total_q)
     cu_k, len_k = _check_cu(cu_seqlens_k, "cu_seqlens_k", batch, total_k)
     for name, value, lengths in (("max_seqlen_q", max_seqlen_q, len_q),
@@ -340,6 +335,24 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q, max_s
         if value < max(int(lengths.max()), 1):
             raise ValueError(f"{name}: {value} is shorter than the longest sequence "
                              f"({int(lengths.max())})")
+    return qo, ko, vo, batch, cu_q, cu_k
+
+
+def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q, max_seqlen_k,
+                     causal=False, scale=None, dropout_p=0.0, seed=0, return_lse=False,
+                     config=None):
+    """§35: attention over packed variable-length sequences, no padding computed.
+
+    q [total_q, H, d], k and v [total_k, H, d] float32; sequence b is rows
+    cu_seqlens_q[b] … cu_seqlens_q[b+1] − 1 of q (and likewise of k, v with cu_seqlens_k);
+    offsets int32 [B + 1], starting at 0, not decreasing, ending at total. max_seqlen_q and
+    max_seqlen_k: at least the longest sequence (the grid is sized by max_seqlen_q). Causal
+    alignment, dropout (b = sequence index, i and j = positions inside it) and empty
+    sequences as in ``attention``. Returns o [total_q, H, d] (and LSE [total_q, H]).
+    """
+    qo, ko, vo, batch, cu_q, cu_k = varlen_operands(q, k, v, cu_seqlens_q, cu_seqlens_k,
+                                                    max_seqlen_q, max_seqlen_k)
+    total_q, H, d = qo.shape
     scale = _check_scale(scale, d)
     p, dropout = _check_dropout(dropout_p, seed)
     o = empty((total_q, H, d), np.float32)

@@ -23,8 +23,8 @@ from kernels_numba import gemm as KG
 
 from . import device, dropout
 from .arrays import Operand, empty
-from .attention_methods import GEMM_TILES, MAX_HEAD_DIM, WARP, AttentionMethod, _check_cu, \
-    _check_scale, _dummy, _operands
+from .attention_methods import GEMM_TILES, MAX_HEAD_DIM, WARP, AttentionMethod, \
+    _check_scale, _dummy, _operands, varlen_operands
 from .launch import launch, max_shared_bytes
 
 # Registers: a coarse guard on the floats a thread keeps live in its inner loops (gradient
@@ -296,40 +296,16 @@ def varlen_attention_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, *
     NumPy in → NumPy out; device arrays in → device arrays out, without host copies.
     Returns (dq [total_q, H, d], dk [total_k, H, d], dv [total_k, H, d]), float32.
     """
-    qo = Operand(q, "q", (np.float32,), ndim=3)
-    ko = Operand(k, "k", (np.float32,), ndim=3)
-    vo = Operand(v, "v", (np.float32,), ndim=3)
-    if not (qo.on_host == ko.on_host == vo.on_host):
-        raise TypeError("q, k, v: all three must be NumPy arrays or all three device arrays")
+    qo, ko, vo, batch, cu_q, cu_k = varlen_operands(q, k, v, cu_seqlens_q, cu_seqlens_k,
+                                                    max_seqlen_q, max_seqlen_k)
     total_q, H, d = qo.shape
     total_k = ko.shape[0]
-    if ko.shape[1:] != (H, d) or vo.shape != ko.shape:
-        raise ValueError(f"k, v: expected [total_k, H, d] with q's H = {H}, d = {d} and equal "
-                         f"shapes; got k {ko.shape}, v {vo.shape}")
-    if not 1 <= d <= MAX_HEAD_DIM:
-        raise ValueError(f"q: head dimension d = {d} is not supported (1 … {MAX_HEAD_DIM})")
     doo = _like_q(do, "do", qo)
     oo = _like_q(o, "o", qo)
     lo = Operand(lse, "lse", (np.float32,), ndim=2)
     _same_side(lo, qo)
     if lo.shape != (total_q, H):
         raise ValueError(f"lse: expected shape {(total_q, H)} ([total_q, H]), got {lo.shape}")
-    cuo = Operand(cu_seqlens_q, "cu_seqlens_q", (np.int32,), ndim=1)
-    batch = cuo.shape[0] - 1
-    if batch < 1:
-        raise ValueError("cu_seqlens_q: expected at least two offsets (one sequence)")
-    if batch * H > 65535:
-        raise ValueError(f"cu_seqlens_q: B·H = {batch * H} exceeds the 65535 blocks of a "
-                         "grid's y dimension")
-    cu_q, len_q = _check_cu(cu_seqlens_q, "cu_seqlens_q", batch, total_q)
-    cu_k, len_k = _check_cu(cu_seqlens_k, "cu_seqlens_k", batch, total_k)
-    for name, value, lengths in (("max_seqlen_q", max_seqlen_q, len_q),
-                                 ("max_seqlen_k", max_seqlen_k, len_k)):
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
-        if value < max(int(lengths.max()), 1):
-            raise ValueError(f"{name}: {value} is shorter than the longest sequence "
-                             f"({int(lengths.max())})")
     p = _check_dropout_p(dropout_p)
     seed_lo, seed_hi = dropout.seed_key(seed)                   # (checks seed, names it)
     scale = _check_scale(scale, d)
