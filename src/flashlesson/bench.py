@@ -259,6 +259,21 @@ def device_bytes_held(fn):
     return free0 - free1
 
 
+def _time_sdpa_backends(torch, make_fn, flops, row, key, log, what):
+    """row[key.format(backend)] = TFLOP/s of torch SDPA per fp32 backend (math, efficient):
+    ``make_fn()`` builds, under that backend, the call to time."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    for name, backend in (("math", SDPBackend.MATH),
+                          ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
+        try:
+            with sdpa_kernel(backend):
+                ms = time_gpu_adaptive(make_fn())
+            row[key.format(name)] = flops / ms / 1e9
+        except RuntimeError as exc:                  # e.g. out of memory for math
+            log(f"sdpa {name} {what}: {str(exc)[:80]}")
+        torch.cuda.empty_cache()
+
+
 def bench_attention(shapes=ATTENTION_SHAPES + ATTENTION_SWEEP, causal_modes=(False, True),
                     methods=("flash", "naive"), long_check=True, log=print):
     """Check, then time every method on every shape; torch SDPA (math, efficient) beside it."""
@@ -276,23 +291,15 @@ def bench_attention(shapes=ATTENTION_SHAPES + ATTENTION_SWEEP, causal_modes=(Fal
             ref = None
             row = {"B": b, "H": h, "N": n, "d": d, "causal": causal}
             if torch is not None:
-                from torch.nn.attention import SDPBackend, sdpa_kernel
                 tq, tk, tv = (torch.as_tensor(a, device="cuda") for a in (q, k, v))
                 # float64 reference for head (0, 0), from torch's math backend
                 ref = torch.nn.functional.scaled_dot_product_attention(
                     tq[:1, :1].double(), tk[:1, :1].double(), tv[:1, :1].double(),
                     is_causal=causal)[0, 0].cpu().numpy()
-                for name, backend in (("math", SDPBackend.MATH),
-                                      ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
-                    try:
-                        with sdpa_kernel(backend):
-                            f = (lambda: torch.nn.functional.scaled_dot_product_attention(
-                                tq, tk, tv, is_causal=causal))
-                            ms = time_gpu_adaptive(f)
-                        row[f"sdpa {name} TFLOP/s"] = flops / ms / 1e9
-                    except RuntimeError as exc:          # e.g. out of memory for math
-                        log(f"sdpa {name} {shape} causal={causal}: {str(exc)[:80]}")
-                    torch.cuda.empty_cache()
+                _time_sdpa_backends(
+                    torch, lambda: (lambda: torch.nn.functional.scaled_dot_product_attention(
+                        tq, tk, tv, is_causal=causal)),
+                    flops, row, "sdpa {} TFLOP/s", log, f"{shape} causal={causal}")
             for method in methods:
                 if method == "naive" and n * n * b * h * 4 * 2 > 40e9:
                     continue                            # S and P would not fit: flash only
@@ -357,7 +364,6 @@ def bench_attention_backward(shapes=ATTENTION_SHAPES, causal_modes=(False, True)
             o, lse = fl_attention(q, k, v, causal=causal, return_lse=True)
             ref = None
             if torch is not None:
-                from torch.nn.attention import SDPBackend, sdpa_kernel
                 F = torch.nn.functional
                 tq, tk, tv, tdo = (torch.as_tensor(a, device="cuda") for a in (q, k, v, do))
                 # float64 gradients of head (0, 0) from torch autograd of the math backend
@@ -365,20 +371,14 @@ def bench_attention_backward(shapes=ATTENTION_SHAPES, causal_modes=(False, True)
                 out = F.scaled_dot_product_attention(q64, k64, v64, is_causal=causal)
                 ref = [g[0, 0].cpu().numpy() for g in torch.autograd.grad(
                     out, (q64, k64, v64), tdo[:1, :1].double())]
-                for name, backend in (("math", SDPBackend.MATH),
-                                      ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
-                    try:
-                        with sdpa_kernel(backend):
-                            xq, xk, xv = (t.clone().requires_grad_() for t in (tq, tk, tv))
-                            out = F.scaled_dot_product_attention(xq, xk, xv, is_causal=causal)
-                            f = (lambda: torch.autograd.grad(out, (xq, xk, xv), tdo,
-                                                             retain_graph=True))
-                            ms = time_gpu_adaptive(f)
-                        row[f"sdpa {name} bwd TFLOP/s"] = flops / ms / 1e9
-                        del out, xq, xk, xv
-                    except RuntimeError as exc:          # e.g. out of memory for math
-                        log(f"sdpa {name} backward {shape} causal={causal}: {str(exc)[:80]}")
-                    torch.cuda.empty_cache()
+
+                def backward_of_sdpa():
+                    xq, xk, xv = (t.clone().requires_grad_() for t in (tq, tk, tv))
+                    out = F.scaled_dot_product_attention(xq, xk, xv, is_causal=causal)
+                    return lambda: torch.autograd.grad(out, (xq, xk, xv), tdo, retain_graph=True)
+
+                _time_sdpa_backends(torch, backward_of_sdpa, flops, row, "sdpa {} bwd TFLOP/s",
+                                    log, f"backward {shape} causal={causal}")
             for method in methods:
                 if method == "naive" and n * n * b * h * 4 * 2 > 40e9:
                     continue
