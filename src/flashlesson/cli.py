@@ -7,6 +7,9 @@
     flashlesson bench softmax [...]   GPU only: every method × N × dtype, GB/s, vs torch
     flashlesson bench attention       GPU only: naive and flash, TFLOP/s, vs torch SDPA
     flashlesson bench attention --backward   the same for the backward pass (§30–31)
+    flashlesson traffic softmax --method M --shape ROWS N      global reads/writes per array:
+    flashlesson traffic attention --method naive|flash --shape B H NQ NK D [--causal]
+                                      the model beside the count (simulator; see traffic.py)
 """
 
 import argparse
@@ -104,6 +107,75 @@ def _cmd_bench(args):
     return 0
 
 
+def _cmd_traffic(args):
+    """The model of each global array's element reads and writes beside the counted ones (the
+    kernels run in the simulator, their device arrays instrumented: flashlesson.traffic)."""
+    import numpy as np
+    from . import device, traffic
+    from .attention_methods import CHOICES as ATTENTION_CHOICES
+    from .softmax_methods import CHOICES as SOFTMAX_CHOICES, choose
+    want = 2 if args.what == "softmax" else 5
+    if len(args.shape) != want or min(args.shape) < 1:
+        what = "ROWS N" if args.what == "softmax" else "B H NQ NK D"
+        print(f"--shape: expected {want} positive integers ({what}); got {args.shape}",
+              file=sys.stderr)
+        return 2
+    choices = SOFTMAX_CHOICES if args.what == "softmax" else ATTENTION_CHOICES
+    method = args.method or ("auto" if args.what == "softmax" else "flash")
+    if method not in choices:
+        print(f"--method: expected one of {', '.join(choices)}; got {method!r}", file=sys.stderr)
+        return 2
+    if not args.model_only and not device.SIMULATOR:
+        print("flashlesson traffic: the counter runs kernels in Numba's CUDA simulator and this "
+              "process uses the GPU (FLASHLESSON_DEVICE=gpu?); unset it, or pass --model-only",
+              file=sys.stderr)
+        return 2
+    where = "simulator" if device.SIMULATOR else "GPU"
+    try:
+        if args.what == "softmax":
+            rows, n = args.shape
+            dtype = np.dtype(args.dtype)
+            name = choose(n, dtype) if method == "auto" else method
+            model = traffic.softmax_traffic(rows, n, name, dtype, args.threads)
+            title = f"softmax {name!r}, x [{rows}, {n}] {dtype.name}"
+            counted = None if args.model_only else \
+                traffic.count_softmax(rows, n, name, dtype, args.threads)[0].arrays
+        else:
+            B, H, nq, nk, d = args.shape
+            model = traffic.attention_traffic(B, H, nq, nk, d, method, args.causal)
+            title = (f"attention {method!r}, q [{B}, {H}, {nq}, {d}], k, v [{B}, {H}, {nk}, "
+                     f"{d}] float32{', causal' if args.causal else ''}, return_lse")
+            counted = None if args.model_only else \
+                traffic.count_attention(B, H, nq, nk, d, method, args.causal)[0].arrays
+    except ValueError as exc:
+        print(f"flashlesson traffic: {exc}", file=sys.stderr)
+        return 2
+    print(f"{title}: element accesses by threads, with the launch parameters of the {where}")
+    if counted is None:
+        rows_ = [[k, a.elements, a.reads, a.writes, a.bytes] for k, a in model.items()]
+        rows_.append(["total", "", sum(r[2] for r in rows_), sum(r[3] for r in rows_),
+                      traffic.total_bytes(model)])
+        print(tabulate(rows_, headers=["array", "elements", "reads (model)", "writes (model)",
+                                       "bytes (model)"]))
+    else:
+        print("(counted: the kernels run in Numba's CUDA simulator, their arrays instrumented)")
+        print(tabulate(traffic.compare(model, counted), headers=traffic.COMPARE_HEADERS))
+    if args.what == "attention":
+        B, H, nq, nk, d = args.shape
+        naive = traffic.total_bytes(traffic.attention_traffic(B, H, nq, nk, d, "naive",
+                                                              args.causal))
+        flash = traffic.total_bytes(traffic.attention_traffic(B, H, nq, nk, d, "flash",
+                                                              args.causal))
+        flops = traffic.attention_flops(B, H, nq, nk, d, args.causal)
+        print(f"model bytes: naive {naive}, flash {flash}, naive / flash = {naive / flash:.2f}; "
+              f"matmul FLOPs (§16) {flops}, FLOPs per byte: naive {flops / naive:.2f}, flash "
+              f"{flops / flash:.2f}")
+    if counted is not None and any(r[-1] != "yes" for r in traffic.compare(model, counted)):
+        print("the model and the count disagree", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="flashlesson", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -133,11 +205,29 @@ def build_parser():
     s.add_argument("--backward", action="store_true",
                    help="attention: the backward pass (§30–31) vs torch SDPA's backward")
     s.set_defaults(fn=_cmd_bench)
+    s = sub.add_parser("traffic", help="global reads/writes per array: model vs counted "
+                       "(simulator)")
+    s.add_argument("what", choices=["softmax", "attention"])
+    s.add_argument("--method", help="softmax: auto or a registry method (default auto); "
+                   "attention: naive or flash (default flash)")
+    s.add_argument("--shape", type=int, nargs="+", required=True,
+                   help="softmax: ROWS N; attention: B H NQ NK D")
+    s.add_argument("--dtype", default="float32", choices=["float32", "float16"],
+                   help="softmax only")
+    s.add_argument("--threads", type=int, help="softmax: threads per block (default: the "
+                   "launcher's)")
+    s.add_argument("--causal", action="store_true", help="attention only")
+    s.add_argument("--model-only", action="store_true",
+                   help="print the model only (any size; no simulation)")
+    s.set_defaults(fn=_cmd_traffic)
     return p
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    if args.cmd == "traffic" and not args.model_only and "numba.cuda" not in sys.modules:
+        import os       # the counter needs the simulator: chosen before numba.cuda loads
+        os.environ.setdefault("FLASHLESSON_DEVICE", "sim")
     import flashlesson  # noqa: F401 - chooses the device and announces it once
     try:
         return args.fn(args)

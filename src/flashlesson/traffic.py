@@ -185,8 +185,8 @@ def flash_attention_traffic(B, H, nq, nk, d, causal=False, config=None):
     cfg = config or default_config(d, nq, bh)
     if not isinstance(cfg, FlashConfig):
         raise TypeError(f"config: expected a FlashConfig, got {type(cfg).__name__}")
-    kv_rows = sum(min(cfg.Bc, nk - j * cfg.Bc)
-                  for _, t in flash_tiles_visited(nq, nk, causal, cfg) for j in range(t))
+    # the first t tiles of keys hold min(t·Bc, Nk) keys (only the last tile is partial)
+    kv_rows = sum(min(t * cfg.Bc, nk) for _, t in flash_tiles_visited(nq, nk, causal, cfg))
     return {
         "q": Access(bh * nq * d, 0, 4, bh * nq * d),
         "k": Access(bh * kv_rows * d, 0, 4, bh * nk * d),
@@ -262,6 +262,21 @@ class CountingArray(np.ndarray):
             alloc.counter.add(alloc, 0, _elements(self, idx))
         super().__setitem__(idx, value)
 
+    def __array_function__(self, func, types, args, kwargs):
+        # NumPy functions (np.empty_like in copy_to_host, np.copyto) see plain views: host
+        # copies come back as plain ndarrays, inside the counting block or after it
+        return func(*_plain(args), **_plain(kwargs))
+
+
+def _plain(obj):
+    if isinstance(obj, CountingArray):
+        return obj.view(np.ndarray)
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_plain(o) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    return obj
+
 
 _HERE = os.path.abspath(__file__)
 _ARRAYS = os.path.join(os.path.dirname(_HERE), "arrays.py")
@@ -324,8 +339,8 @@ class Counter:
 
     def to_device(self, ary, name):
         """A counted device copy of host array ``ary``, called ``name``."""
-        from numba import cuda
-        return self._register(cuda.to_device(np.ascontiguousarray(ary)), name)
+        from numba.cuda.simulator.cudadrv.devicearray import to_device   # (not the patched one)
+        return self._register(to_device(np.ascontiguousarray(ary)), name)
 
     @property
     def arrays(self):
@@ -354,7 +369,9 @@ def count_traffic():
 
     Device arrays allocated inside (by ``cuda.to_device``, ``cuda.device_array``,
     ``cuda.device_array_like``, hence by ``flashlesson.arrays.empty`` and every launcher)
-    are counting arrays; results copied to the host are plain ndarrays. Simulator only.
+    are counting arrays (views of them count into the same allocation); results copied to
+    the host are plain ndarrays. Arrays made inside stop counting when the block ends.
+    Simulator only.
     """
     if not device.SIMULATOR:
         raise device.DeviceError(
@@ -364,12 +381,11 @@ def count_traffic():
         raise RuntimeError("count_traffic() does not nest")
     import numba.cuda as cuda
     from numba.cuda.simulator import kernel as sim_kernel
-    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
     counter = Counter()
     saved = {name: getattr(cuda, name) for name in ("to_device", "device_array",
                                                       "device_array_like")}
-    call, copy_to_host = sim_kernel.FakeCUDAKernel.__call__, FakeCUDAArray.copy_to_host
+    call = sim_kernel.FakeCUDAKernel.__call__
 
     def allocator(original):
         def allocate(*args, **kwargs):
@@ -382,29 +398,25 @@ def count_traffic():
     def counted_call(self, *args):
         if self._device or sim_kernel._kernel_context is not None:
             return call(self, *args)              # a device function: inside a kernel already
-        counter.kernel = self.fn.__name__
+        name = self.fn.__name__                   # a kernel launched again: name#2, #3, …
+        n = sum(1 for k in counter.launches if k.split("#")[0] == name)
+        counter.kernel = name if n == 0 else f"{name}#{n + 1}"
         counter.launches.append(counter.kernel)
         try:
             return call(self, *args)
         finally:
             counter.kernel = None
 
-    def plain_copy_to_host(self, ary=None, stream=0):
-        out = copy_to_host(self, ary, stream)
-        return out.view(np.ndarray) if type(out) is CountingArray else out
-
     _active.append(counter)
     try:
         for name, fn in saved.items():
             setattr(cuda, name, allocator(fn))
         sim_kernel.FakeCUDAKernel.__call__ = counted_call
-        FakeCUDAArray.copy_to_host = plain_copy_to_host
         yield counter
     finally:
         for name, fn in saved.items():
             setattr(cuda, name, fn)
         sim_kernel.FakeCUDAKernel.__call__ = call
-        FakeCUDAArray.copy_to_host = copy_to_host
         counter.kernel = None
         _active.pop()
 
