@@ -5,6 +5,8 @@ Softmax, §1–§3 and §17–§20: see :mod:`reference.softmax` for the menu an
 (-inf rows give zeros, NaN or +inf in a row gives a NaN row).
 """
 
+import types
+
 from .softmax import (
     ORACLES,
     merge_ml,
@@ -53,42 +55,6 @@ from .philox import (
     seed_key,
 )
 
-__all__ = [
-    "softmax_naive",
-    "softmax_stable",
-    "softmax_three_pass",
-    "online_softmax_state",
-    "normalize_with_ml",
-    "softmax_online",
-    "merge_ml",
-    "softmax_tiled_ml",
-    "softmax_of_first_tile_only",
-    "ORACLES",
-    "causal_mask",
-    "attention",
-    "attention_per_query",
-    "attention_state",
-    "merge_states",
-    "merge_attention",
-    "flash_attention_tiled",
-    "attention_flops",
-    "naive_attention_bytes",
-    "flash_attention_bytes",
-    "attention_state_sizes",
-    "attention_backward",
-    "attention_backward_intermediates",
-    "attention_backward_flops",
-    "cu_seqlens",
-    "check_cu_seqlens",
-    "pack",
-    "unpack",
-    "packed_to_padded",
-    "padded_to_packed",
-    "varlen_dropout_masks",
-    "varlen_attention",
-    "varlen_attention_backward",
-    "philox4x32_10",
-    "seed_key",
-    "dropout_threshold",
-    "dropout_keep_mask",
-]
+# Everything imported above, and nothing else (not the submodules themselves).
+__all__ = [name for name, value in list(globals().items())
+           if not name.startswith("_") and not isinstance(value, types.ModuleType)]

@@ -139,30 +139,25 @@ def _check_scale(scale, d):
     return s
 
 
+def _check_count(value, name, minimum=0):
+    """``value`` as an int ≥ minimum (0: a size in the cost models; 1: a tile, a byte width),
+    or an error naming ``name``."""
+    what = "a positive int" if minimum == 1 else f"an int ≥ {minimum}" if minimum else \
+        "a non-negative int"
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be {what}; got {value!r}")
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be {what}; got {value!r}") from None
+    if n < minimum:
+        raise ValueError(f"{name} must be {what}; got {n}")
+    return n
+
+
 def _check_positive_int(value, name):
     """``value`` as a positive int, or an error naming ``name``."""
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a positive int; got {value!r}")
-    try:
-        n = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be a positive int; got {value!r}") from None
-    if n < 1:
-        raise ValueError(f"{name} must be a positive int; got {n}")
-    return n
-
-
-def _check_count(value, name):
-    """``value`` as a non-negative int (a size in the cost models), or an error naming it."""
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a non-negative int; got {value!r}")
-    try:
-        n = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be a non-negative int; got {value!r}") from None
-    if n < 0:
-        raise ValueError(f"{name} must be a non-negative int; got {n}")
-    return n
+    return _check_count(value, name, 1)
 
 
 def _key_mask(key_padding_mask, q, k):

@@ -15,8 +15,8 @@ from kernels_numba import gemm as KG
 
 from . import device
 from .arrays import Operand, empty
-from .dropout import kernel_args
-from .launch import launch, max_shared_bytes
+from .dropout import attention_args
+from .launch import launch, max_shared_bytes, stride_grid
 from .softmax_methods import softmax as _softmax
 
 MAX_HEAD_DIM = 256
@@ -89,9 +89,6 @@ SIM_CONFIG = FlashConfig(Br=32, Bc=16, TR=8, TC=4)
 # The naive path's GEMM tiles (BM, BN, TY, TX): 64×64 with 256 threads; 16×16 with 64 threads
 # in the simulator.
 GEMM_TILES = (16, 16, 8, 8) if device.SIMULATOR else (64, 64, 16, 16)
-# The naive path's element-wise kernels (padding, dropout): at most this many blocks × threads,
-# grid-stride beyond.
-ELEMENTWISE = (4, 64) if device.SIMULATOR else (8192, 256)
 
 
 # When the grid of (Q tiles × B·H) blocks would leave three quarters of the SMs idle (B1 H16
@@ -185,8 +182,7 @@ def _check_dropout(dropout_p, seed):
     p = float(dropout_p)
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout_p: expected a probability in [0, 1), got {dropout_p!r}")
-    k0, k1, t = kernel_args(seed, p)             # (checks seed: an int in [0, 2^64))
-    return p, (k0, k1, t, np.float32(1.0 / (1.0 - p)))
+    return p, attention_args(seed, p)           # (checks seed: an int in [0, 2^64))
 
 
 def _check_padding(key_padding_mask, batch, nk):
@@ -376,25 +372,31 @@ def _aligned16(*arrays):
     return all(a.__cuda_array_interface__["data"][0] % 16 == 0 for a in arrays)
 
 
+def gemm(a, b, c, alpha, *, trans_a=False, trans_b=False, causal=False, offset=0,
+         tiles=GEMM_TILES):
+    """c = alpha · op(a) @ op(b) over the leading batch axis (``gemm.matmul_kernel``): the
+    naive paths' products, forward (§14) and backward (§31). causal: −inf above the diagonal
+    shifted by ``offset`` (= Nk − Nq, bottom-right alignment)."""
+    bm, bn, ty, tx = tiles
+    kernel = KG.matmul_kernel(trans_b, causal, bm, bn, ty, tx, trans_a)
+    m, n = c.shape[1], c.shape[2]
+    kernel[(-(-n // bn), -(-m // bm), c.shape[0]), ty * tx](a, b, c, np.float32(alpha), offset)
+
+
 def _naive(q3, k3, v3, o3, lse2, scale, causal, return_lse, heads=1, kpm=None, dropout=None):
     """§14: S = QKᵀ·scale → HBM; P = softmax(S) → HBM; O = PV. (§35 padding: −inf into S;
     §36 dropout: P ∘ Z, after the LSE's S is kept.)"""
     bh, nq, d = q3.shape
     nk = k3.shape[1]
-    bm, bn, ty, tx = GEMM_TILES
     s = cuda.device_array((bh, nq, nk), np.float32)         # S, written to global memory
-    gemm = KG.matmul_kernel(True, causal, bm, bn, ty, tx)
-    gemm[(-(-nk // bn), -(-nq // bm), bh), ty * tx](q3, k3, s, np.float32(scale), nk - nq)
-    blocks, threads = ELEMENTWISE
-    elementwise = (min(-(-s.size // threads), blocks), threads)
+    gemm(q3, k3, s, scale, trans_b=True, causal=causal, offset=nk - nq)
     if kpm is not None:
-        KA.pad_scores[elementwise](s, kpm, heads)
+        KA.pad_scores[stride_grid(s.size)](s, kpm, heads)
     p = cuda.device_array((bh, nq, nk), np.float32)         # P, written to global memory
     _softmax(s, method="auto", out=p)                      # the softmax kernels, reused
     if dropout is not None:
-        KA.dropout_probs[elementwise](p, *dropout)
-    gemm = KG.matmul_kernel(False, False, bm, bn, ty, tx)
-    gemm[(-(-d // bn), -(-nq // bm), bh), ty * tx](p, v3, o3, np.float32(1.0), 0)
+        KA.dropout_probs[stride_grid(bh * nq * -(-nk // 4))](p, *dropout)
+    gemm(p, v3, o3, 1.0)                                    # O = P V
     if return_lse:                                          # one more read of S: its row LSE
         rows = bh * nq
         KA.row_lse[-(-rows // 4), 128](s.reshape((rows, nk)), lse2.reshape(rows))

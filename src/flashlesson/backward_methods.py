@@ -19,13 +19,12 @@ import numpy as np
 from numba import cuda
 
 from kernels_numba import attention_backward as KB
-from kernels_numba import gemm as KG
 
 from . import device, dropout
 from .arrays import Operand, empty
 from .attention_methods import GEMM_TILES, MAX_HEAD_DIM, WARP, AttentionMethod, \
-    _check_scale, _dummy, _operands, varlen_operands
-from .launch import launch, max_shared_bytes
+    _aligned16, _check_scale, _dummy, _operands, gemm, varlen_operands
+from .launch import launch, max_shared_bytes, stride_grid
 
 # Registers: a coarse guard on the floats a thread keeps live in its inner loops (gradient
 # accumulators + S and dP of a tile; ``BwdConfig.registers_floats``). The GPU defaults below
@@ -126,9 +125,6 @@ BWD_GPU_CONFIGS = (
 )
 BWD_SIM_CONFIG = BwdConfig(Bc=32, Br=16, TR=8, TC=4, dq_Br=32, dq_Bc=16, dq_TR=8, dq_TC=4)
 
-# Grid-stride launches of the small kernels (D = rowsum(dO∘O), the naive element-wise steps):
-# (threads, most blocks). One small block in the simulator, where each thread is a Python thread.
-STRIDE_LAUNCH = (32, 1) if device.SIMULATOR else (256, 4096)
 # The naive path's GEMM tiles (BM, BN, TY, TX): the forward's on the GPU; in the simulator 32×32
 # tiles with 64 threads (fewer simulated blocks for the same work than the forward's 16×16).
 NAIVE_GEMM_TILES = (32, 32, 8, 8) if device.SIMULATOR else GEMM_TILES
@@ -182,13 +178,6 @@ def _check_dropout_p(dropout_p):
     return p
 
 
-def _aligned16(*arrays):
-    """Every device array's data starts on a 16-byte boundary (for 16-byte tile loads)."""
-    if device.SIMULATOR:
-        return True
-    return all(a.__cuda_array_interface__["data"][0] % 16 == 0 for a in arrays)
-
-
 def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_padding_mask=None,
                        dropout_p=0.0, seed=0, method="flash", config=None):
     """Gradients (dq, dk, dv) of O = attention(q, k, v, ...) for the upstream gradient do = ∂L/∂O.
@@ -232,7 +221,7 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
                              f"{mo.shape}")
         pad = cuda.to_device(mo.obj.view(np.uint8)) if mo.on_host else mo.obj.view(np.uint8)
     p = _check_dropout_p(dropout_p)
-    seed_lo, seed_hi = dropout.seed_key(seed)                   # (checks seed, names it)
+    drop_args = dropout.attention_args(seed, p)                 # (checks seed, names it)
     scale = _check_scale(scale, d)
     causal = bool(causal)
     if method == "flash":
@@ -260,7 +249,6 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
     _preprocess(o3.reshape((rows, d)), do3.reshape((rows, d)), dvec.reshape(rows))
 
     dropping = p > 0.0
-    drop_args = _drop_args(seed_lo, seed_hi, p)
     if method == "flash":
         flat = [a.reshape(a.size) for a in (q3, k3, v3, do3, lse2, dvec, dq3, dk3, dv3)]
         _flash(*flat, d=d, n_q=nq, n_k=nk, heads=H, grid_bh=bh, max_q=nq, max_k=nk,
@@ -307,7 +295,7 @@ def varlen_attention_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, *
     if lo.shape != (total_q, H):
         raise ValueError(f"lse: expected shape {(total_q, H)} ([total_q, H]), got {lo.shape}")
     p = _check_dropout_p(dropout_p)
-    seed_lo, seed_hi = dropout.seed_key(seed)                   # (checks seed, names it)
+    drop_args = dropout.attention_args(seed, p)                 # (checks seed, names it)
     scale = _check_scale(scale, d)
     cfg = config or default_config(d)
     if not isinstance(cfg, BwdConfig):
@@ -324,17 +312,11 @@ def varlen_attention_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, *
            lo.device_view(-1), dvec.reshape(rows), dq.reshape(-1), dk.reshape(-1),
            dv.reshape(-1), d=d, n_q=0, n_k=0, heads=H, grid_bh=batch * H,
            max_q=int(max_seqlen_q), max_k=int(max_seqlen_k), causal=bool(causal), scale=scale,
-           cfg=cfg, drop_args=_drop_args(seed_lo, seed_hi, p) if p > 0.0 else None,
+           cfg=cfg, drop_args=drop_args if p > 0.0 else None,
            cu=(cu_q, cu_k))
     if qo.on_host:
         return dq.copy_to_host(), dk.copy_to_host(), dv.copy_to_host()
     return dq, dk, dv
-
-
-def _drop_args(seed_lo, seed_hi, p):
-    """(seed_lo, seed_hi, threshold, inv_keep = 1/(1 − p)): the kernels' dropout arguments."""
-    return (np.uint32(seed_lo), np.uint32(seed_hi), np.uint32(dropout.threshold(p)),
-            np.float32(1.0 / (1.0 - p)))
 
 
 def _flash(qf, kf, vf, dof, lsef, dvecf, dqf, dkf, dvf, *, d, n_q, n_k, heads, grid_bh, max_q,
@@ -364,8 +346,7 @@ def _preprocess(o2, do2, dvec):
     """D_i = Σ_c dO_ic O_ic over rows o2, do2 [R, d] → dvec [R], one thread per row."""
     rows = o2.shape[0]
     if rows:
-        threads, most = STRIDE_LAUNCH
-        KB.bwd_preprocess[min(-(-rows // threads), most), threads](o2, do2, dvec)
+        KB.bwd_preprocess[stride_grid(rows)](o2, do2, dvec)
 
 
 def _naive(q3, k3, v3, do3, lse2, dvec, dq3, dk3, dv3, scale, causal, pad, heads, dropping,
@@ -373,24 +354,16 @@ def _naive(q3, k3, v3, do3, lse2, dvec, dq3, dk3, dv3, scale, causal, pad, heads
     """§31: P stored, then read back by every later step (the traffic §30 avoids)."""
     bh, nq, d = q3.shape
     nk = k3.shape[1]
-    bm, bn, ty, tx = NAIVE_GEMM_TILES
-    one = np.float32(1.0)
-    threads, most = STRIDE_LAUNCH
-    blocks = min(-(-bh * nq * nk // threads), most)
-
-    def gemm(trans_a, trans_b, causal_mask, a, b, c, alpha, offset=0):
-        kernel = KG.matmul_kernel(trans_b, causal_mask, bm, bn, ty, tx, trans_a)
-        m, n = c.shape[1], c.shape[2]
-        kernel[(-(-n // bn), -(-m // bm), c.shape[0]), ty * tx](a, b, c, alpha, offset)
-
+    grid = stride_grid(bh * nq * nk)
+    tiles = NAIVE_GEMM_TILES
     p = cuda.device_array((bh, nq, nk), np.float32)             # S, then P, then P∘Z
-    gemm(False, True, causal, q3, k3, p, scale, nk - nq)        # S = Q Kᵀ · scale (−inf masked)
-    kpm = pad if pad is not None else cuda.device_array((1, 1), np.uint8)
-    KB.naive_probs_kernel(pad is not None)[blocks, threads](p, lse2, kpm, heads)
+    gemm(q3, k3, p, scale, trans_b=True, causal=causal, offset=nk - nq,    # S = Q Kᵀ · scale
+         tiles=tiles)                                                       # (−inf masked)
+    kpm = pad if pad is not None else _dummy("mask")
+    KB.naive_probs_kernel(pad is not None)[grid](p, lse2, kpm, heads)
     dp = cuda.device_array((bh, nq, nk), np.float32)            # dP, then dS
-    gemm(False, True, False, do3, v3, dp, one)                  # dP = dO Vᵀ
-    KB.naive_ds_kernel(dropping)[blocks, threads](p, dp, dvec, *drop_args)   # dS, P∘Z
-    gemm(True, False, False, p, do3, dv3, one)                  # dV = (P∘Z)ᵀ dO
-    gemm(True, False, False, dp, q3, dk3, scale)                # dK = dSᵀ Q · scale
-    gemm(False, False, False, dp, k3, dq3, scale)               # dQ = dS K · scale
-
+    gemm(do3, v3, dp, 1.0, trans_b=True, tiles=tiles)           # dP = dO Vᵀ
+    KB.naive_ds_kernel(dropping)[grid](p, dp, dvec, *drop_args)  # dS, P∘Z
+    gemm(p, do3, dv3, 1.0, trans_a=True, tiles=tiles)           # dV = (P∘Z)ᵀ dO
+    gemm(dp, q3, dk3, scale, trans_a=True, tiles=tiles)         # dK = dSᵀ Q · scale
+    gemm(dp, k3, dq3, scale, tiles=tiles)                       # dQ = dS K · scale

@@ -274,6 +274,42 @@ def _time_sdpa_backends(torch, make_fn, flops, row, key, log, what):
         torch.cuda.empty_cache()
 
 
+def _naive_fits(b, h, n):
+    """Whether naive attention's S and P (float32, [B·H, N, N] each) fit in 40 GB."""
+    return n * n * b * h * 4 * 2 <= 40e9
+
+
+def _rel_err(got, want):
+    """The largest, over the outputs, of max|got − want| / max|want| on head (0, 0)."""
+    return max(float(np.max(np.abs(g[0, 0].copy_to_host() - w)) / np.max(np.abs(w)))
+               for g, w in zip(got, want))
+
+
+def _measure(row, method, key, fn, flops, check):
+    """One method of a row: the device memory ``fn()`` holds, ``check(fn())`` (relative error,
+    when there is a reference), then the CUDA-event time → row["<key> ms"], "<key> TFLOP/s",
+    "<key> MB held", "<key> host ms" and row["<method> rel err"]."""
+    device_bytes_held(fn)                               # warm-up: compile, load, reserve
+    peak_extra = device_bytes_held(fn)
+    row[f"{method} rel err"] = None if check is None else check(fn())
+    ms = time_gpu_adaptive(fn, defer=method != "naive")
+    row[f"{key} ms"] = ms
+    row[f"{key} TFLOP/s"] = flops / ms / 1e9
+    row[f"{key} MB held"] = peak_extra / 2 ** 20
+    row[f"{key} host ms"] = time_gpu.host_ms            # Python's cost of one call
+
+
+def _finish(row, suffix, results, log):
+    """flash / torch ratios per SDPA backend, then the row into results and the log."""
+    for base in ("math", "efficient"):
+        theirs, ours = row.get(f"sdpa {base}{suffix} TFLOP/s"), row.get(f"flash{suffix} TFLOP/s")
+        if theirs and ours:
+            row[f"flash / {base}"] = ours / theirs
+    results.append(row)
+    log(" ".join(f"{key}={val:.4g}" if isinstance(val, float) else f"{key}={val}"
+                 for key, val in row.items()))
+
+
 def bench_attention(shapes=ATTENTION_SHAPES + ATTENTION_SWEEP, causal_modes=(False, True),
                     methods=("flash", "naive"), long_check=True, log=print):
     """Check, then time every method on every shape; torch SDPA (math, efficient) beside it."""
@@ -301,29 +337,12 @@ def bench_attention(shapes=ATTENTION_SHAPES + ATTENTION_SWEEP, causal_modes=(Fal
                         tq, tk, tv, is_causal=causal)),
                     flops, row, "sdpa {} TFLOP/s", log, f"{shape} causal={causal}")
             for method in methods:
-                if method == "naive" and n * n * b * h * 4 * 2 > 40e9:
+                if method == "naive" and not _naive_fits(b, h, n):
                     continue                            # S and P would not fit: flash only
-                f = (lambda: fl_attention(q, k, v, causal=causal, method=method))
-                device_bytes_held(f)                    # warm-up: compile, load, reserve
-                peak_extra = device_bytes_held(f)
-                o = f()
-                err = None
-                if ref is not None:
-                    got = o[0, 0].copy_to_host().astype(np.float64)
-                    err = float(np.max(np.abs(got - ref)) / np.max(np.abs(ref)))
-                del o
-                ms = time_gpu_adaptive(f, defer=method != "naive")
-                row[f"{method} ms"] = ms
-                row[f"{method} TFLOP/s"] = flops / ms / 1e9
-                row[f"{method} rel err"] = err
-                row[f"{method} MB held"] = peak_extra / 2 ** 20
-                row[f"{method} host ms"] = time_gpu.host_ms     # Python's cost of one call
-            for base in ("math", "efficient"):
-                if f"sdpa {base} TFLOP/s" in row and "flash TFLOP/s" in row:
-                    row[f"flash / {base}"] = row["flash TFLOP/s"] / row[f"sdpa {base} TFLOP/s"]
-            results.append(row)
-            log(" ".join(f"{key}={val:.4g}" if isinstance(val, float) else f"{key}={val}"
-                         for key, val in row.items()))
+                _measure(row, method, method,
+                         lambda: fl_attention(q, k, v, causal=causal, method=method), flops,
+                         None if ref is None else (lambda o: _rel_err([o], [ref])))
+            _finish(row, "", results, log)
         del q, k, v
     if long_check:
         n = 65536
@@ -380,28 +399,12 @@ def bench_attention_backward(shapes=ATTENTION_SHAPES, causal_modes=(False, True)
                 _time_sdpa_backends(torch, backward_of_sdpa, flops, row, "sdpa {} bwd TFLOP/s",
                                     log, f"backward {shape} causal={causal}")
             for method in methods:
-                if method == "naive" and n * n * b * h * 4 * 2 > 40e9:
+                if method == "naive" and not _naive_fits(b, h, n):
                     continue
-                f = (lambda: attention_backward(do, q, k, v, o, lse, causal=causal,
-                                                method=method))
-                device_bytes_held(f)                    # warm-up: compile, load, reserve
-                peak_extra = device_bytes_held(f)
-                grads = f()
-                if ref is not None:
-                    row[f"{method} rel err"] = max(
-                        float(np.max(np.abs(g[0, 0].copy_to_host() - r)) / np.max(np.abs(r)))
-                        for g, r in zip(grads, ref))
-                del grads
-                ms = time_gpu_adaptive(f, defer=method != "naive")
-                row[f"{method} bwd ms"] = ms
-                row[f"{method} bwd TFLOP/s"] = flops / ms / 1e9
-                row[f"{method} bwd MB held"] = peak_extra / 2 ** 20
-            for base in ("math", "efficient"):
-                if f"sdpa {base} bwd TFLOP/s" in row and "flash bwd TFLOP/s" in row:
-                    row[f"flash / {base}"] = (row["flash bwd TFLOP/s"] /
-                                              row[f"sdpa {base} bwd TFLOP/s"])
-            results.append(row)
-            log(" ".join(f"{key}={val:.4g}" if isinstance(val, float) else f"{key}={val}"
-                         for key, val in row.items()))
+                _measure(row, method, f"{method} bwd",
+                         lambda: attention_backward(do, q, k, v, o, lse, causal=causal,
+                                                    method=method), flops,
+                         None if ref is None else (lambda grads: _rel_err(grads, ref)))
+            _finish(row, " bwd", results, log)
         del q, k, v, do
     return results

@@ -7,7 +7,8 @@ turn the user's (seed, p) into what the kernels take, and are shared with the at
 - ``seed_key(seed)`` → (k0, k1) = (seed mod 2^32, seed div 2^32), Python ints;
 - ``threshold(p)`` → floor(p · 2^32), a Python int in [0, 2^32 − 1]; r is kept iff r ≥ it;
 - ``kernel_args(seed, p)`` → (np.uint32 k0, np.uint32 k1, np.uint32 threshold), the three
-  kernel arguments, typed once here so every launch compiles the same specialization.
+  kernel arguments, typed once here so every launch compiles the same specialization;
+  ``attention_args(seed, p)`` adds inv_keep = np.float32(1/(1 − p)) for the attention kernels.
 
 (The arithmetic is the reference's, duplicated: this package does not import ``reference``.)
 """
@@ -61,6 +62,12 @@ def kernel_args(seed, p):
     """(k0, k1, threshold) as np.uint32, ready to pass to a kernel calling ``dropout_keep``."""
     k0, k1 = seed_key(seed)
     return np.uint32(k0), np.uint32(k1), np.uint32(threshold(p))
+
+
+def attention_args(seed, p):
+    """(k0, k1, threshold, inv_keep = 1/(1 − p)): what the attention kernels take for dropout
+    with probability p (already checked by the caller) and ``seed`` (checked here)."""
+    return (*kernel_args(seed, p), np.float32(1.0 / (1.0 - p)))
 
 
 def dropout_keep_mask(seed, batch, heads, nq, nk, p):

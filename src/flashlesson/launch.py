@@ -47,6 +47,18 @@ def launch(kernel, grid, block, args, shared_bytes=0):
     kernel[grid, block, 0, shared_bytes](*args)
 
 
+# Element-wise kernels with grid-stride loops (the naive paths' masks, dropout, D = rowsum):
+# (threads per block, most blocks). One warp in the simulator, where each thread is a Python
+# thread.
+STRIDE_LAUNCH = (32, 1) if device.SIMULATOR else (256, 8192)
+
+
+def stride_grid(n):
+    """(blocks, threads) for a grid-stride kernel over n items."""
+    threads, most = STRIDE_LAUNCH
+    return min(max(-(-n // threads), 1), most), threads
+
+
 def kernel_resources(kernel):
     """Registers, local memory (spills) and static shared memory per compiled overload of
     ``kernel`` — including the specializations made by the shared-memory opt-in — as a list
