@@ -99,6 +99,7 @@ __all__ = [
     "syncwarp",
     "activemask",
     "lanemask_lt",
+    "warp_collective",
 ]
 
 WARP_SIZE = 32
@@ -106,7 +107,8 @@ FULL_MASK = 0xFFFFFFFF
 POLL_S = 0.05  # first re-check of a waiting lane (abort, dead lanes, deadlock) ...
 MAX_POLL_S = 0.4  # ... then doubling up to this (fewer wake-ups: big blocks stay fast)
 ON_UNDEFINED_READ = "raise"  # or "poison": NaN / 0xDEADBEEF instead of an error
-ACTIVEMASK_SETTLE_S = 0.5  # activemask() waits at most this long for running lanes
+ACTIVEMASK_SETTLE_S = 0.5
+COLLECTIVE = "collective:"  # op-name prefix of warp_collective() rendezvous  # activemask() waits at most this long for running lanes
 
 _STATE_ATTR = "_simwarp_state"
 _install_lock = threading.Lock()
@@ -398,6 +400,14 @@ def _match_key(value):
 def _compute(st, rv):
     op, args = rv.op, rv.args
     took_part = sorted(args)
+    if op.startswith(COLLECTIVE):
+        # A whole-warp instruction (mma.sync): every lane of the warp must take part.
+        if len(took_part) != WARP_SIZE:
+            return (f"{_where(threading.current_thread(), op, rv.warp, rv.mask)}: only "
+                    f"{_lanes_text(took_part)} took part; this instruction needs all 32 lanes "
+                    "of the warp (a partial warp, or lanes that returned early)"), None
+        fn = args[took_part[0]][0]
+        return None, fn([args[lane][1] for lane in took_part])
     part_mask = sum(1 << lane for lane in took_part)
     if op.startswith("shfl"):
         results, bad = {}, {}
@@ -612,6 +622,14 @@ def match_all_sync(mask, value):
     """(mask of lanes that took part, True) if all their values are equal, else (0, False)."""
     _check_value(value, "match_all_sync")
     return _warp_op("match_all_sync", mask, (value,))
+
+
+def warp_collective(name, fn, payload):
+    """A whole-warp instruction for kernels_numba's own helpers (``mma.py``): every lane of the
+    warp calls it with its ``payload``; once all 32 have arrived, ``fn(payloads)`` (a list
+    indexed by lane) returns the list of results, and each lane gets its own. Same rendezvous,
+    errors and deadlock reports as the shuffles."""
+    return _warp_op(COLLECTIVE + name, FULL_MASK, (fn, payload))
 
 
 def syncwarp(mask=FULL_MASK):

@@ -48,6 +48,12 @@ from .varlen import (
     varlen_attention_backward,
     varlen_dropout_masks,
 )
+from .linear_attention import (
+    elu_feature_map,
+    linear_attention,
+    linear_attention_flops,
+    linear_attention_quadratic,
+)
 from .philox import (
     dropout_keep_mask,
     dropout_threshold,

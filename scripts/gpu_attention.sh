@@ -21,6 +21,10 @@ for step in "$@"; do
     tunebwd) python3 scripts/tune_backward.py ${TUNEBWD_ARGS:-} > "$OUT/tune_backward.log" 2>&1; tail -14 "$OUT/tune_backward.log" ;;
     bwd) python3 -m flashlesson.cli bench attention --backward --json "$OUT/bench_attention_backward.json" > "$OUT/bench_attention_backward.log" 2>&1 || rc=1
            tail -12 "$OUT/bench_attention_backward.log" ;;
+    sweeps) python3 scripts/bench_sweeps.py --out "$OUT" > "$OUT/bench_sweeps.log" 2>&1 || rc=1
+           tail -70 "$OUT/bench_sweeps.log" ;;
+    tc) python3 -m flashlesson.cli bench attention --tc --json "$OUT/bench_attention_tc.json" > "$OUT/bench_attention_tc.log" 2>&1 || rc=1
+           grep -E "kernel=|sdpa .*: " "$OUT/bench_attention_tc.log" | cut -c1-200 | head -20; tail -9 "$OUT/bench_attention_tc.log" ;;
     quick) python3 -m flashlesson.cli bench attention --quick --json "$OUT/bench_attention.json" > "$OUT/bench_attention.log" 2>&1 || rc=1
            tail -12 "$OUT/bench_attention.log" ;;
     ncu) for shape in "2 16 4096 64" "1 16 8192 128"; do set -- $shape

@@ -1,25 +1,22 @@
 """Sweep FlashConfig (Br, Bc, TR, TC) of the forward kernel on the GPU (§38–39), per head dim.
 
-For each candidate: check against torch's float64 math result on one head, time it (CUDA events,
-medians), and report TFLOP/s with the kernel's registers, local memory (spills) and shared
-memory. ``flashlesson.attention_methods.GPU_CONFIGS`` (the defaults) come from this sweep.
+For each candidate: check against the float64 oracle on one head, time it (CUDA events,
+medians), and report TFLOP/s with the kernel's registers, local memory (spills), shared memory
+and blocks per SM (``flashlesson.sweeps.measure_config``; ``scripts/bench_sweeps.py`` runs the
+§38 sweep at one shape). ``flashlesson.attention_methods.GPU_CONFIGS`` (the defaults) come from
+this sweep.
 
     python scripts/tune_attention.py [--d 64 128 256] [--n 4096]
 """
 
 import argparse
-import time
 
-import torch
-from numba import cuda
-from tabulate import tabulate
+import numpy as np
 
 import flashlesson  # noqa: F401 - chooses the device
+from flashlesson import sweeps
 from flashlesson.attention_methods import FlashConfig
-from flashlesson.attention_methods import attention as fl_attention
-from flashlesson.bench import attention_flops, time_gpu_adaptive
-from flashlesson.launch import kernel_resources
-from kernels_numba import attention as KA
+from flashlesson.bench import attention_flops
 
 # (Br, Bc, TR, TC, KU, GROUP)
 CANDIDATES = {
@@ -41,42 +38,20 @@ def main():
     p.add_argument("--b", type=int, default=1)
     p.add_argument("--h", type=int, default=16)
     a = p.parse_args()
+    rng = np.random.default_rng(0)
     rows = []
     for d in a.d:
-        shape = (a.b, a.h, a.n, d)
-        q, k, v = (torch.randn(shape, device="cuda") for _ in range(3))
-        ref = torch.nn.functional.scaled_dot_product_attention(q[:1, :1].double(),
-                                                               k[:1, :1].double(),
-                                                               v[:1, :1].double())[0, 0]
-        flops = attention_flops(*shape[:3], a.n, d, False)
-        for br, bc, tr, tc, ku, group in CANDIDATES[d]:
-            cfg = FlashConfig(br, bc, tr, tc, ku, group)
-            try:
-                cfg.check(d)
-                t0 = time.time()
-                o = fl_attention(q, k, v, config=cfg)
-                cuda.synchronize()
-                compile_s = time.time() - t0
-            except Exception as exc:  # noqa: BLE001 - reported
-                print(d, cfg, "FAILED", str(exc)[:150], flush=True)
-                continue
-            got = torch.as_tensor(o, device="cuda")[0, 0].double()
-            err = float((got - ref).abs().max() / ref.abs().max())
-            ms = time_gpu_adaptive(lambda: fl_attention(q, k, v, config=cfg))
-            kern = KA.flash_forward_kernel(cfg.head_dim(d), br, bc, tr, tc, False, True, ku,
-                                           group)
-            res = kernel_resources(kern)
-            regs = res[0]["registers"] if res else -1
-            lmem = res[0]["local bytes"] if res else -1
-            tf = flops / ms / 1e9
-            rows.append([d, br, bc, tr, tc, ku, group, cfg.threads, tf, ms, regs, lmem,
-                         cfg.smem_bytes(d), err, compile_s])
-            print(f"d={d} {cfg}: {tf:.2f} TFLOP/s {ms:.3f} ms regs {regs} lmem {lmem} "
-                  f"smem {cfg.smem_bytes(d)} err {err:.1e} compile {compile_s:.1f}s", flush=True)
+        # each candidate checked against the float64 oracle on head (0, 0), then timed
+        # (flashlesson.sweeps.measure_config, shared with §38–39 and scripts/bench_sweeps.py)
+        (q, k, v), head = sweeps.inputs(rng, a.b, a.h, a.n, d)
+        want = sweeps.oracle(head)
+        flops = attention_flops(a.b, a.h, a.n, a.n, d, False)
+        for c in CANDIDATES[d]:
+            row = sweeps.measure_config(FlashConfig(*c), d, q, k, v, want, flops)
+            rows.append(row)
+            print(sweeps.log_line("tune", row), flush=True)
         del q, k, v
-    print(tabulate(rows, headers=["d", "Br", "Bc", "TR", "TC", "KU", "GROUP", "threads", "TFLOP/s", "ms",
-                                  "regs", "lmem", "smem", "rel err", "compile s"],
-                   floatfmt=".3g"))
+    print(sweeps.table(rows, ("d",) + sweeps.TILE_COLUMNS))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from flashlesson import FlashConfig, attention, merge_attention
 from flashlesson import attention_methods as attn_module
 from reference import attention as ref_attention
 
-METHODS = list(flashlesson.ATTENTION_METHODS)
+METHODS = list(flashlesson.attention_methods.FP32_METHODS)   # flash_tc: test_attention_tc.py
 REL = 1e-5
 
 # (B, H, Nq, Nk, d): N = 1, N < tile, N not a multiple of any tile, Nq ≠ Nk both ways

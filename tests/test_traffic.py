@@ -234,3 +234,130 @@ def test_cli_model_only_and_errors(capsys):
     assert main(["traffic", "softmax", "--method", "warp", "--shape", "2", "40",
                  "--model-only"]) == 2
     assert "at most N = 32" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# key padding (§35), the backward (§30 flash, §31 naive), packed varlen (§35)
+# ---------------------------------------------------------------------------------------------
+def _mask(rng, B, nk):
+    """A random key padding mask with at least one padded and one valid key per batch row
+    (when Nk ≥ 2), and a batch row with no valid key at all when B > 1."""
+    mask = rng.random((B, nk)) < 0.6
+    mask[:, 0], mask[:, -1] = True, False
+    if B > 1:
+        mask[-1] = False
+    return mask
+
+
+PAD_SHAPES = [  # B, H, Nq, Nk, d, causal
+    (2, 1, 7, 37, 5, True),         # Nq < Nk, three K tiles; batch row 1 all padding
+    (1, 2, 40, 24, 8, False),       # two Q tiles, the second partial (its rows past Nq test too)
+]
+
+
+@needs_sim
+@pytest.mark.parametrize("method", ["flash", "naive"])
+def test_padding_forward_model_equals_count(method, rng):
+    B, H, nq, nk, d, causal = PAD_SHAPES[0] if method == "naive" else PAD_SHAPES[1]
+    mask = _mask(rng, B, nk)
+    t, _ = traffic.count_attention(B, H, nq, nk, d, method, causal, key_padding_mask=mask)
+    model = traffic.attention_traffic(B, H, nq, nk, d, method, causal, key_padding_mask=mask)
+    same(model, t.arrays)
+    assert model["key_padding_mask"].itemsize == 1                 # bytes, not floats
+    if method == "naive":                                          # −inf written per padded key
+        extra = model["s"].writes - traffic.naive_attention_traffic(B, H, nq, nk, d)["s"].writes
+        assert extra == H * nq * int((~mask).sum()) > 0
+
+
+@needs_sim
+@pytest.mark.parametrize("method,shape,pad", [
+    ("flash", (1, 1, 40, 24, 8, False), False),     # dQ: two Q tiles; dK/dV: Nk < Bc
+    ("flash", (2, 1, 7, 37, 5, True), True),        # causal Nq < Nk, padding, d % 4 ≠ 0
+    ("flash", (1, 2, 40, 4, 6, True), False),       # causal: Q tiles that see no key
+    ("naive", (2, 1, 9, 13, 4, True), True),        # stored P and dP, padding
+])
+def test_backward_model_equals_count(method, shape, pad, rng):
+    B, H, nq, nk, d, causal = shape
+    mask = _mask(rng, B, nk) if pad else None
+    t, (dq, dk, dv) = traffic.count_backward(B, H, nq, nk, d, method, causal,
+                                             key_padding_mask=mask)
+    model = traffic.backward_traffic(B, H, nq, nk, d, method, causal, key_padding_mask=mask)
+    same(model, t.arrays)
+    if method == "flash":
+        assert t.launches == ["bwd_preprocess", "flash_bwd_dkdv", "flash_bwd_dq"]
+        assert all(a.elements <= B * H * max(nq, nk) * d for a in model.values())   # no N × N
+    else:
+        assert t.launches == ["bwd_preprocess", "matmul", "naive_probs", "matmul#2",
+                              "naive_ds", "matmul#3", "matmul#4", "matmul#5"]
+        assert model["p"].elements == model["dp"].elements == B * H * nq * nk
+    assert np.all(np.isfinite(dq)) and np.all(np.isfinite(dk)) and np.all(np.isfinite(dv))
+
+
+@needs_sim
+@pytest.mark.parametrize("backward", [False, True])
+def test_varlen_model_equals_count(backward):
+    lq, lk = [5, 0, 19], [7, 3, 30]           # an empty query sequence; grid sized by 19, 30
+    t, _ = traffic.count_varlen(lq, lk, 2, 4, causal=True, backward=backward)
+    same(traffic.varlen_traffic(lq, lk, 2, 4, causal=True, backward=backward), t.arrays)
+
+
+def test_backward_models_any_size_flash_moves_no_n_squared():
+    """At B1 H16 N4096 d64 the naive backward moves P and dP (N² each) several times; the flash
+    backward's traffic is K/V and Q/dO tiles re-read, O(N²d/B) — far less."""
+    naive = traffic.total_bytes(traffic.backward_traffic(1, 16, 4096, 4096, 64, "naive"))
+    flash = traffic.total_bytes(traffic.backward_traffic(1, 16, 4096, 4096, 64, "flash"))
+    assert naive > 16 * 4096 * 4096 * 4 * 6 and flash < naive / 2
+    causal = traffic.total_bytes(traffic.backward_traffic(1, 16, 4096, 4096, 64, "flash", True))
+    assert causal < 0.7 * flash                               # §34: tiles above the diagonal
+
+
+def test_padding_mask_and_errors():
+    m = traffic.padding_mask(2, 5, [3])
+    assert m.tolist() == [[True] * 3 + [False] * 2] * 2
+    assert traffic.padding_mask(2, 5, None) is None
+    with pytest.raises(ValueError, match="--key-padding"):
+        traffic.padding_mask(2, 5, [1, 2, 3])
+    with pytest.raises(ValueError, match="key_padding_mask"):
+        traffic.flash_attention_traffic(1, 1, 8, 8, 4, key_padding_mask=np.ones((2, 8), bool),
+                                        config=SIM_CONFIG)
+
+
+@needs_sim
+def test_cli_backward_with_padding(capsys):
+    assert main(["traffic", "attention", "--backward", "--method", "flash", "--shape", "2", "1",
+                 "9", "13", "4", "--causal", "--key-padding", "5", "13"]) == 0
+    out = capsys.readouterr().out
+    assert "backward" in out and "key_padding_mask" in out and "NO" not in out
+
+
+# ---------------------------------------------------------------------------------------------
+# §48: the SRAM sweep
+# ---------------------------------------------------------------------------------------------
+def test_sram_model_follows_the_paper():
+    n, d = 4096, 64
+    rows = traffic.sram_sweep(n, d, [2.0 ** e for e in range(0, 15)])
+    naive = {r["naive bytes"] for r in rows}
+    assert naive == {(4 * n * n + 4 * n * d) * 4}                 # standard attention: no M
+    for r in rows:
+        assert r["fa2_Bc"] == min(r["fa2_Br"], d) and r["fa1_Br"] == min(r["fa1_Bc"], d)
+        assert r["fa2 bytes"] >= r["floor bytes"]                  # Q, K, V read, O written
+        assert 4.0 <= r["naive / bound"] < 4.1
+    small = [r for r in rows if 4 * d * r["fa2_Br"] <= r["M"] and r["fa2_Br"] * 64 <= n]
+    assert len(small) >= 6
+    for r in small:                                                # ∝ 1/M: ratio to N²d²/M
+        assert 8.0 <= r["fa2 / bound"] < 8.6 and 12.2 < r["fa1 / bound"] < 13.1
+    big = [r for r in rows if r["fa2_Br"] == n]                    # one Q tile: the floor
+    assert big and all(r["fa2"] == 4 * n * d + n for r in big)
+    # halving M doubles the traffic while tiles are far from N
+    assert rows[1]["fa2"] * 2 == pytest.approx(rows[0]["fa2"], rel=1e-3)
+    # the model of the real kernel at its tiles equals the FA2 sweep's formula at Br = 128
+    cfg, smem, kbytes = traffic.kernel_sram_point(n, d)
+    assert kbytes == 4 * (n * d + 2 * n * d * (n // cfg.Br) + n * d + n) and smem < 227 * 1024
+
+
+def test_cli_sram(capsys):
+    assert main(["traffic", "sram", "--shape", "1024", "64", "--sram", "16", "64", "1024"]) == 0
+    out = capsys.readouterr().out
+    assert "N²d²/M" in out and "floor" in out and out.count("\n") > 5
+    assert main(["traffic", "sram", "--shape", "1024"]) == 2
+    assert "expected 2 positive integers" in capsys.readouterr().err

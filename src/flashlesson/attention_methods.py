@@ -13,7 +13,7 @@ from numba import cuda
 from kernels_numba import attention as KA
 from kernels_numba import gemm as KG
 
-from . import device
+from . import device, tc_methods
 from .arrays import Operand, empty
 from .dropout import attention_args
 from .launch import launch, max_shared_bytes, stride_grid
@@ -132,8 +132,24 @@ METHODS = {m.name: m for m in [
     AttentionMethod("flash", "23–24, 32, 34", "one kernel: Q tile on chip, K/V tiles streamed, "
                     "online softmax; causal tiles above the diagonal skipped",
                     "attention.flash_forward_kernel", "nothing (m, l, acc stay on chip)"),
+    # §41–42 (flashlesson.loop_order)
+    AttentionMethod("flash_fa1", "41", "FlashAttention-1's loop order: K/V tiles outside, Q "
+                    "tiles inside; O, m, l read and written back to HBM for every K/V tile; one "
+                    "block per (batch, head)", "attention_fa1.flash_fa1_kernel",
+                    "m and l, [B·H, Nq] each (O, m, l re-read and re-written Tc times)"),
+    AttentionMethod("flash_db", "42", "flash with K/V double-buffered: the next tile's loads "
+                    "issued before the current tile's products, one barrier per tile",
+                    "attention_db.flash_db_kernel", "nothing (m, l, acc stay on chip)"),
+    # §37 (flashlesson.tc_methods): fp16/bf16 inputs choose it by themselves
+    AttentionMethod("flash_tc", "37", "flash on tensor cores: S = QKᵀ and PV as mma.sync "
+                    "(fp16/bf16 in, fp32 accumulate; float32 in: 3xTF32), softmax on CUDA cores",
+                    "attention_tc.flash_tc_kernel, attention_tc.flash_tf32x3_kernel",
+                    "nothing (m, l, acc stay on chip)"),
 ]}
 CHOICES = tuple(METHODS)
+# Methods that take every float32 option of ``attention`` (dropout, any d): the shared tests
+# run them all; "flash_tc" has its own (tests/test_attention_tc.py).
+FP32_METHODS = tuple(m for m in METHODS if m != "flash_tc")
 
 
 def _check_scale(scale, d):
@@ -236,7 +252,10 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
     k, v [B, H, Nk, d].
 
     method: "flash" (§23–24, §32: one fused kernel) or "naive" (§14: three launches, S and P
-        in global memory).
+        in global memory); "flash_fa1" (§41, FlashAttention-1's loop order) and "flash_db"
+        (§42, double-buffered K/V tiles) take a config too; "flash_tc" (§37, tensor cores,
+        a ``TcConfig``) is where float16 and bf16 (``BFloat16``, torch bfloat16) inputs go by
+        themselves, and runs float32 inputs with 3xTF32 (see ``flashlesson.tc_methods``).
     causal: mask keys after each query, aligned bottom-right when Nq ≠ Nk (query i sees key j
         iff j ≤ i + Nk − Nq, as flash-attn ≥ 2.1; torch SDPA's is_causal aligns top-left).
         Rows that see no key give O = 0 and LSE = −inf.
@@ -251,6 +270,16 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
     """
     if method not in CHOICES:
         raise ValueError(f"method: expected one of {', '.join(CHOICES)}; got {method!r}")
+    if method == "flash_tc" or tc_methods.low_precision(q):     # §37: tensor cores
+        if method not in ("flash", "flash_tc"):
+            raise TypeError(f"q: method {method!r} takes float32 inputs; fp16/bf16 run on "
+                            "method 'flash_tc' (the default for them)")
+        if config is not None and not isinstance(config, tc_methods.TcConfig):
+            raise TypeError("config: fp16/bf16 inputs run on method 'flash_tc', which takes a "
+                            f"TcConfig, not a {type(config).__name__}")
+        return tc_methods.attention_tc(q, k, v, causal=causal, scale=scale,
+                                       key_padding_mask=key_padding_mask, dropout_p=dropout_p,
+                                       return_lse=return_lse, config=config)
     qo, ko, vo = _operands(q, k, v)
     B, H, nq, d = qo.shape
     nk = ko.shape[2]
@@ -269,6 +298,10 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
                lse2.reshape(-1), d=d, n_q=nq, n_k=nk, heads=H, grid_bh=bh, max_q=nq,
                causal=causal, scale=scale, config=config, kpm=kpm,
                dropout=dropout if p > 0 else None)
+    elif method in _LOOP_ORDER_METHODS:                     # §41–42
+        _loop_order(method, q3, k3, v3, o3, lse2, d=d, nq=nq, nk=nk, heads=H, bh=bh,
+                    causal=causal, scale=scale, config=config, kpm=kpm,
+                    dropout=dropout if p > 0 else None)
     else:
         if config is not None:
             raise ValueError("config: only method 'flash' takes a configuration")
@@ -280,6 +313,22 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
         return (o, lse2.copy_to_host().reshape(shape[:3])) if return_lse else o
     o = o3.reshape(shape)
     return (o, lse2.reshape(shape[:3])) if return_lse else o
+
+
+# --- §41–42: the loop-order and double-buffer variants (flashlesson.loop_order) -------------
+_LOOP_ORDER_METHODS = ("flash_fa1", "flash_db")
+
+
+def _loop_order(method, q3, k3, v3, o3, lse2, *, d, nq, nk, heads, bh, causal, scale, config,
+                kpm, dropout):
+    """Method "flash_fa1" (§41: FlashAttention-1's loop order) or "flash_db" (§42: K/V tiles
+    double-buffered): the launchers of ``flashlesson.loop_order``, on flat arrays."""
+    from . import loop_order
+    run = loop_order.launch_fa1 if method == "flash_fa1" else loop_order.launch_db
+    run(q3.reshape(-1), k3.reshape(-1), v3.reshape(-1), o3.reshape(-1), lse2.reshape(-1),
+        d=d, n_q=nq, n_k=nk, heads=heads, bh=bh, causal=causal, scale=scale, config=config,
+        kpm=kpm, dropout=dropout)
+# --- end §41–42 ------------------------------------------------------------------------------
 
 
 def _check_cu(cu, name, batch, total):

@@ -14,7 +14,6 @@ Method, as the lesson's claims need it (§4: softmax is bound by memory, not by 
 import contextlib
 import math
 import statistics
-import sys
 
 import numpy as np
 from numba import cuda
@@ -177,33 +176,10 @@ def summarize(results, method="auto"):
 
 
 def plot_softmax(results, copy_bw, path):
-    """Bandwidth vs N for each method, torch and the copy roofline (needs matplotlib)."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("--plot needs matplotlib (pip install 'flashlesson[plot]')", file=sys.stderr)
-        return False
-    dtypes = sorted({r["dtype"] for r in results})
-    fig, axes = plt.subplots(1, len(dtypes), figsize=(7 * len(dtypes), 5), squeeze=False)
-    for ax, dt in zip(axes[0], dtypes):
-        rs = [r for r in results if r["dtype"] == dt]
-        for name in dict.fromkeys(r["method"] for r in rs):
-            pts = [(r["N"], r["GB/s"]) for r in rs if r["method"] == name]
-            ax.plot(*zip(*pts), marker="o", label=name)
-        tp = sorted({(r["N"], r["torch GB/s"]) for r in rs if "torch GB/s" in r})
-        if tp:
-            ax.plot(*zip(*tp), "k--", marker="x", label="torch.softmax")
-        ax.axhline(copy_bw[dt], color="gray", linestyle=":", label="copy (ceiling)")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("N (row length)")
-        ax.set_ylabel("GB/s (1 read + 1 write)")
-        ax.set_title(f"softmax, {dt}")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return True
+    """Bandwidth vs N for each method, torch and the copy roofline (needs matplotlib; drawn by
+    ``flashlesson.plots``, which also draws it again from the saved JSON)."""
+    from .plots import plot_softmax_bench
+    return plot_softmax_bench({"copy GB/s": copy_bw, "results": results}, path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -407,4 +383,93 @@ def bench_attention_backward(shapes=ATTENTION_SHAPES, causal_modes=(False, True)
                          None if ref is None else (lambda grads: _rel_err(grads, ref)))
             _finish(row, " bwd", results, log)
         del q, k, v, do
+    return results
+
+
+# ---------------------------------------------------------------------------------------------
+# §37: tensor cores — flash_tc (fp16, bf16, 3xTF32) vs torch SDPA's flash / cuDNN / efficient
+# ---------------------------------------------------------------------------------------------
+def tc_kernel_report(log=print):
+    """Registers, local memory (spills) and HMMA count of every compiled tensor-core kernel."""
+    from kernels_numba import attention_tc as KT
+
+    from .launch import kernel_resources
+    rows = []
+    for key, kernel in KT.BUILT.items():
+        try:            # (kernels above 48 KB of shared memory run as opt-in specializations)
+            parts = [kernel] + list(getattr(kernel, "specializations", {}).values())
+            sass = "\n".join(s for p in parts for s in p.inspect_sass().values())
+            hmma, ldl = sass.count("HMMA"), sass.count("LDL") + sass.count("STL")
+        except Exception as exc:                       # nvdisasm missing: say so
+            hmma = ldl = f"n/a ({type(exc).__name__}: {str(exc)[:60]})"
+        for res in kernel_resources(kernel):
+            row = {"kernel": key[0], "(D, Bc, WARPS, CAUSAL, PAD[, BF16])": key[1:], **res,
+                   "HMMA in SASS": hmma, "LDL/STL in SASS": ldl}
+            rows.append(row)
+            log(" ".join(f"{k}={v}" for k, v in row.items()))
+    return rows
+
+
+def bench_attention_tc(shapes=ATTENTION_SHAPES, causal_modes=(False, True), log=print):
+    """Check (one head against float64), then time flash_tc in fp16, bf16 and 3xTF32 with
+    torch SDPA's flash and cuDNN backends (fp16, bf16) and efficient (fp32) in the same run."""
+    from .attention_methods import attention as fl_attention
+    from .tc_methods import BFloat16
+    device.gpu_only("flashlesson bench attention --tc")
+    torch = _torch()
+    if torch is None:
+        raise SystemExit("flashlesson bench attention --tc compares with torch: install torch")
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    results = []
+    for (b, h, n, d) in shapes:
+        t32 = [torch.randn(b, h, n, d, device="cuda") for _ in range(3)]
+        for causal in causal_modes:
+            flops = attention_flops(b, h, n, n, d, causal)
+            row = {"B": b, "H": h, "N": n, "d": d, "causal": causal}
+            ref = sdpa(*(x[:1, :1].double() for x in t32), is_causal=causal)[0, 0].cpu().numpy()
+            for fmt, dt in (("fp16", torch.float16), ("bf16", torch.bfloat16),
+                            ("fp32", torch.float32)):
+                tq, tk, tv = (x.to(dt) for x in t32)
+                backends = ((("flash", SDPBackend.FLASH_ATTENTION),
+                             ("cudnn", SDPBackend.CUDNN_ATTENTION)) if fmt != "fp32" else
+                            (("efficient", SDPBackend.EFFICIENT_ATTENTION),))
+                for name, backend in backends:
+                    try:
+                        with sdpa_kernel(backend):
+                            ms = time_gpu_adaptive(lambda: sdpa(tq, tk, tv, is_causal=causal))
+                            err = float(np.max(np.abs(
+                                sdpa(tq[:1, :1], tk[:1, :1], tv[:1, :1], is_causal=causal)[0, 0]
+                                .double().cpu().numpy() - ref)))
+                        row[f"sdpa {name} {fmt} TFLOP/s"] = flops / ms / 1e9
+                        row[f"sdpa {name} {fmt} err"] = err
+                    except RuntimeError as exc:
+                        log(f"sdpa {name} {fmt}: {str(exc)[:80]}")
+                if fmt == "bf16":
+                    args = [BFloat16(cuda.as_cuda_array(x.view(torch.int16)).view(np.uint16))
+                            for x in (tq, tk, tv)]
+                else:
+                    args = [cuda.as_cuda_array(x) for x in (tq, tk, tv)]
+
+                def run(args=args):
+                    return fl_attention(*args, causal=causal, method="flash_tc")
+
+                def err_of(o):
+                    o = o.bits if isinstance(o, BFloat16) else o
+                    got = o[0, 0].copy_to_host()
+                    got = ((got.astype(np.uint32) << 16).view(np.float32) if fmt == "bf16"
+                           else got.astype(np.float64))
+                    return float(np.max(np.abs(got - ref)))
+                _measure(row, f"tc {fmt}", f"tc {fmt}", run, flops, err_of)
+                row[f"tc {fmt} err"] = row.pop(f"tc {fmt} rel err")
+                for name in ("flash", "cudnn", "efficient"):
+                    theirs = row.get(f"sdpa {name} {fmt} TFLOP/s")
+                    if theirs:
+                        row[f"tc {fmt} / {name}"] = row[f"tc {fmt} TFLOP/s"] / theirs
+                del tq, tk, tv, args
+            results.append(row)
+            log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                         for k, v in row.items()))
+        del t32
+        torch.cuda.empty_cache()
     return results

@@ -7,9 +7,16 @@
     flashlesson bench softmax [...]   GPU only: every method × N × dtype, GB/s, vs torch
     flashlesson bench attention       GPU only: naive and flash, TFLOP/s, vs torch SDPA
     flashlesson bench attention --backward   the same for the backward pass (§30–31)
+    flashlesson bench attention --tc         tensor cores (§37) vs torch SDPA flash/cuDNN
+    flashlesson bench hierarchy       GPU only: §26 GB/s of HBM, L2, shared memory, registers
     flashlesson traffic softmax --method M --shape ROWS N      global reads/writes per array:
     flashlesson traffic attention --method naive|flash --shape B H NQ NK D [--causal]
+                                      [--backward] [--key-padding L]
                                       the model beside the count (simulator; see traffic.py)
+    flashlesson traffic sram --shape N D [--sram KIB ...] [--plot F.png]   §48: HBM bytes vs
+                                      on-chip SRAM size, flash vs naive vs the paper's bounds
+    flashlesson resources             §47: registers, shared memory, occupancy per kernel (GPU)
+    flashlesson plot RESULTS.json OUT.png     a saved bench JSON as a picture (matplotlib)
 """
 
 import argparse
@@ -46,7 +53,15 @@ def _cmd_section(args):
 
 def _cmd_bench_attention(args):
     from . import bench
-    if args.backward:
+    if args.tc:
+        results = bench.bench_attention_tc()
+        kernels = bench.tc_kernel_report()
+        cols = ["B", "H", "N", "d", "causal", "tc fp16 TFLOP/s", "sdpa flash fp16 TFLOP/s",
+                "sdpa cudnn fp16 TFLOP/s", "tc fp16 / flash", "tc fp16 / cudnn",
+                "tc bf16 TFLOP/s", "sdpa flash bf16 TFLOP/s", "tc bf16 / flash",
+                "tc fp32 TFLOP/s", "sdpa efficient fp32 TFLOP/s", "tc fp32 / efficient",
+                "tc fp16 err", "sdpa flash fp16 err", "tc fp32 err", "sdpa efficient fp32 err"]
+    elif args.backward:
         results = bench.bench_attention_backward()
         cols = ["B", "H", "N", "d", "causal", "flash bwd TFLOP/s", "naive bwd TFLOP/s",
                 "sdpa math bwd TFLOP/s", "sdpa efficient bwd TFLOP/s", "flash / math",
@@ -65,6 +80,9 @@ def _cmd_bench_attention(args):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"results": results}, f, indent=1)
+    if args.plot:
+        from .plots import plot_attention_bench
+        plot_attention_bench({"results": results}, args.plot)
     bad = [r for r in results for m in ("flash", "naive")
            if r.get(f"{m} rel err") is not None and not r[f"{m} rel err"] < 1e-4]
     if bad:
@@ -73,10 +91,29 @@ def _cmd_bench_attention(args):
     return 0
 
 
+def _cmd_bench_hierarchy(args):
+    """§26: GB/s of HBM, L2, shared memory and registers (flashlesson.hierarchy)."""
+    from . import hierarchy
+    result = hierarchy.measure()
+    print()
+    print(f"{result['device']}, {result['SMs']} SMs, {result['date']}")
+    print(hierarchy.table(result))
+    print(" ".join(f"{k}: {'yes' if v else 'NO'};" for k, v in result["ok"].items()))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    if not result["ok"]["checks"]:
+        print("a kernel failed its correctness check", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _cmd_bench(args):
     from . import bench, softmax_methods as softmax
     if args.what == "attention":
         return _cmd_bench_attention(args)
+    if args.what == "hierarchy":
+        return _cmd_bench_hierarchy(args)
     methods = args.method or None
     for m in methods or ():
         if m not in softmax.CHOICES:
@@ -114,6 +151,8 @@ def _cmd_traffic(args):
     from . import device, traffic
     from .attention_methods import CHOICES as ATTENTION_CHOICES
     from .softmax_methods import CHOICES as SOFTMAX_CHOICES, choose
+    if args.what == "sram":
+        return traffic.sram_command(args)
     want = 2 if args.what == "softmax" else 5
     if len(args.shape) != want or min(args.shape) < 1:
         what = "ROWS N" if args.what == "softmax" else "B H NQ NK D"
@@ -142,11 +181,18 @@ def _cmd_traffic(args):
                 traffic.count_softmax(rows, n, name, dtype, args.threads)[0].arrays
         else:
             B, H, nq, nk, d = args.shape
-            model = traffic.attention_traffic(B, H, nq, nk, d, method, args.causal)
-            title = (f"attention {method!r}, q [{B}, {H}, {nq}, {d}], k, v [{B}, {H}, {nk}, "
-                     f"{d}] float32{', causal' if args.causal else ''}, return_lse")
-            counted = None if args.model_only else \
-                traffic.count_attention(B, H, nq, nk, d, method, args.causal)[0].arrays
+            mask = traffic.padding_mask(B, nk, args.key_padding)
+            model_fn, count_fn = traffic.attention_functions(args.backward)
+            if not args.backward:           # §41–42's methods: their model is in loop_order
+                from .loop_order import attention_traffic as model_fn
+            model = model_fn(B, H, nq, nk, d, method, args.causal, key_padding_mask=mask)
+            title = (f"attention{' backward' if args.backward else ''} {method!r}, q [{B}, {H}, "
+                     f"{nq}, {d}], k, v [{B}, {H}, {nk}, {d}] float32"
+                     f"{', causal' if args.causal else ''}"
+                     f"{', key padding' if mask is not None else ''}"
+                     f"{'' if args.backward else ', return_lse'}")
+            counted = None if args.model_only else count_fn(
+                B, H, nq, nk, d, method, args.causal, key_padding_mask=mask)[0].arrays
     except ValueError as exc:
         print(f"flashlesson traffic: {exc}", file=sys.stderr)
         return 2
@@ -162,11 +208,12 @@ def _cmd_traffic(args):
         print(tabulate(traffic.compare(model, counted), headers=traffic.COMPARE_HEADERS))
     if args.what == "attention":
         B, H, nq, nk, d = args.shape
-        naive = traffic.total_bytes(traffic.attention_traffic(B, H, nq, nk, d, "naive",
-                                                              args.causal))
-        flash = traffic.total_bytes(traffic.attention_traffic(B, H, nq, nk, d, "flash",
-                                                              args.causal))
-        flops = traffic.attention_flops(B, H, nq, nk, d, args.causal)
+        model_fn, _ = traffic.attention_functions(args.backward)
+        naive, flash = (traffic.total_bytes(model_fn(B, H, nq, nk, d, m, args.causal,
+                                                     key_padding_mask=mask))
+                        for m in ("naive", "flash"))
+        flops = (traffic.backward_flops if args.backward else traffic.attention_flops)(
+            B, H, nq, nk, d, args.causal)
         print(f"model bytes: naive {naive}, flash {flash}, naive / flash = {naive / flash:.2f}; "
               f"matmul FLOPs (§16) {flops}, FLOPs per byte: naive {flops / naive:.2f}, flash "
               f"{flops / flash:.2f}")
@@ -192,35 +239,76 @@ def build_parser():
     s.add_argument("numbers", nargs="+", type=int, metavar="N")
     s.set_defaults(fn=_cmd_section)
     s = sub.add_parser("bench", help="GPU benchmarks")
-    s.add_argument("what", choices=["softmax", "attention"])
+    s.add_argument("what", choices=["softmax", "attention", "hierarchy"])
     s.add_argument("--n", type=int, nargs="+", help="row lengths (default 32 … 32768)")
     s.add_argument("--dtype", nargs="+", default=["float32", "float16"],
                    choices=["float32", "float16"])
     s.add_argument("--method", nargs="+", help="methods (default: auto and every method)")
     s.add_argument("--elements", type=int, default=2 ** 26, help="elements per tensor")
     s.add_argument("--json", help="write the results as JSON to this file")
-    s.add_argument("--plot", help="write a bandwidth-vs-N PNG (needs matplotlib)")
+    s.add_argument("--plot", help="write a PNG (needs matplotlib): softmax GB/s vs N, "
+                   "attention TFLOP/s vs N")
     s.add_argument("--quick", action="store_true",
                    help="attention: the three main shapes only, no N sweep")
     s.add_argument("--backward", action="store_true",
                    help="attention: the backward pass (§30–31) vs torch SDPA's backward")
+    s.add_argument("--tc", action="store_true",
+                   help="attention: tensor cores (§37), fp16/bf16/3xTF32 vs torch SDPA "
+                        "flash/cuDNN/efficient")
     s.set_defaults(fn=_cmd_bench)
     s = sub.add_parser("traffic", help="global reads/writes per array: model vs counted "
                        "(simulator)")
-    s.add_argument("what", choices=["softmax", "attention"])
+    s.add_argument("what", choices=["softmax", "attention", "sram"])
     s.add_argument("--method", help="softmax: auto or a registry method (default auto); "
                    "attention: naive or flash (default flash)")
     s.add_argument("--shape", type=int, nargs="+", required=True,
-                   help="softmax: ROWS N; attention: B H NQ NK D")
+                   help="softmax: ROWS N; attention: B H NQ NK D; sram: N D")
     s.add_argument("--dtype", default="float32", choices=["float32", "float16"],
-                   help="softmax only")
+                   help="softmax, sram")
+    s.add_argument("--backward", action="store_true",
+                   help="attention: the backward pass (§30 flash, §31 naive)")
+    s.add_argument("--key-padding", type=int, nargs="+", metavar="L",
+                   help="attention: a key padding mask (§35), the first L keys of each batch "
+                   "row valid (one L for all rows, or one per row)")
+    s.add_argument("--sram", type=float, nargs="+", metavar="KIB",
+                   help="sram: on-chip SRAM sizes in KiB (default 1 … 16384)")
+    s.add_argument("--plot", help="sram: write a bytes-vs-SRAM PNG (needs matplotlib)")
     s.add_argument("--threads", type=int, help="softmax: threads per block (default: the "
                    "launcher's)")
     s.add_argument("--causal", action="store_true", help="attention only")
     s.add_argument("--model-only", action="store_true",
                    help="print the model only (any size; no simulation)")
     s.set_defaults(fn=_cmd_traffic)
+    s = sub.add_parser("plot", help="draw a saved bench JSON as a PNG (needs matplotlib)")
+    s.add_argument("results", help="a JSON written by flashlesson bench … --json")
+    s.add_argument("out", help="the PNG to write")
+    s.set_defaults(fn=_cmd_plot)
+    s = sub.add_parser("resources", help="§47: registers, shared memory, occupancy per kernel "
+                       "(GPU; the simulator has none)")
+    s.add_argument("--d", type=int, default=64, help="head dimension of the attention runs")
+    s.add_argument("--n", type=int, default=1024, help="sequence length of the attention runs")
+    s.add_argument("--json", help="also write the table as JSON to this file")
+    s.set_defaults(fn=_cmd_resources)
     return p
+
+
+def _cmd_plot(args):
+    """A saved bench JSON (--json) as a PNG (flashlesson.plots)."""
+    from .plots import plot_file
+    try:
+        ok = plot_file(args.results, args.out)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"flashlesson plot: {args.results}: {exc}", file=sys.stderr)
+        return 2
+    if ok:
+        print(f"wrote {args.out}")
+    return 0 if ok else 1
+
+
+def _cmd_resources(args):
+    """§47: registers, shared memory, spills and occupancy of each kernel (GPU only)."""
+    from .resources import resources_command
+    return resources_command(args)
 
 
 def main(argv=None):

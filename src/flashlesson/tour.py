@@ -167,6 +167,36 @@ def list_examples(folder=None):
     return found
 
 
+LESSON_SECTIONS = range(1, 51)          # the lesson's §1 … §50
+
+
+def declared_sections(folder=None):
+    """{§: [file names]}: the sections each example declares in ``SECTIONS = (…)``, read from
+    the source (``ast``: nothing is run), for every ``s*.py`` of the examples folder. A file
+    whose SECTIONS is missing or not a literal tuple of ints declares nothing."""
+    import ast
+    folder = Path(folder) if folder is not None else find_examples()
+    found = {}
+    for path in sorted(folder.glob("s*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == "SECTIONS" for t in node.targets):
+                try:
+                    secs = ast.literal_eval(node.value)
+                except ValueError:
+                    continue
+                for s in secs if isinstance(secs, tuple) else ():
+                    if isinstance(s, int):
+                        found.setdefault(s, []).append(path.name)
+    return found
+
+
+def missing_sections(folder=None):
+    """The § of the lesson (1 … 50) that no example declares, in order."""
+    declared = declared_sections(folder)
+    return [s for s in LESSON_SECTIONS if s not in declared]
+
+
 def _select(examples, sections):
     if sections is None:
         return examples
@@ -302,6 +332,6 @@ def run_tour(sections=None, verbose=False, *, checks=None):
     return 1 if failed else 0
 
 
-__all__ = ["Check", "TourError", "check_close", "collect", "example_rng", "find_examples",
-           "lesson_rows", "list_examples", "max_abs_err", "run_tour", "sections_of",
-           "summary_table"]
+__all__ = ["Check", "LESSON_SECTIONS", "TourError", "check_close", "collect",
+           "declared_sections", "example_rng", "find_examples", "lesson_rows", "list_examples",
+           "max_abs_err", "missing_sections", "run_tour", "sections_of", "summary_table"]

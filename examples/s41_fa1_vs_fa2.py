@@ -1,0 +1,169 @@
+"""§41 — FlashAttention-2's loop order: Q tiles outside, so O is written once.
+
+The lesson's claim: FlashAttention-1 (Algorithm 1 of the paper) loops over K/V tiles outside and
+Q tiles inside, so every K/V tile reads Qi, Oi, mi, li from HBM and writes Oi, mi, li back —
+Tc = ⌈Nk/Bc⌉ round trips of O, m and l per query row — and it can only run one block per
+(batch, head), since different K/V tiles update the same rows. FlashAttention-2 swaps the
+loops: each block owns a Q tile, keeps m, l and acc on chip while K/V stream past, writes O
+once, and has ⌈Nq/Br⌉ × B·H independent blocks (and it normalizes acc once, at the end, instead
+of at every step).
+
+What you will see: both orders run on the same input in the simulator with their global arrays
+instrumented (``flashlesson.traffic.count_attention``), each array's reads and writes beside
+the models (``loop_order.fa1_attention_traffic``, ``traffic.flash_attention_traffic``) — equal,
+exactly — with FA1's O written Tc + 1 times (zeros, then once per K/V tile) and read Tc times,
+Q read Tc times, m and l going back and forth, against FA2's one write of O; the model's bytes
+at real sizes (N up to 16384) with the GPU's tiles; both kernels against the float64 oracle.
+On a GPU: both timed, plus FA1 with one Q tile per block (FA2's grid, FA1's traffic), which
+splits the gap into what the HBM round trips cost and what the lost parallelism costs.
+
+Run: ``PYTHONPATH=src:. python3 examples/s41_fa1_vs_fa2.py`` (or ``flashlesson section 41``).
+"""
+
+import datetime
+
+import numpy as np
+from tabulate import tabulate
+
+import flashlesson
+from flashlesson import loop_order
+from flashlesson.attention_methods import GPU_CONFIGS, default_config
+from flashlesson.tour import Check, RTOL, attention_inputs, check_close, example_rng
+from flashlesson.traffic import compare, count_attention, flash_attention_traffic, total_bytes
+from reference import attention
+
+SECTIONS = (41,)
+TOPIC = "FA1 vs FA2 loop order"
+
+
+def counted_table(verbose):
+    """FA1 and FA2 on one tiny input, counted, beside their models."""
+    checks = []
+    B, H, nq, nk, d = 1, 1, 64, 64, 8
+    cfg = default_config(d)
+    tc, tr = -(-nk // cfg.Bc), -(-nq // cfg.Br)
+    e, r = B * H * nq * d, B * H * nq
+    got = {}
+    for method, model in (("flash_fa1", loop_order.fa1_attention_traffic(B, H, nq, nk, d)),
+                          ("flash", flash_attention_traffic(B, H, nq, nk, d))):
+        counter, _ = count_attention(B, H, nq, nk, d, method=method)
+        rows = compare(model, counter.arrays)
+        got[method] = counter.arrays
+        checks.append(Check("41", TOPIC, method, None, rows[-1][-1] == "yes",
+                            f"B={B} H={H} N={nq} d={d}: every array's reads and writes, "
+                            f"counted = model ({rows[-1][5]} bytes)"))
+        if verbose:
+            print(f"\n{method}: counted in the simulator (Br = {cfg.Br}, Bc = {cfg.Bc}: "
+                  f"Tr = {tr} Q tiles, Tc = {tc} K/V tiles)")
+            print(tabulate(rows, headers=["array", "reads (model)", "reads (counted)",
+                                          "writes (model)", "writes (counted)", "bytes (model)",
+                                          "bytes (counted)", "agree"]))
+    f1, f2 = got["flash_fa1"], got["flash"]
+    ok = (f1["o"].writes == (tc + 1) * e and f1["o"].reads == tc * e and
+          f1["q"].reads == tc * e and f1["m"].writes == (tc + 1) * r and
+          f1["l"].reads == (tc + 1) * r and f1["k"].reads == B * H * nk * d and
+          f2["o"].writes == e and f2["o"].reads == 0 and f2["q"].reads == e and
+          "m" not in f2 and f2["k"].reads == tr * B * H * nk * d)
+    checks.append(Check("41", TOPIC, "counter", None, bool(ok),
+                        f"Tc = {tc}: FA1 writes O {tc + 1}× (zeros + once per K/V tile), reads "
+                        f"O and Q {tc}×, m and l {tc + 1}× each way, K/V once; FA2 writes O "
+                        f"once, reads Q once, K/V Tr = {tr}×"))
+    return checks
+
+
+def model_table(verbose):
+    """The models at real sizes, with the GPU's tiles (d = 64)."""
+    cfg = dict(GPU_CONFIGS)[64]
+    rows, ok = [], True
+    for n in (1024, 4096, 16384):
+        b, h, d = 1, 16, 64
+        fa1 = loop_order.fa1_attention_traffic(b, h, n, n, d, False, cfg)
+        fa2 = flash_attention_traffic(b, h, n, n, d, False, cfg)
+        o_round = (fa1["o"].bytes + fa1["m"].bytes + fa1["l"].bytes + fa1["q"].bytes)
+        ratio = total_bytes(fa1) / total_bytes(fa2)
+        tc = n // cfg.Bc
+        ok &= fa1["o"].writes == (tc + 1) * b * h * n * d and ratio > 1
+        rows.append([n, tc, n // cfg.Br, f"{total_bytes(fa1) / 2**20:,.0f}",
+                     f"{o_round / 2**20:,.0f}", f"{total_bytes(fa2) / 2**20:,.0f}",
+                     f"{ratio:.2f}"])
+    if verbose:
+        print(f"\nthe models at B=1 H=16 d=64, the GPU's tiles Br = {cfg.Br}, Bc = {cfg.Bc} "
+              "(MiB of global traffic, float32):")
+        print(tabulate(rows, headers=["N", "Tc", "Tr", "FA1 MiB", "of which Q, O, m, l",
+                                      "FA2 MiB", "FA1 / FA2"], disable_numparse=True))
+        print("FA1's Q, O, m, l traffic grows as N²·d/Bc (the paper's Θ(N²d²/M) with "
+              "Bc ~ M/d); FA2 re-reads K and V instead, N²·d/Br — both quadratic, but FA1's "
+              "share is three passes (Q, O read; O written) to FA2's two (K, V), and FA2's "
+              "tile of Br = 128 rows is twice Bc = 64.")
+    return [Check("41", TOPIC, "model", None, bool(ok),
+                  f"N = 1024 … 16384, d = 64: FA1 / FA2 bytes {rows[0][-1]} … {rows[-1][-1]}")]
+
+
+def main(verbose=True):
+    rng, seed = example_rng()
+    if verbose:
+        print(__doc__.split("\n\n")[1])
+    checks = counted_table(verbose) + model_table(verbose)
+
+    cases = ([(1, 2, 40, 40, 16), (1, 1, 24, 56, 8)] if flashlesson.SIMULATOR else
+             [(2, 8, 1024, 1024, 64), (1, 4, 500, 2000, 128)])
+    table = []
+    for b, h, nq, nk, d in cases:
+        q, k, v = attention_inputs(rng, b, h, nq, nk, d)
+        for causal in (False, True):
+            want = attention(q, k, v, causal=causal)[0]
+            for method in ("flash_fa1", "flash"):
+                o = flashlesson.attention(q, k, v, causal=causal, method=method)
+                c = check_close("41", TOPIC, method, o, want,
+                                f"B={b} H={h} Nq={nq} Nk={nk} d={d}{', causal' if causal else ''}"
+                                ": O vs the oracle", atol=RTOL * float(np.abs(want).max()))
+                checks.append(c)
+                table.append([c.note.split(":")[0], method, f"{c.max_err:.1e}"])
+    if verbose:
+        print(f"\nrandom inputs: seed {seed}; both orders vs reference.attention")
+        print(tabulate(table, headers=["shape", "method", "max |ΔO|"], disable_numparse=True))
+    if flashlesson.SIMULATOR:
+        if verbose:
+            print("\ntiming: skipped in the simulator. On a GPU this example times flash, "
+                  "flash_fa1 and FA1 with one Q tile per block at B=2 H=16 N=2048 d=64 "
+                  "(scripts/bench_loop_order.py: the issue's sizes).")
+        return checks
+    return checks + _timed(rng, verbose)
+
+
+def _timed(rng, verbose):
+    """GPU only: FA2 vs FA1 (one block per head) vs FA1 with FA2's grid."""
+    from numba import cuda
+
+    from flashlesson.arrays import empty
+    from flashlesson.bench import attention_flops, time_gpu_adaptive
+    b, h, n, d = 2, 16, 2048, 64
+    q, k, v = (cuda.to_device(rng.standard_normal((b, h, n, d)).astype(np.float32))
+               for _ in range(3))
+    o, lse = empty(b * h * n * d, np.float32), empty(b * h * n, np.float32)
+    cfg = default_config(d, n, b * h)
+    flat = [x.reshape(-1) for x in (q, k, v)]
+
+    def fa1(qb):
+        return lambda: loop_order.launch_fa1(*flat, o, lse, d=d, n_q=n, n_k=n, heads=h,
+                                             bh=b * h, causal=False, scale=d ** -0.5,
+                                             config=cfg, q_blocks=qb)
+
+    ms = {"flash": time_gpu_adaptive(lambda: flashlesson.attention(q, k, v)),
+          "flash_fa1 (1 block per head)": time_gpu_adaptive(fa1(1)),
+          "flash_fa1 (1 Q tile per block)": time_gpu_adaptive(fa1(-(-n // cfg.Br)))}
+    flops = attention_flops(b, h, n, n, d, False)
+    rows = [[name, f"{t:.3f}", f"{flops / t / 1e9:.1f}", f"{t / ms['flash']:.2f}"]
+            for name, t in ms.items()]
+    if verbose:
+        dev = flashlesson.device.describe()["device"]
+        print(f"\n{dev}, {datetime.date.today()}: B={b} H={h} N={n} d={d}, fp32")
+        print(tabulate(rows, headers=["kernel", "ms", "TFLOP/s", "time / flash"],
+                       disable_numparse=True))
+    return [Check("41", TOPIC, "flash", None, ms["flash"] < ms["flash_fa1 (1 block per head)"],
+                  "FA2's order is faster than FA1's: " + ", ".join(f"{r[0]} {r[1]} ms"
+                                                                  for r in rows))]
+
+
+if __name__ == "__main__":
+    raise SystemExit(0 if all(c.passed for c in main()) else 1)

@@ -1,0 +1,158 @@
+"""§42 — asynchronous data flow: load the next K/V tile while computing on this one.
+
+The lesson's claim: a tile's loads and its products need not take turns. With two buffers,
+tile j+1 can be on its way from HBM while tile j is multiplied; Hopper does the copy in the
+background (cp.async, TMA) and signals its arrival (mbarrier). Numba has neither, so
+``kernels_numba/attention_db.py`` does what plain loads allow: each thread issues tile j+1's
+global loads into registers before computing on tile j, and stores them into the other shared
+buffer after — a load's latency is then hidden behind a product instead of stalling the block,
+and, with Kᵀ, V and Pᵀ all double-buffered, the block needs one barrier per tile instead of
+``flash_forward_kernel``'s four.
+
+What you will see: the barriers inside each kernel's K/V loop, counted from the source (AST);
+what double-buffering costs — shared memory per block and blocks per SM by shared memory alone
+(227 KB on the H200), registers per thread for the copy in flight — for the GPU's tiles; the
+double-buffered kernel against the float64 oracle, and its global traffic, counted: the same
+as ``flash``'s, element for element (prefetching changes when the loads happen, not how many
+there are). On a GPU: flash and flash_db timed on the same input.
+
+Run: ``PYTHONPATH=src:. python3 examples/s42_double_buffer.py`` (or ``flashlesson section 42``).
+"""
+
+import ast
+import datetime
+import inspect
+import textwrap
+
+import numpy as np
+from tabulate import tabulate
+
+import flashlesson
+from flashlesson import loop_order
+from flashlesson.attention_methods import GPU_CONFIGS
+from flashlesson.tour import Check, RTOL, attention_inputs, check_close, example_rng
+from flashlesson.traffic import compare, count_attention
+from kernels_numba import attention as KA
+from kernels_numba import attention_db as KDB
+from reference import attention
+
+SECTIONS = (42,)
+TOPIC = "double-buffered K/V"
+SMEM_SM = 227 * 1024        # H200: shared memory one SM gives its blocks
+
+
+def barriers_per_tile(factory):
+    """cuda.syncthreads() calls inside the kernel's ``for j in range(n_tiles)`` loop."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(factory)))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.For) and isinstance(node.iter, ast.Call) and \
+                any(isinstance(a, ast.Name) and a.id == "n_tiles" for a in node.iter.args):
+            return sum(1 for n in ast.walk(node) if isinstance(n, ast.Call)
+                       and isinstance(n.func, ast.Attribute) and n.func.attr == "syncthreads")
+    raise ValueError(f"{factory.__name__}: no K/V loop found")
+
+
+def main(verbose=True):
+    rng, seed = example_rng()
+    checks = []
+    if verbose:
+        print(__doc__.split("\n\n")[1])
+
+    nb_flash, nb_db = barriers_per_tile(KA.flash_forward_kernel), \
+        barriers_per_tile(KDB.flash_db_kernel)
+    checks.append(Check("42", TOPIC, "source", None, (nb_flash, nb_db) == (4, 1),
+                        f"cuda.syncthreads() per K/V tile: flash_forward_kernel {nb_flash}, "
+                        f"flash_db_kernel {nb_db}"))
+    if verbose:
+        print(f"\nbarriers in the K/V loop (counted in the source): flash {nb_flash}, "
+              f"flash_db {nb_db}")
+
+    rows, ok = [], True
+    for d, cfg in GPU_CONFIGS:
+        db_cfg = cfg if loop_order.smem_bytes(loop_order.DB, cfg, d) <= SMEM_SM \
+            else loop_order.DB_FALLBACK         # (as loop_order.config_for on the GPU)
+        D = cfg.head_dim(d)
+        f_b = 4 * KA.flash_smem_floats(D, cfg.Br, cfg.Bc)
+        d_b = loop_order.smem_bytes(loop_order.DB, db_cfg, d)
+        regs = 4 * -(-db_cfg.Bc * db_cfg.head_dim(d) // 4 // db_cfg.threads)
+        ok &= d_b > f_b and d_b <= SMEM_SM
+        rows.append([d, f"{cfg.Br}×{cfg.Bc}", f"{f_b / 1024:.0f}", SMEM_SM // f_b,
+                     f"{db_cfg.Br}×{db_cfg.Bc}", f"{d_b / 1024:.0f}", SMEM_SM // d_b, regs])
+    checks.append(Check("42", TOPIC, "formula", None, bool(ok),
+                        "the double buffers need more shared memory, and fit: " +
+                        ", ".join(f"d={r[0]} {r[2]}→{r[5]} KB" for r in rows)))
+    if verbose:
+        print("\nthe price, with the GPU's tiles (shared memory per block, blocks per SM by "
+              "shared memory alone, 227 KB an SM):")
+        print(tabulate(rows, headers=["d", "flash tiles", "flash KB", "blocks/SM",
+                                      "flash_db tiles", "flash_db KB", "blocks/SM",
+                                      "floats in flight / thread"], disable_numparse=True))
+        print("Double buffers halve the blocks an SM holds; the overlap must win back what "
+              "the lost occupancy (other blocks' work hiding the loads) gave.")
+
+    cases = ([(1, 2, 40, 50, 16), (1, 1, 7, 70, 5)] if flashlesson.SIMULATOR else
+             [(2, 8, 1024, 1024, 64), (1, 4, 500, 2000, 128)])
+    table = []
+    for b, h, nq, nk, d in cases:
+        q, k, v = attention_inputs(rng, b, h, nq, nk, d)
+        q[..., 0, :] *= 30                      # one row of scores near ±1000
+        for causal in (False, True):
+            want, want_lse = attention(q, k, v, causal=causal)
+            o, lse = flashlesson.attention(q, k, v, causal=causal, method="flash_db",
+                                           return_lse=True)
+            shape = f"B={b} H={h} Nq={nq} Nk={nk} d={d}{', causal' if causal else ''}"
+            c = check_close("42", TOPIC, "flash_db", o, want, f"{shape}: O vs the oracle",
+                            atol=RTOL * float(np.abs(want).max()))
+            fin = np.isfinite(want_lse)
+            cl = check_close("42", TOPIC, "flash_db", lse[fin], want_lse[fin],
+                             f"{shape}: LSE vs the oracle")
+            checks += [c, cl]
+            table.append([shape, f"{c.max_err:.1e}", f"{cl.max_err:.1e}"])
+    if verbose:
+        print(f"\nrandom inputs (row 0 of Q × 30): seed {seed}")
+        print(tabulate(table, headers=["shape", "max |ΔO|", "max |ΔLSE|"],
+                       disable_numparse=True))
+
+    if flashlesson.SIMULATOR:
+        shape = (1, 1, 40, 50, 8)
+        db, _ = count_attention(*shape, method="flash_db")
+        fl, _ = count_attention(*shape, method="flash")
+        rows = compare(fl.arrays, db.arrays)        # flash's counts as the "model"
+        checks.append(Check("42", TOPIC, "counter", None, rows[-1][-1] == "yes",
+                            f"B=1 H=1 Nq=40 Nk=50 d=8: flash_db's global reads and writes = "
+                            f"flash's, array by array ({rows[-1][5]} bytes)"))
+        if verbose:
+            print("\nglobal traffic, counted: flash vs flash_db (same loads, other times)")
+            print(tabulate([[r[0], r[1], r[2], r[3], r[4], r[-1]] for r in rows],
+                           headers=["array", "reads flash", "reads flash_db", "writes flash",
+                                    "writes flash_db", "equal"]))
+            print("\ntiming: skipped in the simulator (scripts/bench_loop_order.py times it on "
+                  "a GPU).")
+        return checks
+    return checks + _timed(rng, verbose)
+
+
+def _timed(rng, verbose):
+    """GPU only: flash vs flash_db at B=2 H=16 N=4096 d=64."""
+    from numba import cuda
+
+    from flashlesson.bench import attention_flops, time_gpu_adaptive
+    b, h, n, d = 2, 16, 4096, 64
+    q, k, v = (cuda.to_device(rng.standard_normal((b, h, n, d)).astype(np.float32))
+               for _ in range(3))
+    ms = {m: time_gpu_adaptive(lambda: flashlesson.attention(q, k, v, method=m))
+          for m in ("flash", "flash_db")}
+    flops = attention_flops(b, h, n, n, d, False)
+    if verbose:
+        dev = flashlesson.device.describe()["device"]
+        print(f"\n{dev}, {datetime.date.today()}: B={b} H={h} N={n} d={d}: " + ", ".join(
+            f"{m} {t:.3f} ms ({flops / t / 1e9:.1f} TFLOP/s)" for m, t in ms.items()) +
+            f"; flash_db / flash time {ms['flash_db'] / ms['flash']:.2f}")
+    return [Check("42", TOPIC, "flash_db", None, bool(np.isfinite(ms["flash_db"])),
+                  f"measured: flash {ms['flash']:.3f} ms, flash_db {ms['flash_db']:.3f} ms "
+                  f"(ratio {ms['flash_db'] / ms['flash']:.2f}; a measurement, not a claim "
+                  "that it wins)")]
+
+
+if __name__ == "__main__":
+    raise SystemExit(0 if all(c.passed for c in main()) else 1)

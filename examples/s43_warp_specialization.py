@@ -1,0 +1,204 @@
+"""§43 — warp specialization: producer warps load, consumer warps compute.
+
+The lesson's claim: instead of every warp alternating between loading and computing, give the
+jobs to different warps — producers only move K/V tiles into a ring of shared buffers, consumers
+only run the matmuls and the softmax — so the two overlap across warps. FlashAttention-3 does
+this on Hopper with TMA copies, mbarriers that say "buffer full" / "buffer empty", named barriers
+that sync a subset of warps, and setmaxnreg, which moves registers from producers to consumers.
+
+What Numba allows, and what this project does: none of those four exist in numba-cuda (checked
+below, in its own source), but a producer/consumer split itself can be written with
+``cuda.syncthreads()`` alone — ``kernels_numba/attention_db.py`` with ``PRODUCERS = P``: P
+extra warps copy tile j+1 (global → shared) while the TR·TC consumer threads compute on tile j,
+one block-wide barrier per tile, the §42 schedule with roles split by warp instead of by time.
+What it cannot express: a barrier for the consumers only (the P exchange between consumer warps
+must stop the producers too), a producer running more than one tile ahead (each barrier closes a
+tile for everyone: the ring is two deep and moves in lockstep), fewer registers for producers
+(every warp gets the consumers' allocation), copies that bypass registers (TMA).
+
+What you will see: the scan of numba-cuda for the four mechanisms; the producer/consumer
+variant (1 and 2 producer warps) against the float64 oracle, and its global traffic, counted:
+that of ``flash``; the thread and register bill of the producers for the GPU's tiles. On a GPU:
+flash, §42's double buffer and §43's producers timed on one input, with the registers each
+compiled kernel uses — the measured account the lesson asks for.
+
+Run: ``PYTHONPATH=src:. python3 examples/s43_warp_specialization.py`` (or ``flashlesson
+section 43``).
+"""
+
+import datetime
+import os
+
+import numpy as np
+from numba import cuda
+from tabulate import tabulate
+
+import flashlesson
+from flashlesson import loop_order
+from flashlesson.arrays import empty
+from flashlesson.attention_methods import GPU_CONFIGS, default_config
+from flashlesson.tour import Check, RTOL, attention_inputs, check_close, example_rng
+from flashlesson.traffic import compare, count_attention, count_traffic
+from reference import attention
+
+SECTIONS = (43,)
+TOPIC = "warp specialization"
+
+# Hopper's mechanisms for FA3's producer/consumer pipeline: the PTX each one compiles to
+MECHANISMS = [
+    ("TMA (bulk async copy)", "cp.async.bulk", "copies a tile global → shared without "
+     "registers", "producers load through their registers"),
+    ("cp.async (Ampere)", "cp.async", "a thread's copy runs in the background",
+     "§42: loads issued early into registers"),
+    ("mbarrier", "mbarrier", "per-buffer full/empty signals: producers run ahead",
+     "one cuda.syncthreads() per tile: lockstep"),
+    ("named barriers", "bar.sync", "sync the consumer warps only (bar.sync id, count)",
+     "every barrier is the whole block's"),
+    ("setmaxnreg", "setmaxnreg", "producers give registers to consumers",
+     "every warp gets the same registers"),
+]
+
+
+def numba_has(ptx):
+    """Whether numba-cuda's source (its Python and bundled headers) names this PTX at all."""
+    root = os.path.dirname(cuda.__file__)
+    for folder, _, files in os.walk(root):
+        for name in files:
+            if name.endswith((".py", ".cuh", ".h", ".ptx", ".cu")):
+                try:
+                    with open(os.path.join(folder, name), errors="ignore") as f:
+                        if ptx in f.read():
+                            return True
+                except OSError:
+                    continue
+    return False
+
+
+def _launch(q, k, v, causal, producers, config=None):
+    B, H, nq, d = q.shape
+    o = empty(B * H * nq * d, np.float32)
+    lse = empty(B * H * nq, np.float32)
+    loop_order.launch_db(*(cuda.to_device(x.reshape(-1)) for x in (q, k, v)), o, lse, d=d,
+                         n_q=nq, n_k=k.shape[2], heads=H, bh=B * H, causal=causal,
+                         scale=d ** -0.5, config=config, producers=producers)
+    return o.copy_to_host().reshape(q.shape), lse.copy_to_host().reshape(q.shape[:3])
+
+
+def main(verbose=True):
+    rng, seed = example_rng()
+    checks = []
+    if verbose:
+        print(__doc__.split("\n\n")[1])
+        print("\n" + __doc__.split("\n\n")[2])
+
+    found = {ptx: numba_has(ptx) for _, ptx, _, _ in MECHANISMS}
+    api = sorted(n for n in dir(cuda) if "barrier" in n.lower() or "async" in n.lower())
+    checks.append(Check("43", TOPIC, "numba", None, not any(found.values()) and not api,
+                        "numba-cuda's source names none of " + ", ".join(found) +
+                        f"; numba.cuda's barrier/async API: {api or 'none'} "
+                        "(barriers: syncthreads, syncwarp only)"))
+    if verbose:
+        print("\nHopper's mechanisms (FA3) and this project's substitute:")
+        print(tabulate([[m, ptx, what, "yes" if found[ptx] else "no", here]
+                        for m, ptx, what, here in MECHANISMS],
+                       headers=["mechanism", "PTX", "what it gives", "in numba-cuda",
+                                "what the Numba kernel does instead"]))
+
+    # the producer/consumer kernel against the oracle
+    b, h, nq, nk, d = (1, 2, 37, 50, 16) if flashlesson.SIMULATOR else (2, 8, 1000, 1500, 64)
+    q, k, v = attention_inputs(rng, b, h, nq, nk, d)
+    q[..., 0, :] *= 30
+    rows = []
+    for producers in (1, 2):
+        for causal in (False, True):
+            want, want_lse = attention(q, k, v, causal=causal)
+            o, lse = _launch(q, k, v, causal, producers)
+            shape = f"B={b} H={h} Nq={nq} Nk={nk} d={d}{', causal' if causal else ''}"
+            c = check_close("43", TOPIC, f"producers={producers}", o, want,
+                            f"{shape}: O vs the oracle", atol=RTOL * float(np.abs(want).max()))
+            fin = np.isfinite(want_lse)
+            cl = check_close("43", TOPIC, f"producers={producers}", lse[fin], want_lse[fin],
+                             f"{shape}: LSE vs the oracle")
+            checks += [c, cl]
+            rows.append([shape, producers, f"{c.max_err:.1e}", f"{cl.max_err:.1e}"])
+    if verbose:
+        print(f"\nrandom inputs (row 0 of Q × 30): seed {seed}; the producer/consumer kernel")
+        print(tabulate(rows, headers=["shape", "producer warps", "max |ΔO|", "max |ΔLSE|"],
+                       disable_numparse=True))
+
+    # the bill: threads that never compute, per block
+    bill = []
+    for dd, cfg in GPU_CONFIGS[:2]:
+        for p in (1, 2):
+            t = cfg.threads + 32 * p
+            bill.append([dd, f"{cfg.Br}×{cfg.Bc}, {cfg.threads} consumers", p, t,
+                         f"{32 * p / t:.0%}"])
+    if verbose:
+        print("\nthe producers' bill (their registers are the consumers' size: no setmaxnreg)")
+        print(tabulate(bill, headers=["d", "tiles, consumer threads", "producer warps",
+                                      "threads", "threads that only load"],
+                       disable_numparse=True))
+
+    if flashlesson.SIMULATOR:
+        shape = (1, 1, 40, 50, 8)
+        fl, _ = count_attention(*shape, method="flash")
+        qh, kh, vh = attention_inputs(rng, 1, 1, 40, 50, 8)
+        with count_traffic() as t:
+            qd, kd, vd = (t.to_device(x.reshape(-1), n) for x, n in ((qh, "q"), (kh, "k"),
+                                                                  (vh, "v")))
+            o = empty(40 * 8, np.float32)
+            lse = empty(40, np.float32)
+            loop_order.launch_db(qd, kd, vd, o, lse, d=8, n_q=40, n_k=50, heads=1, bh=1,
+                                 causal=False, scale=1.0, config=default_config(8),
+                                 producers=1)
+        cmp = compare(fl.arrays, t.arrays)
+        checks.append(Check("43", TOPIC, "counter", None, cmp[-1][-1] == "yes",
+                            "B=1 H=1 Nq=40 Nk=50 d=8: the producer/consumer kernel's global "
+                            f"reads and writes = flash's, array by array ({cmp[-1][5]} bytes)"))
+        if verbose:
+            print("\ntiming and registers: skipped in the simulator (on a GPU: this example, "
+                  "and scripts/bench_loop_order.py).")
+        return checks
+    return checks + _timed(rng, verbose)
+
+
+def _timed(rng, verbose):
+    """GPU only: flash, flash_db, producers 1 and 2: time and registers."""
+    from flashlesson.bench import attention_flops, time_gpu_adaptive
+    from flashlesson.launch import kernel_resources
+    from kernels_numba import attention_db as KDB
+    b, h, n, d = 2, 16, 4096, 64
+    q, k, v = (cuda.to_device(rng.standard_normal((b, h, n, d)).astype(np.float32))
+               for _ in range(3))
+    o, lse = empty(b * h * n * d, np.float32), empty(b * h * n, np.float32)
+    flat = [x.reshape(-1) for x in (q, k, v)]
+    cfg = default_config(d, n, b * h)
+    flops = attention_flops(b, h, n, n, d, False)
+
+    def db(p):
+        return lambda: loop_order.launch_db(*flat, o, lse, d=d, n_q=n, n_k=n, heads=h,
+                                            bh=b * h, causal=False, scale=d ** -0.5,
+                                            config=cfg, producers=p)
+
+    runs = {"flash": lambda: flashlesson.attention(q, k, v), "flash_db (§42)": db(0),
+            "1 producer warp (§43)": db(1), "2 producer warps (§43)": db(2)}
+    ms = {name: time_gpu_adaptive(fn) for name, fn in runs.items()}
+    regs = {p: [r["registers"] for r in kernel_resources(KDB.flash_db_kernel(
+        cfg.head_dim(d), cfg.Br, cfg.Bc, cfg.TR, cfg.TC, False, True, cfg.KU, False, False, p))]
+        for p in (0, 1, 2)}
+    rows = [[name, f"{t:.3f}", f"{flops / t / 1e9:.1f}", f"{t / ms['flash']:.2f}"]
+            for name, t in ms.items()]
+    if verbose:
+        dev = flashlesson.device.describe()["device"]
+        print(f"\n{dev}, {datetime.date.today()}: B={b} H={h} N={n} d={d}, fp32, tiles "
+              f"{cfg.Br}×{cfg.Bc}")
+        print(tabulate(rows, headers=["kernel", "ms", "TFLOP/s", "time / flash"],
+                       disable_numparse=True))
+        print(f"registers per thread (flash_db, producers 0/1/2): {regs}")
+    return [Check("43", TOPIC, "producers", None, all(np.isfinite(t) for t in ms.values()),
+                  "measured: " + ", ".join(f"{r[0]} {r[1]} ms" for r in rows) +
+                  f"; registers {regs}")]
+
+
+if __name__ == "__main__":
+    raise SystemExit(0 if all(c.passed for c in main()) else 1)

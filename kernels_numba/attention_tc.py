@@ -1,0 +1,506 @@
+"""§37 — FlashAttention forward on tensor cores: QKᵀ and PV on ``mma.sync``, softmax on CUDA cores.
+
+Menu
+| kernel                                            | what                                         |
+|---------------------------------------------------|----------------------------------------------|
+| ``flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16)`` | fp16 or bf16 Q, K, V (fp32 accumulation):  |
+|                                                   | S = Q Kᵀ and O += P V as m16n8k16 mmas        |
+| ``flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD)``| float32 Q, K, V on tensor cores with 3xTF32: |
+|                                                   | x = big + small, a·b ≈ big·big + big·small +  |
+|                                                   | small·big (m16n8k8 tf32), fp32 accuracy       |
+
+The same loop as ``flash_forward_kernel`` (kernels_numba/attention.py, §32), with the two
+products moved to the tensor cores (§37)::
+
+    for each K/V tile j:
+        S = Qi Kjᵀ · scale          ← mma: A = Q fragment (registers), B = K rows (shared memory)
+        masked → −inf               ← CUDA cores, from here …
+        new_m = max(m, rowmax(S))   ← a row's 4 lanes (one quad) agree with 2 shuffles
+        correction = exp(m − new_m)
+        P = exp(S − new_m);  l = correction·l + rowsum(P)
+        acc = correction·acc        ← … to here
+        acc += P Vj                 ← mma: A = P straight from S's accumulators, B = Vᵀ (shared)
+    O = acc / l;  LSE = m + log l
+
+Who holds what. A block is WARPS warps; warp w owns query rows q0 + 16w … q0 + 16w + 15 (Br =
+16·WARPS). In the m16n8 accumulator layout (kernels_numba/mma.py) lane 4g + t holds rows g and
+g + 8 of the warp's 16, columns 2t, 2t + 1 of every 8-column block: so m, l, S, P and acc of a
+row live in the 4 lanes of one quad, and a row max is two ``shfl_xor`` (§6). l stays a per-lane
+partial sum until the end (the correction is the same for the quad's 4 lanes).
+
+Memory. Q fragments are loaded once into registers (4·D/16 words per lane). Per K/V tile, K is
+copied to shared memory as it is (rows of D/2 words: b0 of Kᵀ's fragment is one word of a K
+row) and V transposed (Vᵀ[c][key pair]: the fragment of B = V needs two keys' halves of one
+column in one word; ``pair_lo``/``pair_hi`` regroup them). Row strides are padded by 4 words,
+which puts the 8 rows a fragment load touches in 8 different bank groups. fp16/bf16 operands
+arrive as uint32 words (two halves), so every copy is 16-byte ``load4``/``store4``; O is
+written the same way, LSE as float32.
+
+Limits: D a multiple of 16 (64, 80, 96, 128, 256 are used); Bc a multiple of 16; a full-warp
+instruction, so every warp runs every tile even past Nq (its rows are just not written).
+Inputs [BH, N, D/2] uint32 (fp16/bf16 pairs) or [BH, N, D] float32 (3xTF32); outputs O in the
+input's format, LSE [BH, Nq] float32 (−inf and O = 0 for a row that sees no key). Causal is
+aligned bottom-right (query i sees key j iff j ≤ i + Nk − Nq), like the CUDA-core kernel. No
+dropout, no varlen here (the CUDA-core kernel has them).
+
+How to run: ``flashlesson section 37``, ``pytest tests/test_attention_tc.py``,
+``flashlesson bench attention --dtype float16``.
+"""
+
+import math
+from functools import lru_cache
+
+from numba import cuda, float32, uint32
+
+from .mma import mma_bf16, mma_f16, mma_tf32, pack_bf16, pack_f16, pair_hi, pair_lo, tf32
+from .reductions import NEG_INF, ZERO, fast_exp, lanes_max, lanes_sum, safe_max, \
+    safe_reciprocal
+from .vector import load1, load4, store1, store4
+
+QUAD = 4        # lanes sharing a row in the accumulator layout
+BUILT = {}      # (factory, *arguments) → kernel: every kernel built, for resource reports
+
+
+def tc_shapes(D, Bc):
+    """Shared-memory row strides (words) of the K and Vᵀ tiles (fp16/bf16 kernel)."""
+    return D // 2 + 4, Bc // 2 + 4
+
+
+def tc_smem_bytes(D, Bc, TF32):
+    """Dynamic shared memory of one block: the K tile and the V tile (Vᵀ for fp16/bf16)."""
+    if TF32:
+        return 2 * 2 * Bc * (D + 4) * 4       # two stages of (K, V)
+    KS, VS = tc_shapes(D, Bc)
+    return 2 * (Bc * KS + D * VS) * 4         # two stages (ping-pong)
+
+
+@cuda.jit(device=True)
+def tile_rows(CAUSAL, q0, Br, Bc, n_q, n_k):
+    """How many K/V tiles the Q tile starting at q0 visits (causal: up to its diagonal, §34)."""
+    n_tiles = (n_k + Bc - 1) // Bc
+    if CAUSAL:
+        last_key = q0 + Br - 1 + n_k - n_q          # the last key the tile's last row sees
+        n_tiles = min(n_tiles, last_key // Bc + 1) if last_key >= 0 else 0
+    return n_tiles
+
+
+@lru_cache(maxsize=None)
+def online_softmax_tc(NBS, NBO, MT=1):
+    """The CUDA-core part of one K/V tile, on the accumulator layout: masked S → P in place,
+    m/l/acc of the lane's 2·MT rows updated. Row (mt, half) = rows g + 16·mt + 8·half of the
+    warp's 16·MT: elements 2·half, 2·half + 1 of each 4 in S block mt (s[4·(mt·NBS + nb) + …])
+    and in acc block mt; ml = [m of the 2·MT rows …, l of the 2·MT rows …]."""
+
+    @cuda.jit(device=True)
+    def update(s, acc, ml):
+        for mt in range(MT):
+            for half in range(2):
+                r = 2 * mt + half
+                row_max = NEG_INF
+                for nb in range(NBS):
+                    i = 4 * (mt * NBS + nb) + 2 * half
+                    row_max = max(row_max, max(s[i], s[i + 1]))
+                new_m = max(ml[r], lanes_max(row_max, QUAD))      # new_m = max(m, rowmax(S))
+                m_safe = safe_max(new_m)                          # (0 while the row saw no key)
+                correction = fast_exp(ml[r] - m_safe)             # correction = exp(m − new_m)
+                row_sum = ZERO
+                for nb in range(NBS):
+                    for e in range(2):
+                        i = 4 * (mt * NBS + nb) + 2 * half + e
+                        s[i] = fast_exp(s[i] - m_safe)            # P = exp(S − new_m)
+                        row_sum += s[i]
+                ml[2 * MT + r] = correction * ml[2 * MT + r] + row_sum  # l = correction·l + …
+                for nb in range(NBO):                             # (l: this lane's part of it)
+                    i = 4 * (mt * NBO + nb) + 2 * half
+                    acc[i] *= correction                          # acc = correction·acc …
+                    acc[i + 1] *= correction
+                ml[r] = new_m
+    return update
+
+
+@lru_cache(maxsize=None)
+def mask_scores_tc(NBS, CAUSAL, PAD, MT=1):
+    """S entries of keys past Nk, above the causal diagonal (§34) or padded (§35) → −inf.
+    r_lo: the lane's first row (g of the warp's first m16 block)."""
+
+    @cuda.jit(device=True)
+    def mask(s, k0, r_lo, g_t2, n_k, offset, kpm, b_idx):
+        for mt in range(MT):
+            for nb in range(NBS):
+                for e in range(4):
+                    key = k0 + 8 * nb + g_t2 + (e & 1)
+                    row = r_lo + 16 * mt + 8 * (e >> 1)
+                    if key >= n_k or (CAUSAL and key > row + offset):
+                        s[4 * (mt * NBS + nb) + e] = NEG_INF
+                    elif PAD and kpm[b_idx, key] == 0:
+                        s[4 * (mt * NBS + nb) + e] = NEG_INF
+    return mask
+
+
+@lru_cache(maxsize=None)
+def kv_loader_tc(D, Bc, T):
+    """Copy K/V tile rows k0 … k0 + Bc − 1 of head bh (uint32 words) to shared memory: K as
+    it is, V transposed into key pairs (``pair_lo``/``pair_hi``); zeros past Nk (P is 0 there,
+    but 0·NaN would still poison acc). In two halves, so the global reads can be issued before
+    the current tile's products and stored after them (``fetch`` → registers, ``put`` →
+    shared memory): ``fetch`` returns this thread's KI + 2·VI groups of four words."""
+    DW = D // 2
+    KS, VS = tc_shapes(D, Bc)
+    K_ITEMS = Bc * (DW // 4)        # 16-byte pieces of a K tile
+    V_ITEMS = (Bc // 2) * (DW // 4)  # (key pair, 4 words) pieces of a V tile
+    KI = (K_ITEMS + T - 1) // T     # pieces per thread
+    VI = (V_ITEMS + T - 1) // T
+    REGS = 4 * (KI + 2 * VI)
+
+    @cuda.jit(device=True)
+    def fetch(k, v, bh, n_k, k0, tid, w):
+        """w[…] = this thread's K and V words of the tile at k0 (zeros past Nk)."""
+        for it in range(KI):
+            item = it * T + tid
+            r = item // (DW // 4)
+            c = (item % (DW // 4)) * 4
+            w0 = w1 = w2 = w3 = uint32(0)
+            if item < K_ITEMS and k0 + r < n_k:
+                w0, w1, w2, w3 = load4(k, ((bh * n_k) + k0 + r) * DW + c)
+            w[4 * it], w[4 * it + 1], w[4 * it + 2], w[4 * it + 3] = w0, w1, w2, w3
+        for it in range(VI):
+            item = it * T + tid
+            kp = item % (Bc // 2)               # key pair: keys 2kp, 2kp + 1
+            c = (item // (Bc // 2)) * 4         # words c … c+3 = columns 2c … 2c+7
+            for e in range(2):
+                w0 = w1 = w2 = w3 = uint32(0)
+                if item < V_ITEMS and k0 + 2 * kp + e < n_k:
+                    w0, w1, w2, w3 = load4(v, ((bh * n_k) + k0 + 2 * kp + e) * DW + c)
+                at = 4 * KI + 8 * it + 4 * e
+                w[at], w[at + 1], w[at + 2], w[at + 3] = w0, w1, w2, w3
+
+    @cuda.jit(device=True)
+    def put(w, smem, kof, vof, tid):
+        """K words → smem[kof + key·KS + word]; V words → Vᵀ, smem[vof + c·VS + key pair]."""
+        for it in range(KI):
+            item = it * T + tid
+            if item < K_ITEMS:
+                r = item // (DW // 4)
+                c = (item % (DW // 4)) * 4
+                store4(smem, kof + r * KS + c, w[4 * it], w[4 * it + 1], w[4 * it + 2],
+                       w[4 * it + 3])
+        for it in range(VI):
+            item = it * T + tid
+            if item < V_ITEMS:
+                kp = item % (Bc // 2)
+                c = (item // (Bc // 2)) * 4
+                at = vof + 2 * c * VS + kp      # Vᵀ[2c][kp] = (V[2kp][2c], V[2kp+1][2c])
+                x = 4 * KI + 8 * it             # w[x + e] = V[2kp][c + e], w[x + 4 + e] = …
+                for e in range(4):              # … V[2kp + 1][c + e] (words of two halves)
+                    store1(smem, at + 2 * e * VS, pair_lo(w[x + e], w[x + 4 + e]))
+                    store1(smem, at + (2 * e + 1) * VS, pair_hi(w[x + e], w[x + 4 + e]))
+
+    return fetch, put, REGS
+
+
+@lru_cache(maxsize=None)
+def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False):
+    """fp16 (BF16=False) or bf16 FlashAttention forward; see the module menu.
+
+    MT: m16 row blocks per warp (Br = 16·MT·WARPS): every K/V fragment read from shared
+    memory feeds MT mmas instead of one. PF: prefetch — the next tile's global reads go to
+    registers before this tile's products and to shared memory after them, so their latency
+    hides behind the mmas (costs 4·(KI + 2·VI) registers)."""
+    Br = 16 * MT * WARPS
+    T = 32 * WARPS
+    DW = D // 2                     # words per row (two halves each)
+    KC = D // 16                    # k-steps of S = Q Kᵀ (k16 each)
+    NBS = Bc // 8                   # 8-column blocks of S
+    KC2 = Bc // 16                  # k-steps of P V
+    NBO = D // 8                    # 8-column blocks of O
+    QA, SN, AN, ML = 4 * KC * MT, 4 * NBS * MT, 4 * NBO * MT, 4 * MT   # registers per lane
+    PA = 4 * KC2 * MT
+    KS, VS = tc_shapes(D, Bc)
+    K_WORDS = Bc * KS               # words of the K tile; the Vᵀ tile follows
+    STAGE = K_WORDS + D * VS        # words of one stage (K and Vᵀ); two stages, ping-pong
+    assert D % 16 == 0 and Bc % 16 == 0
+    mma = mma_bf16 if BF16 else mma_f16
+    pack = pack_bf16 if BF16 else pack_f16
+    update = online_softmax_tc(NBS, NBO, MT)
+    mask = mask_scores_tc(NBS, CAUSAL, PAD, MT)
+    fetch, put, REGS = kv_loader_tc(D, Bc, T)
+
+    @cuda.jit
+    def flash_tc(q, k, v, o, lse, scale, n_q, n_k, heads, kpm):
+        """q [BH, Nq, D/2], k, v [BH, Nk, D/2], o [BH, Nq, D/2]: uint32 words of two halves;
+        lse [BH, Nq] float32; kpm uint8 [B, Nk] (PAD)."""
+        if CAUSAL:                                  # heaviest Q tiles first (§34)
+            bh = cuda.blockIdx.x
+            q0 = (cuda.gridDim.y - 1 - cuda.blockIdx.y) * Br
+        else:
+            bh = cuda.blockIdx.y
+            q0 = cuda.blockIdx.x * Br
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        lane = tid % 32
+        g = lane // 4                               # row group: rows g and g + 8 of each m16
+        t = lane % 4                                # column pair 2t, 2t + 1 of each 8
+        r_lo = q0 + 16 * MT * warp + g              # my first row; the others: + 8, + 16, …
+        offset = n_k - n_q                          # §34: query i sees key j iff j ≤ i + offset
+
+        # dynamic, tc_smem_bytes(D, Bc, False): two stages of [K tile: sK[key·KS + word] |
+        # Vᵀ tile: sVt[c·VS + key pair]]; tile j in stage j % 2
+        smem = cuda.shared.array(0, uint32)
+
+        # Q fragments (A of S = Q Kᵀ), once: qa[4(mt·KC + kc) + r] = word r of the table in
+        # mma.py for k-step kc of row block mt
+        qa = cuda.local.array(QA, uint32)
+        for mt in range(MT):
+            for kc in range(KC):
+                for r in range(4):
+                    row = r_lo + 16 * mt + 8 * (r & 1)
+                    qa[4 * (mt * KC + kc) + r] = \
+                        q[bh, row, 8 * kc + 4 * (r >> 1) + t] if row < n_q else 0
+
+        s = cuda.local.array(SN, float32)           # S, then P, of this tile (accumulators)
+        acc = cuda.local.array(AN, float32)         # un-normalized output   (§32: acc)
+        ml = cuda.local.array(ML, float32)          # m of my 2·MT rows, then l (§32: m, l)
+        w = cuda.local.array(REGS, uint32)          # the next tile's words, in flight
+        pa = cuda.local.array(PA, uint32)           # P as A fragments (16-bit pairs)
+        for i in range(MT * NBO):                   # (loops of at most 32: LLVM unrolls
+            for e in range(4):                      #  them, and the arrays stay registers)
+                acc[4 * i + e] = ZERO
+        for r in range(2 * MT):
+            ml[r] = NEG_INF
+            ml[2 * MT + r] = ZERO
+
+        n_tiles = tile_rows(CAUSAL, q0, Br, Bc, n_q, n_k)
+        if n_tiles > 0:
+            fetch(k, v, bh, n_k, 0, tid, w)
+            put(w, smem, 0, K_WORDS, tid)
+        for j in range(n_tiles):
+            k0 = j * Bc
+            cuda.syncthreads()                      # wait: tile j is in stage j % 2, and every
+                                                    # warp is done with tile j − 1's stage
+            nxt = ((j + 1) & 1) * STAGE             # tile j + 1 → the other stage
+            more = j + 1 < n_tiles                  # (the same for the whole block)
+            if more:
+                fetch(k, v, bh, n_k, k0 + Bc, tid, w)
+                if not PF:                          # PF: stored after the products instead
+                    put(w, smem, nxt, nxt + K_WORDS, tid)
+            sK = (j & 1) * STAGE                    # this tile's K …
+            sVt = sK + K_WORDS                      # … and Vᵀ, as offsets into smem
+
+            # S = Qi Kjᵀ on the tensor cores: each B fragment (two words of K row 8nb + g)
+            # is read once and used by the MT row blocks
+            for i in range(MT * NBS):
+                for e in range(4):
+                    s[4 * i + e] = ZERO
+            for nb in range(NBS):
+                at = sK + (8 * nb + g) * KS + t
+                for kc in range(KC):
+                    b0 = load1(smem, at + 8 * kc)
+                    b1 = load1(smem, at + 8 * kc + 4)
+                    for mt in range(MT):
+                        x = 4 * (mt * KC + kc)
+                        y = 4 * (mt * NBS + nb)
+                        s[y], s[y + 1], s[y + 2], s[y + 3] = mma(
+                            qa[x], qa[x + 1], qa[x + 2], qa[x + 3], b0, b1,
+                            s[y], s[y + 1], s[y + 2], s[y + 3])
+            for i in range(MT * NBS):
+                for e in range(4):
+                    s[4 * i + e] *= scale           # S = Qi Kjᵀ · scale
+            if PAD or k0 + Bc > n_k or (CAUSAL and k0 + Bc - 1 > q0 + offset):
+                mask(s, k0, r_lo, 2 * t, n_k, offset, kpm, bh // heads)
+            update(s, acc, ml)                      # online softmax on the CUDA cores (§32)
+
+            # acc += P Vj: P's accumulators are the A fragments (two 8-column blocks = k16),
+            # packed to 16-bit pairs once
+            for mt in range(MT):
+                for kc in range(KC2):
+                    x = 4 * (mt * NBS + 2 * kc)
+                    y = 4 * (mt * KC2 + kc)
+                    pa[y] = pack(s[x], s[x + 1])
+                    pa[y + 1] = pack(s[x + 2], s[x + 3])
+                    pa[y + 2] = pack(s[x + 4], s[x + 5])
+                    pa[y + 3] = pack(s[x + 6], s[x + 7])
+            for nb in range(NBO):
+                at = sVt + (8 * nb + g) * VS + t    # B = Vj: words of Vᵀ row 8nb + g
+                for kc in range(KC2):
+                    b0 = load1(smem, at + 8 * kc)
+                    b1 = load1(smem, at + 8 * kc + 4)
+                    for mt in range(MT):
+                        x = 4 * (mt * KC2 + kc)
+                        y = 4 * (mt * NBO + nb)
+                        acc[y], acc[y + 1], acc[y + 2], acc[y + 3] = mma(
+                            pa[x], pa[x + 1], pa[x + 2], pa[x + 3], b0, b1,
+                            acc[y], acc[y + 1], acc[y + 2], acc[y + 3])
+            if PF and more:
+                put(w, smem, nxt, nxt + K_WORDS, tid)   # the prefetched tile, now in place
+
+        # O = acc / l, LSE = m + log l (l: the quad's four partial sums added first)
+        for mt in range(MT):
+            for half in range(2):
+                r = 2 * mt + half
+                row = r_lo + 16 * mt + 8 * half
+                l_row = lanes_sum(ml[2 * MT + r], QUAD)
+                if row < n_q:
+                    inv_l = safe_reciprocal(l_row)  # a row that saw no key: O = 0
+                    for nb in range(NBO):
+                        y = 4 * (mt * NBO + nb) + 2 * half
+                        o[bh, row, 4 * nb + t] = pack(acc[y] * inv_l, acc[y + 1] * inv_l)
+                    if t == 0:
+                        lse[bh, row] = NEG_INF if l_row == ZERO else ml[r] + math.log(l_row)
+
+    BUILT[("flash_tc_kernel", D, Bc, WARPS, CAUSAL, PAD, BF16, MT, PF)] = flash_tc
+    return flash_tc
+
+
+@lru_cache(maxsize=None)
+def flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD):
+    """float32 FlashAttention forward on tensor cores, 3xTF32 (see the module menu).
+
+    Each operand x is split into big = tf32(x) and small = tf32(x − big); a product a·b is
+    big_a·big_b + big_a·small_b + small_a·big_b (the small·small term, ~2⁻²² relative, is
+    dropped): three m16n8k8 mmas instead of one, and float32-level accuracy. Operands come from
+    shared memory as float32 (no packing); P's accumulator layout maps onto the tf32 A fragment
+    with its k index permuted (lane t holds keys 2t, 2t+1, taken as k = t and t + 4), and the
+    B rows of V are read in the same permuted order, so Σ_k is unchanged.
+    """
+    Br = 16 * WARPS
+    T = 32 * WARPS
+    KC = D // 8                     # k-steps of S (k8 each)
+    NBS = Bc // 8
+    KC2 = Bc // 8                   # k-steps of P V
+    NBO = D // 8
+    QA, SN, AN = 4 * KC, 4 * NBS, 4 * NBO   # registers per lane: Q fragments, S, acc
+    KS = D + 4                      # row stride (floats) of the K and V tiles
+    ITEMS = Bc * (D // 4)
+    TILE = Bc * KS                  # floats per shared tile; the V tile follows
+    assert D % 8 == 0 and Bc % 16 == 0
+    update = online_softmax_tc(NBS, NBO)
+    mask = mask_scores_tc(NBS, CAUSAL, PAD)
+
+    @cuda.jit(device=True)
+    def load_kv(k, v, bh, n_k, k0, smem, kof, tid):
+        """K and V tile rows k0 … k0 + Bc − 1 → smem[kof + r·KS + c], smem[kof + TILE + …]."""
+        for it in range((ITEMS + T - 1) // T):
+            item = it * T + tid
+            if item < ITEMS:
+                r = item // (D // 4)
+                c = (item % (D // 4)) * 4
+                x0 = x1 = x2 = x3 = y0 = y1 = y2 = y3 = ZERO
+                if k0 + r < n_k:
+                    x0, x1, x2, x3 = load4(k, ((bh * n_k) + k0 + r) * D + c)
+                    y0, y1, y2, y3 = load4(v, ((bh * n_k) + k0 + r) * D + c)
+                store4(smem, kof + r * KS + c, x0, x1, x2, x3)
+                store4(smem, kof + TILE + r * KS + c, y0, y1, y2, y3)
+
+    @cuda.jit(device=True)
+    def mma3(A0, A1, A2, A3, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        """C += A·B with 3xTF32: A given split (big A0…A3, small a0…a3), B split here;
+        big·big + big·small + small·big (small·small dropped), the small terms first."""
+        B0, B1 = tf32(b0), tf32(b1)
+        c0, c1, c2, c3 = mma_tf32(a0, a1, a2, a3, B0, B1, c0, c1, c2, c3)        # small·big
+        c0, c1, c2, c3 = mma_tf32(A0, A1, A2, A3, tf32(b0 - B0), tf32(b1 - B1),
+                                  c0, c1, c2, c3)                                # big·small
+        return mma_tf32(A0, A1, A2, A3, B0, B1, c0, c1, c2, c3)                  # big·big
+
+    @cuda.jit(device=True)
+    def split(x, big, small, i):
+        """big[i] = tf32(x), small[i] = tf32(x − big[i])."""
+        b = tf32(x)
+        big[i] = b
+        small[i] = tf32(x - b)
+
+    @cuda.jit
+    def flash_tf32x3(q, k, v, o, lse, scale, n_q, n_k, heads, kpm):
+        """q [BH, Nq, D], k, v [BH, Nk, D], o [BH, Nq, D] float32 (D = d); lse [BH, Nq]."""
+        if CAUSAL:
+            bh = cuda.blockIdx.x
+            q0 = (cuda.gridDim.y - 1 - cuda.blockIdx.y) * Br
+        else:
+            bh = cuda.blockIdx.y
+            q0 = cuda.blockIdx.x * Br
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        lane = tid % 32
+        g = lane // 4
+        t = lane % 4
+        r_lo = q0 + 16 * warp + g
+        r_hi = r_lo + 8
+        offset = n_k - n_q
+
+        # dynamic, tc_smem_bytes(D, Bc, True): two stages of [K tile | V tile], rows as they
+        # are (row stride KS); tile j in stage j % 2
+        smem = cuda.shared.array(0, float32)
+
+        qa = cuda.local.array(QA, float32)          # A of S = Q Kᵀ (m16n8k8 layout), split
+        for kc in range(KC):                        # into big + small at each use (holding
+            for r in range(4):                      # both would double these registers)
+                row = r_lo + 8 * (r & 1)
+                qa[4 * kc + r] = q[bh, row, 8 * kc + 4 * (r >> 1) + t] if row < n_q else ZERO
+        pa = cuda.local.array(4, float32)           # one k8 step of A (Q or P), split
+        ps = cuda.local.array(4, float32)
+
+        s = cuda.local.array(SN, float32)
+        acc = cuda.local.array(AN, float32)
+        ml = cuda.local.array(4, float32)
+        for i in range(4 * NBO):
+            acc[i] = ZERO
+        ml[0] = NEG_INF
+        ml[1] = NEG_INF
+        ml[2] = ZERO
+        ml[3] = ZERO
+
+        n_tiles = tile_rows(CAUSAL, q0, Br, Bc, n_q, n_k)
+        if n_tiles > 0:
+            load_kv(k, v, bh, n_k, 0, smem, 0, tid)
+        for j in range(n_tiles):
+            k0 = j * Bc
+            cuda.syncthreads()                      # wait: tile j is in stage j % 2, and every
+                                                    # warp is done with tile j − 1's stage
+            if j + 1 < n_tiles:                     # (the same for the whole block)
+                load_kv(k, v, bh, n_k, k0 + Bc, smem, ((j + 1) & 1) * 2 * TILE, tid)
+            sK = (j & 1) * 2 * TILE                 # offsets of this tile's K and V in smem
+            sV = sK + TILE
+
+            for nb in range(NBS):                   # S = Qi Kjᵀ (b0 = K[8nb + g][8kc + t])
+                c0 = c1 = c2 = c3 = ZERO
+                at = sK + (8 * nb + g) * KS + t
+                for kc in range(KC):
+                    for r in range(4):
+                        split(qa[4 * kc + r], pa, ps, r)
+                    c0, c1, c2, c3 = mma3(pa[0], pa[1], pa[2], pa[3], ps[0], ps[1], ps[2], ps[3],
+                                          load1(smem, at + 8 * kc), load1(smem, at + 8 * kc + 4),
+                                          c0, c1, c2, c3)
+                s[4 * nb] = c0 * scale
+                s[4 * nb + 1] = c1 * scale
+                s[4 * nb + 2] = c2 * scale
+                s[4 * nb + 3] = c3 * scale
+            if PAD or k0 + Bc > n_k or (CAUSAL and k0 + Bc - 1 > q0 + offset):
+                mask(s, k0, r_lo, 2 * t, n_k, offset, kpm, bh // heads)
+            update(s, acc, ml)
+
+            # acc += P Vj, k8 per 8-column block of P: lane t's P(g, 2t), P(g, 2t+1) serve as
+            # k = t and k = t + 4, so B must give V rows 2t and 2t + 1 for them
+            for kc in range(KC2):
+                split(s[4 * kc], pa, ps, 0)         # a0 = P(g, 2t)      as k = t
+                split(s[4 * kc + 2], pa, ps, 1)     # a1 = P(g + 8, 2t)  as k = t
+                split(s[4 * kc + 1], pa, ps, 2)     # a2 = P(g, 2t + 1)  as k = t + 4
+                split(s[4 * kc + 3], pa, ps, 3)     # a3 = P(g + 8, 2t + 1)
+                at = sV + (8 * kc + 2 * t) * KS + g
+                for nb in range(NBO):
+                    acc[4 * nb], acc[4 * nb + 1], acc[4 * nb + 2], acc[4 * nb + 3] = mma3(
+                        pa[0], pa[1], pa[2], pa[3], ps[0], ps[1], ps[2], ps[3],
+                        load1(smem, at + 8 * nb), load1(smem, at + KS + 8 * nb),
+                        acc[4 * nb], acc[4 * nb + 1], acc[4 * nb + 2], acc[4 * nb + 3])
+
+        for half in range(2):
+            row = r_lo + 8 * half
+            l_row = lanes_sum(ml[2 + half], QUAD)
+            if row < n_q:
+                inv_l = safe_reciprocal(l_row)
+                for nb in range(NBO):
+                    o[bh, row, 8 * nb + 2 * t] = acc[4 * nb + 2 * half] * inv_l
+                    o[bh, row, 8 * nb + 2 * t + 1] = acc[4 * nb + 2 * half + 1] * inv_l
+                if t == 0:
+                    lse[bh, row] = NEG_INF if l_row == ZERO else ml[half] + math.log(l_row)
+
+    BUILT[("flash_tf32x3_kernel", D, Bc, WARPS, CAUSAL, PAD)] = flash_tf32x3
+    return flash_tf32x3

@@ -1,0 +1,281 @@
+"""§37 — tensor cores from Numba: ``mma.sync`` helpers, and the same helpers in the simulator.
+
+Numba has no public tensor-core API. These helpers put one PTX instruction into the kernel as
+LLVM inline assembly (``@intrinsic`` + ``llvmlite.ir.InlineAsm``): no linked file, no call, no
+local memory — the fragments stay in registers like any other Numba scalar. In the CUDA
+simulator each helper is a warp rendezvous (``simwarp.warp_collective``): all 32 lanes hand in
+their fragments, the 16×8 product is computed in NumPy, each lane gets its own part back. So a
+tensor-core kernel is one source on the GPU and on the CPU, like every other kernel here.
+
+Menu (the warp computes D = A·B + C; every lane passes its fragment registers)::
+
+    mma_f16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)
+        mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32   A 16×16 fp16, B 16×8 fp16, C/D fp32
+    mma_bf16(...)      the same with bf16 inputs (…f32.bf16.bf16.f32)
+    mma_tf32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)
+        mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32  A 16×8, B 8×8, operands float32
+        whose low 13 mantissa bits the tensor core ignores (round them first: tf32())
+    pack_f16(lo, hi) / pack_bf16(lo, hi) -> uint32   two float32 → one register of two halves,
+                                                     round to nearest even (cvt.rn.*x2.f32)
+    tf32(x) -> float32                  x rounded to tf32 (10 mantissa bits; cvt.rna.tf32.f32)
+    pair_lo(a, b) / pair_hi(a, b) -> uint32   (low half of a, low half of b) / (high, high):
+                                              regroups two rows of half pairs into two columns
+
+Fragment layout (PTX ISA, "Matrix fragments for mma.m16n8k16"), lane = 4·g + t, g = lane // 4
+(the row group, 0..7) and t = lane % 4 (0..3); "x2" registers hold two halves, low half first::
+
+    A 16×16 (row-major)            B 16×8 (column-major)       C, D 16×8 fp32
+    a0 = A[g,   2t : 2t+2]         b0 = B[2t   : 2t+2,   g]    c0, c1 = C[g,   2t], C[g,   2t+1]
+    a1 = A[g+8, 2t : 2t+2]         b1 = B[2t+8 : 2t+10,  g]    c2, c3 = C[g+8, 2t], C[g+8, 2t+1]
+    a2 = A[g,   2t+8 : 2t+10]
+    a3 = A[g+8, 2t+8 : 2t+10]
+
+                 k →  0 1 | 2 3 | 4 5 | 6 7 | 8 9 |10 11| …       n →  0  1 | 2  3 | 4  5 | 6  7
+    A row g:       lane 4g  4g+1  4g+2  4g+3  4g    4g+1        C row g:  4g     4g+1   4g+2   4g+3
+                   (a0 ……………………………………)  (a2 …………)                      (c0,c1 of those lanes)
+    A row g+8:     same lanes, registers a1 and a3               C row g+8: same lanes, c2, c3
+
+  m16n8k8 tf32: a0 = A[g, t], a1 = A[g+8, t], a2 = A[g, t+4], a3 = A[g+8, t+4];
+                b0 = B[t, g], b1 = B[t+4, g]; C, D as above.
+
+Why this layout suits attention: D of S = Q·Kᵀ, taken as two n-blocks side by side, *is* the A
+fragment of the next product P·V (c0,c1 of n-block 2j → a0, c2,c3 → a1, n-block 2j+1 → a2, a3):
+P goes from the accumulator to the next mma without leaving the registers (§37). B = Kᵀ
+column-major is K row-major: b0 is one 32-bit word of a K row (two consecutive d).
+
+Limits. Hardware sm_80 or newer (the H200 is sm_90). All 32 lanes of the warp must call each
+mma with the same shape (warp-collective, as in PTX); in the simulator a lane that skips it is
+reported, never a hang. The simulator accumulates in float64 and rounds once to float32; the
+tensor core's own accumulation order differs at the ulp level.
+
+Tests: ``tests/test_mma.py`` (each helper alone against NumPy, simulator and GPU).
+"""
+
+import numpy as np
+from numba import cuda, types
+
+FULL = 0xFFFFFFFF
+
+if cuda.config.ENABLE_CUDASIM:
+    from . import simwarp
+
+    def _u32(x):
+        return np.uint32(int(x) & FULL)
+
+    def _halves(word, dtype):
+        """(low, high) of one 32-bit register of two halves, as float64."""
+        bits = np.array([int(word) & 0xFFFF, (int(word) >> 16) & 0xFFFF], np.uint16)
+        if dtype == "f16":
+            return bits.view(np.float16).astype(np.float64)
+        return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+    def _tf32_value(x):
+        """The value the tensor core reads from a float32 register: low 13 bits dropped."""
+        bits = np.array([x], np.float32).view(np.uint32) & np.uint32(0xFFFFE000)
+        return float(bits.view(np.float32)[0])
+
+    def _product(A, B, payloads):
+        D = A @ B
+        out = []
+        for lane, p in enumerate(payloads):
+            g, t = divmod(lane, 4)
+            c = p[6:]
+            out.append((np.float32(D[g, 2 * t] + float(c[0])),
+                        np.float32(D[g, 2 * t + 1] + float(c[1])),
+                        np.float32(D[g + 8, 2 * t] + float(c[2])),
+                        np.float32(D[g + 8, 2 * t + 1] + float(c[3]))))
+        return out
+
+    def _m16n8k16(dtype):
+        def compute(payloads):
+            A, B = np.zeros((16, 16)), np.zeros((16, 8))
+            for lane, p in enumerate(payloads):
+                g, t = divmod(lane, 4)
+                A[g, 2 * t:2 * t + 2] = _halves(p[0], dtype)
+                A[g + 8, 2 * t:2 * t + 2] = _halves(p[1], dtype)
+                A[g, 2 * t + 8:2 * t + 10] = _halves(p[2], dtype)
+                A[g + 8, 2 * t + 8:2 * t + 10] = _halves(p[3], dtype)
+                B[2 * t:2 * t + 2, g] = _halves(p[4], dtype)
+                B[2 * t + 8:2 * t + 10, g] = _halves(p[5], dtype)
+            return _product(A, B, payloads)
+        return compute
+
+    def _m16n8k8_tf32(payloads):
+        A, B = np.zeros((16, 8)), np.zeros((8, 8))
+        for lane, p in enumerate(payloads):
+            g, t = divmod(lane, 4)
+            A[g, t], A[g + 8, t] = _tf32_value(p[0]), _tf32_value(p[1])
+            A[g, t + 4], A[g + 8, t + 4] = _tf32_value(p[2]), _tf32_value(p[3])
+            B[t, g], B[t + 4, g] = _tf32_value(p[4]), _tf32_value(p[5])
+        return _product(A, B, payloads)
+
+    _F16, _BF16 = _m16n8k16("f16"), _m16n8k16("bf16")
+
+    def mma_f16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        return simwarp.warp_collective("mma_f16", _F16, (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3))
+
+    def mma_bf16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        return simwarp.warp_collective("mma_bf16", _BF16,
+                                       (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3))
+
+    def mma_tf32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        return simwarp.warp_collective("mma_tf32", _m16n8k8_tf32,
+                                       (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3))
+
+    def pack_f16(lo, hi):
+        h = np.array([lo, hi], np.float32).astype(np.float16).view(np.uint16)
+        return _u32(int(h[0]) | (int(h[1]) << 16))
+
+    def _bf16_bits(x):
+        b = int(np.array([x], np.float32).view(np.uint32)[0])
+        if (b & 0x7F800000) == 0x7F800000 and (b & 0x7FFFFF):
+            return (b >> 16) | 0x40  # NaN stays a (quiet) NaN
+        return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF  # round to nearest even
+
+    def pack_bf16(lo, hi):
+        return _u32(_bf16_bits(lo) | (_bf16_bits(hi) << 16))
+
+    def tf32(x):
+        b = int(np.array([x], np.float32).view(np.uint32)[0])
+        if (b & 0x7F800000) != 0x7F800000:
+            b = (b + 0x1000) & 0xFFFFE000  # cvt.rna: nearest, ties away from zero
+        return np.array([b & FULL], np.uint32).view(np.float32)[0]
+
+    def pair_lo(a, b):
+        return _u32((int(a) & 0xFFFF) | ((int(b) & 0xFFFF) << 16))
+
+    def pair_hi(a, b):
+        return _u32(((int(a) >> 16) & 0xFFFF) | (int(b) & 0xFFFF0000))
+
+else:
+    from llvmlite import ir
+    from numba.cuda.extending import intrinsic
+
+    _I32, _F32 = ir.IntType(32), ir.FloatType()
+
+    def _operand(context, builder, value, fromty, want):
+        """Cast a Numba value to the inline asm's operand: i32 register or f32 register."""
+        if want == "r":
+            if isinstance(fromty, types.Float):
+                value = context.cast(builder, value, fromty, types.float32)
+                return builder.bitcast(value, _I32)
+            return context.cast(builder, value, fromty, types.uint32)
+        return context.cast(builder, value, fromty, types.float32)
+
+    def _asm(context, builder, sig, args, text, outs, ins):
+        """Emit ``text`` as inline PTX: outs/ins are constraint letters ('r' i32, 'f' f32)."""
+        ll = {"r": _I32, "f": _F32}
+        ret = ll[outs[0]] if len(outs) == 1 else ir.LiteralStructType([ll[o] for o in outs])
+        fnty = ir.FunctionType(ret, [ll[c] for c in ins])
+        constraints = ",".join(["=" + o for o in outs] + list(ins))
+        asm = ir.InlineAsm(fnty, text, constraints, side_effect=False)
+        operands = [_operand(context, builder, v, ty, c)
+                    for v, ty, c in zip(args, sig.args, ins)]
+        res = builder.call(asm, operands)
+        if len(outs) == 1:
+            return res
+        return [builder.extract_value(res, n) for n in range(len(outs))]
+
+    def _mma(name, shape, kind):
+        text = (f"mma.sync.aligned.{shape}.row.col.f32.{kind}.{kind}.f32 "
+                "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};")
+        ret = types.UniTuple(types.float32, 4)
+
+        def codegen(context, builder, sig, args):
+            d = _asm(context, builder, sig, args, text, "ffff", "rrrrrr" + "ffff")
+            return context.make_tuple(builder, ret, d)
+
+        def typer(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+            return ret(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3), codegen
+
+        typer.__name__ = name
+        return intrinsic(typer)
+
+    mma_f16 = _mma("mma_f16", "m16n8k16", "f16")
+    mma_bf16 = _mma("mma_bf16", "m16n8k16", "bf16")
+    mma_tf32 = _mma("mma_tf32", "m16n8k8", "tf32")
+
+    def _to_register(name, text, ins, rty=types.uint32):
+        """An intrinsic for one PTX instruction with a 32-bit register result, returned as
+        ``rty`` (uint32, or float32 for the same bits)."""
+        def codegen(context, builder, sig, args):
+            res = _asm(context, builder, sig, args, text, "r", ins)
+            return builder.bitcast(res, _F32) if rty == types.float32 else res
+
+        if len(ins) == 2:
+            def typer(typingctx, a, b):
+                return rty(a, b), codegen
+        else:
+            def typer(typingctx, a):
+                return rty(a), codegen
+        typer.__name__ = name
+        return intrinsic(typer)
+
+    # cvt.rn.f16x2.f32 d, a, b puts a in the high half and b in the low half.
+    pack_f16 = _to_register("pack_f16", "cvt.rn.f16x2.f32 $0, $2, $1;", "ff")
+    pack_bf16 = _to_register("pack_bf16", "cvt.rn.bf16x2.f32 $0, $2, $1;", "ff")
+    tf32 = _to_register("tf32", "cvt.rna.tf32.f32 $0, $1;", "f", types.float32)
+    # prmt.b32: bytes of {b, a} numbered 7..4 (b) 3..0 (a); 0x5410 = b.lo:a.lo, 0x7632 = b.hi:a.hi
+    pair_lo = _to_register("pair_lo", "prmt.b32 $0, $1, $2, 0x5410;", "rr")
+    pair_hi = _to_register("pair_hi", "prmt.b32 $0, $1, $2, 0x7632;", "rr")
+
+
+# ---------------------------------------------------------------------------------------------
+# Test kernels: one warp, one instruction, operands laid out as in the table above
+# ---------------------------------------------------------------------------------------------
+@cuda.jit
+def mma_f16_kernel(a, b, c, d, bf16):
+    """d[16, 8] = a[16, 16] @ b[16, 8] + c (a, b float32, rounded to fp16 or bf16 here)."""
+    lane = cuda.threadIdx.x
+    g = lane // 4
+    t = lane % 4
+    if bf16:
+        a0 = pack_bf16(a[g, 2 * t], a[g, 2 * t + 1])
+        a1 = pack_bf16(a[g + 8, 2 * t], a[g + 8, 2 * t + 1])
+        a2 = pack_bf16(a[g, 2 * t + 8], a[g, 2 * t + 9])
+        a3 = pack_bf16(a[g + 8, 2 * t + 8], a[g + 8, 2 * t + 9])
+        b0 = pack_bf16(b[2 * t, g], b[2 * t + 1, g])
+        b1 = pack_bf16(b[2 * t + 8, g], b[2 * t + 9, g])
+        d0, d1, d2, d3 = mma_bf16(a0, a1, a2, a3, b0, b1, c[g, 2 * t], c[g, 2 * t + 1],
+                                  c[g + 8, 2 * t], c[g + 8, 2 * t + 1])
+    else:
+        a0 = pack_f16(a[g, 2 * t], a[g, 2 * t + 1])
+        a1 = pack_f16(a[g + 8, 2 * t], a[g + 8, 2 * t + 1])
+        a2 = pack_f16(a[g, 2 * t + 8], a[g, 2 * t + 9])
+        a3 = pack_f16(a[g + 8, 2 * t + 8], a[g + 8, 2 * t + 9])
+        b0 = pack_f16(b[2 * t, g], b[2 * t + 1, g])
+        b1 = pack_f16(b[2 * t + 8, g], b[2 * t + 9, g])
+        d0, d1, d2, d3 = mma_f16(a0, a1, a2, a3, b0, b1, c[g, 2 * t], c[g, 2 * t + 1],
+                                 c[g + 8, 2 * t], c[g + 8, 2 * t + 1])
+    d[g, 2 * t] = d0
+    d[g, 2 * t + 1] = d1
+    d[g + 8, 2 * t] = d2
+    d[g + 8, 2 * t + 1] = d3
+
+
+@cuda.jit
+def mma_tf32_kernel(a, b, c, d):
+    """d[16, 8] = a[16, 8] @ b[8, 8] + c, operands rounded to tf32 here."""
+    lane = cuda.threadIdx.x
+    g = lane // 4
+    t = lane % 4
+    d0, d1, d2, d3 = mma_tf32(tf32(a[g, t]), tf32(a[g + 8, t]), tf32(a[g, t + 4]),
+                              tf32(a[g + 8, t + 4]), tf32(b[t, g]), tf32(b[t + 4, g]),
+                              c[g, 2 * t], c[g, 2 * t + 1], c[g + 8, 2 * t], c[g + 8, 2 * t + 1])
+    d[g, 2 * t] = d0
+    d[g, 2 * t + 1] = d1
+    d[g + 8, 2 * t] = d2
+    d[g + 8, 2 * t + 1] = d3
+
+
+@cuda.jit
+def pack_kernel(x, f16, bf16, lo, hi, t32):
+    """Per element pair: the packing helpers, so tests can compare them with NumPy."""
+    i = cuda.grid(1)
+    if i < f16.shape[0]:
+        f16[i] = pack_f16(x[2 * i], x[2 * i + 1])
+        bf16[i] = pack_bf16(x[2 * i], x[2 * i + 1])
+        lo[i] = pair_lo(f16[i], bf16[i])
+        hi[i] = pair_hi(f16[i], bf16[i])
+        t32[2 * i] = tf32(x[2 * i])
+        t32[2 * i + 1] = tf32(x[2 * i + 1])

@@ -1,0 +1,205 @@
+"""``flashlesson.loop_order``: FlashAttention-1's loop order (§41), double-buffered K/V tiles (§42)
+and producer/consumer warps (§43) — launchers, configurations and their IO model.
+
+The kernels are ``kernels_numba/attention_fa1.py`` and ``kernels_numba/attention_db.py``; the
+methods ``"flash_fa1"`` and ``"flash_db"`` of ``flashlesson.attention`` call the launchers here.
+
+- ``launch_fa1(…, q_blocks=1)``: Algorithm 1 of FlashAttention (K/V outside, O, m, l through
+  HBM), ``q_blocks`` blocks per head (1: the paper's one block per head; ⌈Nq/Br⌉: FA2's grid).
+- ``launch_db(…, producers=0)``: FA2's loop, next K/V tile prefetched (producers = 0: by every
+  thread, through registers; producers = P: by P warps that only load).
+- ``fa1_attention_traffic``, ``db_attention_traffic``: element reads and writes of each global
+  array, as ``flashlesson.traffic``'s models (held to the counter by tests/test_loop_order.py).
+- ``attention_traffic``: the model of any attention method (the registry's): these two here,
+  the others from ``flashlesson.traffic``.
+"""
+
+import numpy as np
+
+from kernels_numba import attention_db as KDB
+from kernels_numba import attention_fa1 as KF1
+
+from .arrays import empty
+from .attention_methods import FlashConfig, _aligned16, _dummy, default_config
+from .launch import launch, max_shared_bytes
+from .traffic import Access, attention_traffic as _attention_traffic, \
+    flash_attention_traffic
+
+FA1 = "flash_fa1"
+DB = "flash_db"
+
+
+# When the forward kernel's default tiles do not fit the double buffers (d = 256: 366 KB):
+# Br = 64, Bc = 32 (221 KB; not tuned on a GPU yet).
+DB_FALLBACK = FlashConfig(Br=64, Bc=32, TR=16, TC=8, KU=2, GROUP=4)
+
+
+def config_for(d, nq=None, bh=None, config=None, method=None):
+    """The tile configuration: ``config`` or, by default, the forward kernel's (same tiles:
+    the timings then differ by the loop order or the buffering, not by the tiles) — for
+    ``flash_db``, ``DB_FALLBACK`` where those do not fit its shared memory."""
+    cfg = config or default_config(d, nq, bh)
+    if not isinstance(cfg, FlashConfig):
+        raise TypeError(f"config: expected a FlashConfig, got {type(cfg).__name__}")
+    if config is None and method == DB and smem_bytes(DB, cfg, d) > max_shared_bytes():
+        cfg = DB_FALLBACK
+    return cfg
+
+
+def smem_bytes(method, cfg, d):
+    """Dynamic shared memory per block of ``method``'s kernel with ``cfg``, in bytes."""
+    floats = KF1.fa1_smem_floats if method == FA1 else KDB.db_smem_floats
+    return 4 * floats(cfg.head_dim(d), cfg.Br, cfg.Bc)
+
+
+def check_config(method, cfg, d, producers=0):
+    """``FlashConfig.check`` (tiles, threads, registers), then this kernel's shared memory."""
+    cfg.check(d)            # (checks flash_forward's shared memory, which is smaller)
+    need = smem_bytes(method, cfg, d)
+    if need > max_shared_bytes():
+        raise ValueError(f"config {cfg}: {method} needs {need} bytes of shared memory for "
+                         f"d = {d}; this device allows {max_shared_bytes()}")
+    if cfg.threads + 32 * producers > 1024:
+        raise ValueError(f"config {cfg}: {cfg.threads} + 32·{producers} producer threads "
+                         "exceed 1024")
+
+
+def _extras(kpm, dropout):
+    seed_lo, seed_hi, threshold, inv_keep = dropout or (np.uint32(0), np.uint32(0),
+                                                        np.uint32(0), np.float32(1))
+    return (_dummy("mask") if kpm is None else kpm), seed_lo, seed_hi, threshold, inv_keep
+
+
+def launch_fa1(q, k, v, o, lse, *, d, n_q, n_k, heads, bh, causal, scale, config=None,
+               kpm=None, dropout=None, q_blocks=1):
+    """§41: FlashAttention-1's loop order on flat padded arrays (q, o [B·H·Nq·d], k, v
+    [B·H·Nk·d], lse [B·H·Nq]). Allocates m and l [B·H·Nq] in global memory (the kernel's
+    scratch: Algorithm 1 keeps them in HBM). q_blocks: blocks per head, each owning every
+    q_blocks-th Q tile (1 = Algorithm 1's one block per head; at most ⌈Nq/Br⌉)."""
+    cfg = config_for(d, n_q, bh, config)
+    check_config(FA1, cfg, d)
+    n_qt = -(-n_q // cfg.Br)
+    if not isinstance(q_blocks, (int, np.integer)) or not 1 <= q_blocks <= n_qt:
+        raise ValueError(f"q_blocks: expected an int from 1 to ⌈Nq/Br⌉ = {n_qt}, got "
+                         f"{q_blocks!r}")
+    kernel = KF1.flash_fa1_kernel(cfg.head_dim(d), cfg.Br, cfg.Bc, cfg.TR, cfg.TC,
+                                  bool(causal), d % 4 == 0 and _aligned16(q, k, v), cfg.KU,
+                                  kpm is not None, dropout is not None)
+    m = empty(bh * n_q, np.float32)             # Algorithm 1's m and l, in HBM
+    l = empty(bh * n_q, np.float32)             # noqa: E741 - the lesson's name
+    launch(kernel, (int(q_blocks), bh), cfg.threads,
+           (q, k, v, o, lse, m, l, np.float32(scale), d, n_q, n_k, heads, int(q_blocks),
+            *_extras(kpm, dropout)), smem_bytes(FA1, cfg, d))
+
+
+def launch_db(q, k, v, o, lse, *, d, n_q, n_k, heads, bh, causal, scale, config=None,
+              kpm=None, dropout=None, producers=0):
+    """§42 (producers = 0) / §43 (producers = P warps that only load): FA2's loop with the
+    next K/V tile in flight, on flat padded arrays (as ``launch_fa1``); grid as ``flash``."""
+    cfg = config_for(d, n_q, bh, config, DB)
+    if not isinstance(producers, (int, np.integer)) or producers < 0:
+        raise ValueError(f"producers: expected an int ≥ 0, got {producers!r}")
+    check_config(DB, cfg, d, producers)
+    kernel = KDB.flash_db_kernel(cfg.head_dim(d), cfg.Br, cfg.Bc, cfg.TR, cfg.TC,
+                                 bool(causal), d % 4 == 0 and _aligned16(q, k, v), cfg.KU,
+                                 kpm is not None, dropout is not None, int(producers))
+    tiles = -(-n_q // cfg.Br)
+    launch(kernel, (bh, tiles) if causal else (tiles, bh), cfg.threads + 32 * int(producers),
+           (q, k, v, o, lse, np.float32(scale), d, n_q, n_k, heads, *_extras(kpm, dropout)),
+           smem_bytes(DB, cfg, d))
+
+
+# ---------------------------------------------------------------------------------------------
+# The IO model
+# ---------------------------------------------------------------------------------------------
+def fa1_steps(nq, nk, causal, config, q_blocks=1):
+    """The (K/V tile j, Q tile i) steps of one head, per block, as ``flash_fa1_kernel`` takes
+    them: a list per block qb of (k0, [q0, …]) for the K/V tiles it loads."""
+    Br, Bc = config.Br, config.Bc
+    n_qt, n_kv = -(-nq // Br), -(-nk // Bc)
+    offset = nk - nq
+    if causal:
+        last_key = nq - 1 + offset
+        n_kv = min(n_kv, last_key // Bc + 1) if last_key >= 0 else 0
+    blocks = []
+    for qb in range(q_blocks):
+        steps = []
+        for j in range(n_kv):
+            first = max(j * Bc - offset, 0) // Br if causal else 0
+            start = first + (qb - first) % q_blocks
+            if start < n_qt:
+                steps.append((j * Bc, [t * Br for t in range(start, n_qt, q_blocks)]))
+        blocks.append(steps)
+    return blocks
+
+
+def fa1_attention_traffic(B, H, nq, nk, d, causal=False, config=None, q_blocks=1):
+    """§41: element reads and writes of ``attention(…, method="flash_fa1")`` per global array.
+
+    Per head, with rows(x0, B, N) = min(B, N − x0) (the loaders issue no load past N or d):
+    - K, V: each K/V tile a block visits, once per block: Σ rows(k0, Bc, Nk)·d (the visit list
+      of ``fa1_steps``: causal skips the tiles no query of the block sees);
+    - Q: once per (K/V tile, Q tile) step: Σ_steps rows(q0, Br, Nq)·d;
+    - O: Nq·d writes (line 2, O = 0), then per step rows·d reads and rows·d writes (line 12);
+    - m, l: Nq writes each (line 2), then per step one read and one write per row (lines 8,
+      13: the row's thread tc = 0 reads and writes), then one read per row for the LSE;
+    - LSE: Nq writes.
+    Without causal that is Tc = ⌈Nk/Bc⌉ steps per Q tile: Q read Tc times, O read Tc and
+    written Tc + 1 times, m and l read Tc + 1 and written Tc + 1 times.
+    """
+    bh = B * H
+    cfg = config_for(d, nq, bh, config)
+    kv = qd = steps_rows = 0
+    for steps in fa1_steps(nq, nk, causal, cfg, q_blocks):
+        for k0, q0s in steps:
+            kv += min(cfg.Bc, nk - k0)
+            rows = sum(min(cfg.Br, nq - q0) for q0 in q0s)
+            steps_rows += rows
+    qd = steps_rows * d
+    return {
+        "q": Access(bh * qd, 0, 4, bh * nq * d),
+        "k": Access(bh * kv * d, 0, 4, bh * nk * d),
+        "v": Access(bh * kv * d, 0, 4, bh * nk * d),
+        "o": Access(bh * qd, bh * (nq * d + qd), 4, bh * nq * d),
+        "lse": Access(0, bh * nq, 4, bh * nq),
+        "m": Access(bh * (steps_rows + nq), bh * (nq + steps_rows), 4, bh * nq),
+        "l": Access(bh * (steps_rows + nq), bh * (nq + steps_rows), 4, bh * nq),
+    }
+
+
+def db_attention_traffic(B, H, nq, nk, d, causal=False, config=None):
+    """§42–43: the same global traffic as ``flash`` with the same tiles (each visited K/V tile
+    loaded once per Q tile, prefetched or not; Q once; O and LSE written once): the
+    double-buffered kernel changes when the loads happen, not how many there are."""
+    return flash_attention_traffic(B, H, nq, nk, d, causal,
+                                   config_for(d, nq, B * H, config, DB))
+
+
+def attention_traffic(B, H, nq, nk, d, method="flash", causal=False, config=None,
+                      return_lse=True, key_padding_mask=None):
+    """The model of ``attention(…, method=method)`` for every registered method (called as
+    ``flashlesson.traffic.attention_traffic``; key padding is modelled for naive and flash
+    only)."""
+    if method in (FA1, DB):
+        if key_padding_mask is not None:
+            raise ValueError(f"method {method!r}: the IO model has no key padding mask")
+        if method == FA1:
+            return fa1_attention_traffic(B, H, nq, nk, d, causal, config)
+        return db_attention_traffic(B, H, nq, nk, d, causal, config)
+    if key_padding_mask is None:
+        return _attention_traffic(B, H, nq, nk, d, method, causal, config, return_lse)
+    return _attention_traffic(B, H, nq, nk, d, method, causal, config, return_lse,
+                              key_padding_mask=key_padding_mask)
+
+
+def fa1_vs_fa2_bytes(B, H, n, d, causal=False, config=None):
+    """(FA1 bytes, FA2 bytes) of the models at one size (§41's table), float32."""
+    from .traffic import total_bytes
+    return (total_bytes(fa1_attention_traffic(B, H, n, n, d, causal, config)),
+            total_bytes(flash_attention_traffic(B, H, n, n, d, causal,
+                                                config_for(d, n, B * H, config))))
+
+
+__all__ = ["launch_fa1", "launch_db", "fa1_steps", "fa1_attention_traffic",
+           "db_attention_traffic", "attention_traffic", "fa1_vs_fa2_bytes", "config_for",
+           "check_config", "smem_bytes", "FA1", "DB"]

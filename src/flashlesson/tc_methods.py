@@ -1,0 +1,220 @@
+"""§37 — attention on tensor cores: method "flash_tc" (kernels_numba/attention_tc.py).
+
+    flashlesson.attention(q, k, v, ...)                     fp16 / bf16 inputs come here by
+                                                            themselves (method "flash")
+    flashlesson.attention(q, k, v, ..., method="flash_tc")  also float32: 3xTF32 on tensor cores
+
+Input formats:
+- float16 NumPy or device arrays → the fp16 kernel, O in float16.
+- bf16: NumPy has no bfloat16, so bf16 data travels as its raw 16-bit patterns in a
+  :class:`BFloat16` (``BFloat16.from_float32(x)`` rounds to nearest even, ``.to_float32()`` goes
+  back); a torch ``bfloat16`` CUDA tensor is read through DLPack-free reinterpretation (its bytes
+  viewed as int16), never through ``__cuda_array_interface__``, which torch reports as float16.
+  O comes back as a BFloat16 (its ``.bits`` a device array for device inputs).
+- float32 with ``method="flash_tc"`` → 3xTF32 (fp32-level accuracy on tensor cores).
+
+Limits: head dims that are multiples of 16 for fp16/bf16 (64, 80, 96, 128, 256 …; multiples of
+8 for 3xTF32), at most 256; causal, key padding and LSE as in ``attention``; no dropout (the
+CUDA-core "flash" method has it).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import cuda
+
+from kernels_numba import attention_tc as KT
+
+from . import device
+from .arrays import Operand, empty, is_device_array
+from .launch import launch
+
+MAX_HEAD_DIM = 256
+
+
+@dataclass(frozen=True)
+class TcConfig:
+    """Tiles of the tensor-core kernels: Bc keys per K/V tile, WARPS warps, MT m16 row blocks
+    per warp (Br = 16·MT·WARPS; fp16/bf16 only), PF: prefetch the next K/V tile into
+    registers during the current tile's products (fp16/bf16 only)."""
+    Bc: int = 64
+    WARPS: int = 4
+    MT: int = 1
+    PF: bool = False
+
+    def check(self, tf32):
+        if self.Bc < 16 or self.Bc % 16 or self.Bc > 128:
+            raise ValueError(f"config: Bc must be a multiple of 16 in 16 … 128, got {self.Bc}")
+        if self.WARPS not in (1, 2, 4, 8):
+            raise ValueError(f"config: WARPS must be 1, 2, 4 or 8, got {self.WARPS}")
+        if self.MT not in (1, 2):
+            raise ValueError(f"config: MT must be 1 or 2, got {self.MT}")
+        if tf32 and (self.MT != 1 or self.PF):
+            raise ValueError("config: the 3xTF32 kernel takes MT = 1 and PF = False only")
+
+    @property
+    def Br(self):
+        return 16 * self.MT * self.WARPS
+
+
+def default_tc_config(d, tf32):
+    if device.SIMULATOR:
+        return TcConfig(Bc=16, WARPS=2)
+    if tf32:
+        return TcConfig(Bc=64 if d <= 64 else 32, WARPS=4)
+    # scripts/tune_tc.py on the H200 (2026-11-30), fp16, TFLOP/s: B2 H16 N4096 d64 — MT = 2
+    # (two row blocks per warp: each K/V fragment feeds two mmas) 176 vs 115 for MT = 1, 168
+    # with 8 warps; B1 H16 N8192 d128 — 8 warps 169, MT = 2 (Bc 32) 164, 4 warps 147; the
+    # register prefetch (PF) lost at both (107, 111): its registers cost more than it hides
+    if d <= 64:
+        return TcConfig(Bc=64, WARPS=4, MT=2)
+    if d <= 128:
+        return TcConfig(Bc=64, WARPS=8)
+    return TcConfig(Bc=32, WARPS=4)
+
+
+class BFloat16:
+    """bf16 data as its raw 16-bit patterns (uint16), NumPy or device array."""
+
+    def __init__(self, bits):
+        if not (isinstance(bits, np.ndarray) or is_device_array(bits)):
+            raise TypeError(f"BFloat16: expected a uint16 NumPy or device array of bf16 bit "
+                            f"patterns, got {type(bits).__name__}")
+        if np.dtype(bits.dtype) != np.uint16:
+            raise TypeError(f"BFloat16: expected uint16 bit patterns, got {bits.dtype}")
+        self.bits = bits
+
+    @property
+    def shape(self):
+        return tuple(self.bits.shape)
+
+    @classmethod
+    def from_float32(cls, x):
+        """Round float32 values to bf16 (nearest even; NaN stays NaN)."""
+        b = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
+        nan = (b & 0x7F800000) == 0x7F800000
+        nan &= (b & 0x7FFFFF) != 0
+        r = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF
+        r = np.where(nan, (b >> 16) | 0x40, r)
+        return cls(r.astype(np.uint16))
+
+    def to_float32(self):
+        bits = self.bits if isinstance(self.bits, np.ndarray) else self.bits.copy_to_host()
+        return (bits.astype(np.uint32) << 16).view(np.float32)
+
+    def __repr__(self):
+        return f"BFloat16(shape={self.shape}, on {'host' if isinstance(self.bits, np.ndarray) else 'device'})"
+
+
+def _torch_bf16(x):
+    """A torch bfloat16 CUDA tensor → BFloat16 over the same memory (no copy)."""
+    import torch
+    return BFloat16(cuda.as_cuda_array(x.detach().contiguous().view(torch.int16)).view(np.uint16))
+
+
+def is_torch_bf16(x):
+    return type(x).__module__.startswith("torch") and str(getattr(x, "dtype", "")) == \
+        "torch.bfloat16"
+
+
+def low_precision(x):
+    """Whether ``attention`` should send these inputs to the tensor-core path by itself."""
+    if isinstance(x, BFloat16) or is_torch_bf16(x):
+        return True
+    dtype = getattr(x, "dtype", None)
+    try:
+        return np.dtype(dtype) == np.float16
+    except TypeError:
+        return False
+
+
+def _operand(x, name):
+    """(Operand over 4-byte words or float32, format) with format 'f16', 'bf16' or 'tf32'."""
+    if is_torch_bf16(x):
+        x = _torch_bf16(x)
+    if isinstance(x, BFloat16):
+        return Operand(x.bits, name, (np.uint16,), ndim=4), "bf16"
+    op = Operand(x, name, (np.float16, np.float32), ndim=4)
+    return op, ("f16" if op.dtype == np.float16 else "tf32")
+
+
+def attention_tc(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropout_p=0.0,
+                 return_lse=False, config=None):
+    """``attention(..., method="flash_tc")``; see the module docstring for formats."""
+    from .attention_methods import _check_padding, _check_scale, _dummy
+    qo, fq = _operand(q, "q")
+    ko, fk = _operand(k, "k")
+    vo, fv = _operand(v, "v")
+    if not (fq == fk == fv):
+        raise TypeError(f"q, k, v: all three must have the same format; got {fq}, {fk}, {fv} "
+                        "(fp16, bf16 or float32)")
+    if not (qo.on_host == ko.on_host == vo.on_host):
+        raise TypeError("q, k, v: all three must be NumPy arrays or all three device arrays")
+    B, H, nq, d = qo.shape
+    nk = ko.shape[2]
+    if ko.shape != (B, H, nk, d) or vo.shape != ko.shape:
+        raise ValueError(f"k, v: expected [B, H, Nk, d] with q's B, H, d = {(B, H, d)} and "
+                         f"equal shapes; got k {ko.shape}, v {vo.shape}")
+    if nq < 1 or nk < 1:
+        raise ValueError(f"q, k: need at least one query and one key; got Nq = {nq}, Nk = {nk}")
+    tf32 = fq == "tf32"
+    step = 8 if tf32 else 16
+    if d % step or not step <= d <= MAX_HEAD_DIM:
+        raise ValueError(f"q: method 'flash_tc' needs a head dimension that is a multiple of "
+                         f"{step} up to {MAX_HEAD_DIM} ({'3xTF32' if tf32 else fq}); got d = "
+                         f"{d}. Use method 'flash' (CUDA cores, any d) instead")
+    if B * H > 65535:
+        raise ValueError(f"q: B·H = {B * H} exceeds the 65535 blocks of a grid's y dimension")
+    if dropout_p:
+        raise ValueError("dropout_p: method 'flash_tc' has no dropout; use method 'flash' "
+                         "(float32) for dropout")
+    scale = _check_scale(scale, d)
+    kpm = _check_padding(key_padding_mask, B, nk)
+    cfg = config or default_tc_config(d, tf32)
+    if not isinstance(cfg, TcConfig):
+        raise TypeError(f"config: expected a TcConfig for method 'flash_tc', got "
+                        f"{type(cfg).__name__}")
+    cfg.check(tf32)
+
+    bh = B * H
+    width = d if tf32 else d // 2                   # float32 columns, or words of two halves
+    word = np.float32 if tf32 else np.uint32
+    q3 = _words(qo, (bh, nq, width), word)
+    k3 = _words(ko, (bh, nk, width), word)
+    v3 = _words(vo, (bh, nk, width), word)
+    # poisoned as NaN halves (or NaN floats) in tests, then seen as words
+    o3 = empty((bh, nq, d), np.float32) if tf32 else empty((bh, nq, d), np.float16).view(word)
+    lse2 = empty((bh, nq), np.float32)
+    if tf32:
+        kernel = KT.flash_tf32x3_kernel(d, cfg.Bc, cfg.WARPS, bool(causal), kpm is not None)
+    else:
+        kernel = KT.flash_tc_kernel(d, cfg.Bc, cfg.WARPS, bool(causal), kpm is not None,
+                                    fq == "bf16", cfg.MT, bool(cfg.PF))
+    tiles = -(-nq // cfg.Br)
+    mask = kpm if kpm is not None else _dummy("mask")     # (a copy here would synchronize)
+    launch(kernel, (bh, tiles) if causal else (tiles, bh), 32 * cfg.WARPS,
+           (q3, k3, v3, o3, lse2, np.float32(scale), nq, nk, H, mask),
+           KT.tc_smem_bytes(d, cfg.Bc, tf32))
+    o = _unwords(o3, (B, H, nq, d), fq, qo.on_host)
+    if not return_lse:
+        return o
+    lse = lse2.copy_to_host() if qo.on_host else lse2
+    return o, lse.reshape((B, H, nq))
+
+
+def _words(op, shape, word):
+    """The operand's data as [BH, N, width] words (uint32 pairs of halves, or float32)."""
+    if op.on_host:
+        return cuda.to_device(np.ascontiguousarray(op.obj).view(word).reshape(shape))
+    return op.obj.view(word).reshape(shape) if word is np.uint32 else op.obj.reshape(shape)
+
+
+def _unwords(o3, shape, fmt, on_host):
+    if fmt == "tf32":
+        return o3.copy_to_host().reshape(shape) if on_host else o3.reshape(shape)
+    half = np.float16 if fmt == "f16" else np.uint16
+    if on_host:
+        out = o3.copy_to_host().view(half).reshape(shape)
+    else:
+        out = o3.view(half).reshape(shape)
+    return BFloat16(out) if fmt == "bf16" else out

@@ -1,0 +1,71 @@
+"""§37: the tensor-core helpers of kernels_numba/mma.py, each alone against NumPy (one warp, one
+instruction, operands in the fragment layout drawn in mma.py). Same tests on the GPU (real
+mma.sync) and in the simulator (its warp-collective twin)."""
+
+import numpy as np
+import pytest
+from conftest import SIM
+
+import flashlesson  # noqa: F401 - picks the device first
+from flashlesson.tc_methods import BFloat16
+from kernels_numba import mma
+
+
+def _bf16(x):
+    return BFloat16.from_float32(x).to_float32().astype(np.float64)
+
+
+def _tf32(x):
+    """cvt.rna.tf32.f32: 10 mantissa bits, nearest with ties away from zero."""
+    b = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    return (((b + 0x1000) & 0xFFFFE000).astype(np.uint32)).view(np.float32)
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_mma_m16n8k16(rng, bf16):
+    a = rng.standard_normal((16, 16)).astype(np.float32)
+    b = rng.standard_normal((16, 8)).astype(np.float32)
+    c = rng.standard_normal((16, 8)).astype(np.float32)
+    a[3, 5], b[7, 2] = 1000.0, -999.0          # outliers: a wrong lane or register shows
+    d = np.full((16, 8), np.nan, np.float32)
+    mma.mma_f16_kernel[1, 32](a, b, c, d, bf16)
+    r = _bf16 if bf16 else (lambda x: x.astype(np.float16).astype(np.float64))
+    want = r(a) @ r(b) + c                     # exact products of the rounded inputs, fp32 sum
+    np.testing.assert_allclose(d, want, rtol=1e-5, atol=1e-3)
+
+
+def test_mma_tf32(rng):
+    a = rng.standard_normal((16, 8)).astype(np.float32)
+    b = rng.standard_normal((8, 8)).astype(np.float32)
+    c = rng.standard_normal((16, 8)).astype(np.float32)
+    d = np.full((16, 8), np.nan, np.float32)
+    mma.mma_tf32_kernel[1, 32](a, b, c, d)
+    want = _tf32(a).astype(np.float64) @ _tf32(b).astype(np.float64) + c
+    np.testing.assert_allclose(d, want, rtol=1e-5, atol=1e-5)
+    # and tf32 really is coarser than float32: the unrounded product differs visibly
+    assert np.abs(d - (a.astype(np.float64) @ b + c)).max() > 1e-5
+
+
+def test_packing_helpers(rng):
+    x = rng.standard_normal(64).astype(np.float32) * 100
+    x[:4] = [1.0 + 2 ** -11, 1.0 + 3 * 2 ** -11, np.inf, -0.0]   # ties to even, inf, −0
+    n = 32
+    f16, bf16, lo, hi = (np.zeros(n, np.uint32) for _ in range(4))
+    t32 = np.full(2 * n, np.nan, np.float32)
+    mma.pack_kernel[1, 32](x, f16, bf16, lo, hi, t32)
+    want16 = x.astype(np.float16).view(np.uint16).astype(np.uint32)
+    np.testing.assert_array_equal(f16, want16[0::2] | (want16[1::2] << 16))
+    wantb = BFloat16.from_float32(x).bits.astype(np.uint32)
+    np.testing.assert_array_equal(bf16, wantb[0::2] | (wantb[1::2] << 16))
+    np.testing.assert_array_equal(lo, (f16 & 0xFFFF) | ((bf16 & 0xFFFF) << 16))
+    np.testing.assert_array_equal(hi, (f16 >> 16) | (bf16 & 0xFFFF0000))
+    np.testing.assert_array_equal(t32.view(np.uint32), _tf32(x).view(np.uint32))
+
+
+@pytest.mark.skipif(not SIM, reason="the simulator's own check (on a GPU it would hang)")
+def test_simulator_reports_a_partial_warp():
+    from kernels_numba.simwarp import WarpOpError
+    a = np.zeros((16, 16), np.float32)
+    b, c, d = (np.zeros((16, 8), np.float32) for _ in range(3))
+    with pytest.raises(WarpOpError, match="all 32 lanes"):
+        mma.mma_f16_kernel[1, 16](a, b, c, d, False)
