@@ -28,6 +28,7 @@ from tabulate import tabulate
 import flashlesson
 from flashlesson import loop_order
 from flashlesson.attention_methods import GPU_CONFIGS, default_config
+from flashlesson.sweeps import inputs, timing_rows, timing_table
 from flashlesson.tour import Check, RTOL, attention_inputs, check_close, example_rng
 from flashlesson.traffic import compare, count_attention, flash_attention_traffic, total_bytes
 from reference import attention
@@ -133,13 +134,10 @@ def main(verbose=True):
 
 def _timed(rng, verbose):
     """GPU only: FA2 vs FA1 (one block per head) vs FA1 with FA2's grid."""
-    from numba import cuda
-
     from flashlesson.arrays import empty
     from flashlesson.bench import attention_flops, time_gpu_adaptive
     b, h, n, d = 2, 16, 2048, 64
-    q, k, v = (cuda.to_device(rng.standard_normal((b, h, n, d)).astype(np.float32))
-               for _ in range(3))
+    (q, k, v), _ = inputs(rng, b, h, n, d)
     o, lse = empty(b * h * n * d, np.float32), empty(b * h * n, np.float32)
     cfg = default_config(d, n, b * h)
     flat = [x.reshape(-1) for x in (q, k, v)]
@@ -153,13 +151,11 @@ def _timed(rng, verbose):
           "flash_fa1 (1 block per head)": time_gpu_adaptive(fa1(1)),
           "flash_fa1 (1 Q tile per block)": time_gpu_adaptive(fa1(-(-n // cfg.Br)))}
     flops = attention_flops(b, h, n, n, d, False)
-    rows = [[name, f"{t:.3f}", f"{flops / t / 1e9:.1f}", f"{t / ms['flash']:.2f}"]
-            for name, t in ms.items()]
+    rows = timing_rows(ms, flops)
     if verbose:
         dev = flashlesson.device.describe()["device"]
         print(f"\n{dev}, {datetime.date.today()}: B={b} H={h} N={n} d={d}, fp32")
-        print(tabulate(rows, headers=["kernel", "ms", "TFLOP/s", "time / flash"],
-                       disable_numparse=True))
+        print(timing_table(rows))
     return [Check("41", TOPIC, "flash", None, ms["flash"] < ms["flash_fa1 (1 block per head)"],
                   "FA2's order is faster than FA1's: " + ", ".join(f"{r[0]} {r[1]} ms"
                                                                   for r in rows))]

@@ -30,6 +30,7 @@ from tabulate import tabulate
 import flashlesson
 from flashlesson import loop_order
 from flashlesson.attention_methods import GPU_CONFIGS
+from flashlesson.sweeps import inputs
 from flashlesson.tour import Check, RTOL, attention_inputs, check_close, example_rng
 from flashlesson.traffic import compare, count_attention
 from kernels_numba import attention as KA
@@ -134,12 +135,9 @@ def main(verbose=True):
 
 def _timed(rng, verbose):
     """GPU only: flash vs flash_db at B=2 H=16 N=4096 d=64."""
-    from numba import cuda
-
     from flashlesson.bench import attention_flops, time_gpu_adaptive
     b, h, n, d = 2, 16, 4096, 64
-    q, k, v = (cuda.to_device(rng.standard_normal((b, h, n, d)).astype(np.float32))
-               for _ in range(3))
+    (q, k, v), _ = inputs(rng, b, h, n, d)
     ms = {m: time_gpu_adaptive(lambda: flashlesson.attention(q, k, v, method=m))
           for m in ("flash", "flash_db")}
     flops = attention_flops(b, h, n, n, d, False)

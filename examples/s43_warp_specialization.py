@@ -37,6 +37,7 @@ import flashlesson
 from flashlesson import loop_order
 from flashlesson.arrays import empty
 from flashlesson.attention_methods import GPU_CONFIGS, default_config
+from flashlesson.sweeps import inputs, timing_rows, timing_table
 from flashlesson.tour import Check, RTOL, attention_inputs, check_close, example_rng
 from flashlesson.traffic import compare, count_attention, count_traffic
 from reference import attention
@@ -168,8 +169,7 @@ def _timed(rng, verbose):
     from flashlesson.launch import kernel_resources
     from kernels_numba import attention_db as KDB
     b, h, n, d = 2, 16, 4096, 64
-    q, k, v = (cuda.to_device(rng.standard_normal((b, h, n, d)).astype(np.float32))
-               for _ in range(3))
+    (q, k, v), _ = inputs(rng, b, h, n, d)
     o, lse = empty(b * h * n * d, np.float32), empty(b * h * n, np.float32)
     flat = [x.reshape(-1) for x in (q, k, v)]
     cfg = default_config(d, n, b * h)
@@ -186,14 +186,12 @@ def _timed(rng, verbose):
     regs = {p: [r["registers"] for r in kernel_resources(KDB.flash_db_kernel(
         cfg.head_dim(d), cfg.Br, cfg.Bc, cfg.TR, cfg.TC, False, True, cfg.KU, False, False, p))]
         for p in (0, 1, 2)}
-    rows = [[name, f"{t:.3f}", f"{flops / t / 1e9:.1f}", f"{t / ms['flash']:.2f}"]
-            for name, t in ms.items()]
+    rows = timing_rows(ms, flops)
     if verbose:
         dev = flashlesson.device.describe()["device"]
         print(f"\n{dev}, {datetime.date.today()}: B={b} H={h} N={n} d={d}, fp32, tiles "
               f"{cfg.Br}×{cfg.Bc}")
-        print(tabulate(rows, headers=["kernel", "ms", "TFLOP/s", "time / flash"],
-                       disable_numparse=True))
+        print(timing_table(rows))
         print(f"registers per thread (flash_db, producers 0/1/2): {regs}")
     return [Check("43", TOPIC, "producers", None, all(np.isfinite(t) for t in ms.values()),
                   "measured: " + ", ".join(f"{r[0]} {r[1]} ms" for r in rows) +

@@ -73,10 +73,9 @@ from functools import lru_cache
 
 from numba import cuda, float32, int64
 
-from .flash_steps import keep_bits, p_store, pv_product, qk_product, score_mask, \
-    tile_prefetcher
-from .reductions import NEG_INF, ONE, ZERO, fast_exp, lanes_max, lanes_sum, safe_max, \
-    safe_reciprocal
+from .flash_steps import keep_bits, online_softmax, p_store, pv_product, qk_product, \
+    score_mask, tile_prefetcher
+from .reductions import NEG_INF, ONE, ZERO, safe_reciprocal
 from .tiles import tile_loader
 
 
@@ -120,6 +119,7 @@ def flash_db_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, PAD=False, DROPO
     qk = qk_product(RM, CN, D, QS, KS, W, KU)
     pv = pv_product(RM, DN, Bc, QS, D, W, KU)
     mask = score_mask(RM, CN, W, CAUSAL, PAD)
+    softmax = online_softmax(RM, CN, DN, TC)
     bits = keep_bits(RM, CN, W)
     store_p = p_store(RM, CN, W, QS, DROPOUT)
 
@@ -192,21 +192,7 @@ def flash_db_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, PAD=False, DROPO
                 qk(s, Qt, Kc, r0, tc, a, b)         # S = Qi Kjᵀ · scale
                 if PAD or k0 + Bc > n_k or (CAUSAL and k0 + Bc - 1 > q0 + offset):
                     mask(s, q0 + r0, k0, tc, n_k, offset, kpm, b_idx)
-                for i in range(RM):                 # online softmax (§32)
-                    row_max = NEG_INF
-                    for jj in range(CN):
-                        row_max = max(row_max, s[i, jj])
-                    new_m = max(m[i], lanes_max(row_max, TC))    # new_m = max(m, rowmax(S))
-                    m_safe = safe_max(new_m)
-                    correction = fast_exp(m[i] - m_safe)         # correction = exp(m − new_m)
-                    row_sum = ZERO
-                    for jj in range(CN):
-                        s[i, jj] = fast_exp(s[i, jj] - m_safe)   # P = exp(S − new_m)
-                        row_sum += s[i, jj]
-                    l[i] = correction * l[i] + lanes_sum(row_sum, TC)   # l = correction·l + Σ P
-                    for c in range(DN):
-                        acc[i, c] *= correction                  # acc = correction·acc …
-                    m[i] = new_m
+                softmax(s, m, l, acc)               # online softmax (§32)
                 if DROPOUT:
                     bits(zbits, seed_lo, seed_hi, bh, q0 + r0, k0, tc, threshold)
                 if PRODUCERS == 0 and more:         # §42 step 3: Kᵀ[1 − nb] ← K[j+1]

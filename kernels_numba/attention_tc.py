@@ -75,6 +75,16 @@ def tc_smem_bytes(D, Bc, TF32):
 
 
 @cuda.jit(device=True)
+def block_tile(CAUSAL, Br):
+    """(bh, q0) of this block. Causal grids are (B·H, Q tiles) with the last Q tile first: the
+    heaviest tiles (they see the most keys) start in the first wave, the short ones fill the
+    tail (§34). Otherwise (Q tiles, B·H): a head's tiles run together and share K/V in L2."""
+    if CAUSAL:
+        return cuda.blockIdx.x, (cuda.gridDim.y - 1 - cuda.blockIdx.y) * Br
+    return cuda.blockIdx.y, cuda.blockIdx.x * Br
+
+
+@cuda.jit(device=True)
 def tile_rows(CAUSAL, q0, Br, Bc, n_q, n_k):
     """How many K/V tiles the Q tile starting at q0 visits (causal: up to its diagonal, §34)."""
     n_tiles = (n_k + Bc - 1) // Bc
@@ -138,7 +148,52 @@ def mask_scores_tc(NBS, CAUSAL, PAD, MT=1):
 
 
 @lru_cache(maxsize=None)
-def kv_loader_tc(D, Bc, T):
+def block_products(NB, KC, MT, BF16):
+    """acc += A · B on the tensor cores, for MT row blocks at once: for each 8-column block nb
+    and k16 step kc, B = the two words at off + (8nb + g)·STRIDE + 8kc + t (+ 4) of a shared
+    tile — read once, used by the MT mmas — and A = frag[4(mt·KC + kc) …]; acc[4(mt·NB + nb) …]
+    accumulates. S = Q Kᵀ (B: K rows), O += P V (B: Vᵀ rows) and the backward's five products
+    are all this loop."""
+    mma = mma_bf16 if BF16 else mma_f16
+
+    @cuda.jit(device=True)
+    def run(frag, smem, off, STRIDE, g, t, acc):
+        for nb in range(NB):
+            at = off + (8 * nb + g) * STRIDE + t
+            for kc in range(KC):
+                b0 = load1(smem, at + 8 * kc)
+                b1 = load1(smem, at + 8 * kc + 4)
+                for mt in range(MT):
+                    x = 4 * (mt * KC + kc)
+                    y = 4 * (mt * NB + nb)
+                    acc[y], acc[y + 1], acc[y + 2], acc[y + 3] = mma(
+                        frag[x], frag[x + 1], frag[x + 2], frag[x + 3], b0, b1,
+                        acc[y], acc[y + 1], acc[y + 2], acc[y + 3])
+    return run
+
+
+@lru_cache(maxsize=None)
+def pack_accumulators(KC2, MT, NB, BF16):
+    """P's accumulators (MT row blocks of NB 8-column blocks) → A fragments of 16-bit pairs:
+    two 8-column blocks make one k16 step (c0,c1 → a0, c2,c3 → a1 of block 2kc; a2, a3 of
+    block 2kc + 1), so P never leaves the registers (§37)."""
+    pack = pack_bf16 if BF16 else pack_f16
+
+    @cuda.jit(device=True)
+    def run(s, pa):
+        for mt in range(MT):
+            for kc in range(KC2):
+                x = 4 * (mt * NB + 2 * kc)
+                y = 4 * (mt * KC2 + kc)
+                pa[y] = pack(s[x], s[x + 1])
+                pa[y + 1] = pack(s[x + 2], s[x + 3])
+                pa[y + 2] = pack(s[x + 4], s[x + 5])
+                pa[y + 3] = pack(s[x + 6], s[x + 7])
+    return run
+
+
+@lru_cache(maxsize=None)
+def kv_loader_tc(D, Bc, T, WITH_V=True):
     """Copy K/V tile rows k0 … k0 + Bc − 1 of head bh (uint32 words) to shared memory: K as
     it is, V transposed into key pairs (``pair_lo``/``pair_hi``); zeros past Nk (P is 0 there,
     but 0·NaN would still poison acc). In two halves, so the global reads can be issued before
@@ -149,7 +204,7 @@ def kv_loader_tc(D, Bc, T):
     K_ITEMS = Bc * (DW // 4)        # 16-byte pieces of a K tile
     V_ITEMS = (Bc // 2) * (DW // 4)  # (key pair, 4 words) pieces of a V tile
     KI = (K_ITEMS + T - 1) // T     # pieces per thread
-    VI = (V_ITEMS + T - 1) // T
+    VI = (V_ITEMS + T - 1) // T if WITH_V else 0   # (WITH_V False: the K part only)
     REGS = 4 * (KI + 2 * VI)
 
     @cuda.jit(device=True)
@@ -224,17 +279,15 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False):
     update = online_softmax_tc(NBS, NBO, MT)
     mask = mask_scores_tc(NBS, CAUSAL, PAD, MT)
     fetch, put, REGS = kv_loader_tc(D, Bc, T)
+    qk = block_products(NBS, KC, MT, BF16)
+    pv = block_products(NBO, KC2, MT, BF16)
+    to_a = pack_accumulators(KC2, MT, NBS, BF16)
 
     @cuda.jit
     def flash_tc(q, k, v, o, lse, scale, n_q, n_k, heads, kpm):
         """q [BH, Nq, D/2], k, v [BH, Nk, D/2], o [BH, Nq, D/2]: uint32 words of two halves;
         lse [BH, Nq] float32; kpm uint8 [B, Nk] (PAD)."""
-        if CAUSAL:                                  # heaviest Q tiles first (§34)
-            bh = cuda.blockIdx.x
-            q0 = (cuda.gridDim.y - 1 - cuda.blockIdx.y) * Br
-        else:
-            bh = cuda.blockIdx.y
-            q0 = cuda.blockIdx.x * Br
+        bh, q0 = block_tile(CAUSAL, Br)             # (causal: heaviest Q tiles first, §34)
         tid = cuda.threadIdx.x
         warp = tid // 32
         lane = tid % 32
@@ -291,17 +344,7 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False):
             for i in range(MT * NBS):
                 for e in range(4):
                     s[4 * i + e] = ZERO
-            for nb in range(NBS):
-                at = sK + (8 * nb + g) * KS + t
-                for kc in range(KC):
-                    b0 = load1(smem, at + 8 * kc)
-                    b1 = load1(smem, at + 8 * kc + 4)
-                    for mt in range(MT):
-                        x = 4 * (mt * KC + kc)
-                        y = 4 * (mt * NBS + nb)
-                        s[y], s[y + 1], s[y + 2], s[y + 3] = mma(
-                            qa[x], qa[x + 1], qa[x + 2], qa[x + 3], b0, b1,
-                            s[y], s[y + 1], s[y + 2], s[y + 3])
+            qk(qa, smem, sK, KS, g, t, s)           # S = Qi Kjᵀ
             for i in range(MT * NBS):
                 for e in range(4):
                     s[4 * i + e] *= scale           # S = Qi Kjᵀ · scale
@@ -311,25 +354,8 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False):
 
             # acc += P Vj: P's accumulators are the A fragments (two 8-column blocks = k16),
             # packed to 16-bit pairs once
-            for mt in range(MT):
-                for kc in range(KC2):
-                    x = 4 * (mt * NBS + 2 * kc)
-                    y = 4 * (mt * KC2 + kc)
-                    pa[y] = pack(s[x], s[x + 1])
-                    pa[y + 1] = pack(s[x + 2], s[x + 3])
-                    pa[y + 2] = pack(s[x + 4], s[x + 5])
-                    pa[y + 3] = pack(s[x + 6], s[x + 7])
-            for nb in range(NBO):
-                at = sVt + (8 * nb + g) * VS + t    # B = Vj: words of Vᵀ row 8nb + g
-                for kc in range(KC2):
-                    b0 = load1(smem, at + 8 * kc)
-                    b1 = load1(smem, at + 8 * kc + 4)
-                    for mt in range(MT):
-                        x = 4 * (mt * KC2 + kc)
-                        y = 4 * (mt * NBO + nb)
-                        acc[y], acc[y + 1], acc[y + 2], acc[y + 3] = mma(
-                            pa[x], pa[x + 1], pa[x + 2], pa[x + 3], b0, b1,
-                            acc[y], acc[y + 1], acc[y + 2], acc[y + 3])
+            to_a(s, pa)
+            pv(pa, smem, sVt, VS, g, t, acc)        # acc += P Vj (B: Vᵀ rows)
             if PF and more:
                 put(w, smem, nxt, nxt + K_WORDS, tid)   # the prefetched tile, now in place
 
@@ -411,12 +437,7 @@ def flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD):
     @cuda.jit
     def flash_tf32x3(q, k, v, o, lse, scale, n_q, n_k, heads, kpm):
         """q [BH, Nq, D], k, v [BH, Nk, D], o [BH, Nq, D] float32 (D = d); lse [BH, Nq]."""
-        if CAUSAL:
-            bh = cuda.blockIdx.x
-            q0 = (cuda.gridDim.y - 1 - cuda.blockIdx.y) * Br
-        else:
-            bh = cuda.blockIdx.y
-            q0 = cuda.blockIdx.x * Br
+        bh, q0 = block_tile(CAUSAL, Br)
         tid = cuda.threadIdx.x
         warp = tid // 32
         lane = tid % 32

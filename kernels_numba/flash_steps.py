@@ -1,10 +1,12 @@
 """The steps of the forward kernel's loop (§32), as device functions, for the §41–43 variants.
 
-``attention.flash_forward_kernel`` writes its steps out inline. The loop-order and buffering
-variants (``attention_fa1.py``: §41, FlashAttention-1's loop order; ``attention_db.py``: §42
-double-buffered K/V, §43 producer/consumer warps) take the same steps in other orders, on the
+``attention.flash_forward_kernel`` writes these steps out inline, on purpose: §32's example
+(``examples/s32_pseudocode_and_kernel.py``) finds the pseudocode's lines in its source. The loop-order and buffering
+variants (``attention_fa1.py``: §41, FlashAttention-1's loop order; ``attention_db.py``:
+§42 double-buffered K/V, §43 producer/consumer warps) take the same steps in other orders, on the
 same thread layout and the same shared-memory layouts, so their timings differ by the loop order
-or the buffering and not by how a product is written. The steps are written once here.
+or the buffering and not by how a product is written. The steps are written once here (Numba
+inlines device functions: the kernels compile as if the steps were written out in them).
 
 Thread layout (as ``flash_forward_kernel``): thread (tr, tc) of a T = TR·TC block owns query rows
 r0 … r0 + RM − 1 of the Q tile (r0 = tr·RM, RM = Br/TR), S columns W·(jj // 4) + 4·tc + (jj & 3)
@@ -14,9 +16,13 @@ Vj [Bc][D] row-major, Pᵀ [Bc][QS].
 
 Menu (factories, cached: each closes over the compile-time shape, so every loop count is a
 constant, the loops unroll and the local arrays they fill stay in registers)
+- ``tile_product(RM, CN, K, AS, BS, W, KU)`` → ``product(c, At, B, r0, tc, a, b)``: C += Aᵀ B,
+  my RM × CN part, operands four at a time (``load4``); the two below are this product
 - ``qk_product(RM, CN, D, QS, KS, W, KU)`` → ``qk(s, Qt, Kt, r0, tc, a, b)``:
-  s = Qi Kjᵀ · scale, my RM × CN part, operands four at a time (``load4``)      (§32: S = Qi Kjᵀ)
+  s = Qi Kjᵀ · scale, my RM × CN part                                          (§32: S = Qi Kjᵀ)
 - ``pv_product(RM, DN, Bc, QS, D, W, KU)`` → ``pv(acc, Pt, V, r0, tc, a, b)``: acc += P Vj
+- ``online_softmax(RM, CN, DN, TC)`` → ``update(s, m, l, acc)``: §32's m, l, correction·acc,
+  and s → P = exp(S − new_m); a row's TC lanes agree via shuffles
 - ``score_mask(RM, CN, W, CAUSAL, PAD)`` → ``mask(s, row0, k0, tc, n_k, offset, kpm, b_idx)``:
   −inf for keys past Nk, (CAUSAL) keys after the query (§34), (PAD) padding keys (§35)
 - ``keep_bits(RM, CN, W)`` → ``bits(zbits, seed_lo, seed_hi, bh, row0, k0, tc, threshold)``:
@@ -37,55 +43,80 @@ from numba import cuda
 
 from .jit import pure_device
 from .philox import dropout_words
-from .reductions import NEG_INF, ZERO
+from .reductions import NEG_INF, ZERO, fast_exp, lanes_max, lanes_sum, safe_max
 from .vector import load4, store4
 
 
 @lru_cache(maxsize=None)
+def tile_product(RM, CN, K, AS, BS, W, KU):
+    """C += Aᵀ B, my RM × CN part: C[i, jj] += Σ_kk At[kk·AS + r0 + i] · B[kk·BS + col(jj)],
+    col(jj) = W·(jj // 4) + 4·tc + (jj & 3); an outer product per kk, operands four at a time
+    (``load4``). Both products of the loop: S = Qi Kjᵀ (At = Qtᵀ, B = Kjᵀ, K = D) and P Vj
+    (At = Pᵀ, B = Vj, K = Bc)."""
+
+    @pure_device
+    def product(c, At, B, r0, tc, a, b):
+        for k2 in range(K // KU):
+            for u in range(KU):                     # (unrolled: fewer loop instructions per FMA)
+                kk = k2 * KU + u
+                for h in range(RM // 4):
+                    a[4 * h], a[4 * h + 1], a[4 * h + 2], a[4 * h + 3] = \
+                        load4(At, kk * AS + r0 + 4 * h)
+                for h in range(CN // 4):
+                    b[4 * h], b[4 * h + 1], b[4 * h + 2], b[4 * h + 3] = \
+                        load4(B, kk * BS + W * h + 4 * tc)
+                for i in range(RM):
+                    for jj in range(CN):
+                        c[i, jj] += a[i] * b[jj]    # C[i, j] += At[kk, i] · B[kk, j]
+
+    return product
+
+
+@lru_cache(maxsize=None)
 def qk_product(RM, CN, D, QS, KS, W, KU):
-    """S = Qi Kjᵀ (Q already scaled): an RM × CN outer product per kk, as in flash_forward."""
+    """S = Qi Kjᵀ (Q already scaled): s zeroed, then ``tile_product`` over the D columns."""
+    product = tile_product(RM, CN, D, QS, KS, W, KU)
 
     @pure_device
     def qk(s, Qt, Kt, r0, tc, a, b):
         for i in range(RM):
             for jj in range(CN):
                 s[i, jj] = ZERO
-        for k2 in range(D // KU):
-            for u in range(KU):                     # (unrolled: fewer loop instructions per FMA)
-                kk = k2 * KU + u
-                for h in range(RM // 4):
-                    a[4 * h], a[4 * h + 1], a[4 * h + 2], a[4 * h + 3] = \
-                        load4(Qt, kk * QS + r0 + 4 * h)
-                for h in range(CN // 4):
-                    b[4 * h], b[4 * h + 1], b[4 * h + 2], b[4 * h + 3] = \
-                        load4(Kt, kk * KS + W * h + 4 * tc)
-                for i in range(RM):
-                    for jj in range(CN):
-                        s[i, jj] += a[i] * b[jj]    # S[i, j] += Qt[kk, i] · Kt[kk, j]
+        product(s, Qt, Kt, r0, tc, a, b)            # S[i, j] += Qt[kk, i] · Kt[kk, j]
 
     return qk
 
 
-@lru_cache(maxsize=None)
 def pv_product(RM, DN, Bc, QS, D, W, KU):
-    """acc += P Vj over the Bc keys of the tile, operands four at a time (P from Pᵀ)."""
+    """acc += P Vj over the Bc keys of the tile (P from Pᵀ): ``tile_product`` over Bc."""
+    return tile_product(RM, DN, Bc, QS, D, W, KU)   # acc[i, c] += P[i, j] · V[j, c]
+
+
+@lru_cache(maxsize=None)
+def online_softmax(RM, CN, DN, TC):
+    """§32's online softmax on my RM rows of the tile: m, l, acc rescaled, s → P = exp(S − m).
+    The TC threads of a row agree on its max and sum through shuffles (``lanes_max``,
+    ``lanes_sum``)."""
 
     @pure_device
-    def pv(acc, Pt, V, r0, tc, a, b):
-        for j2 in range(Bc // KU):
-            for u in range(KU):
-                jj = j2 * KU + u
-                for h in range(RM // 4):
-                    a[4 * h], a[4 * h + 1], a[4 * h + 2], a[4 * h + 3] = \
-                        load4(Pt, jj * QS + r0 + 4 * h)
-                for h in range(DN // 4):
-                    b[4 * h], b[4 * h + 1], b[4 * h + 2], b[4 * h + 3] = \
-                        load4(V, jj * D + W * h + 4 * tc)
-                for i in range(RM):
-                    for c in range(DN):
-                        acc[i, c] += a[i] * b[c]    # acc[i, c] += P[i, j] · V[j, c]
+    def update(s, m, l, acc):
+        for i in range(RM):
+            row_max = NEG_INF
+            for jj in range(CN):
+                row_max = max(row_max, s[i, jj])
+            new_m = max(m[i], lanes_max(row_max, TC))    # new_m = max(m, rowmax(S))
+            m_safe = safe_max(new_m)                     # (0 while the row saw no key)
+            correction = fast_exp(m[i] - m_safe)         # correction = exp(m − new_m)
+            row_sum = ZERO
+            for jj in range(CN):
+                s[i, jj] = fast_exp(s[i, jj] - m_safe)   # P = exp(S − new_m)
+                row_sum += s[i, jj]
+            l[i] = correction * l[i] + lanes_sum(row_sum, TC)   # l = correction·l + rowsum(P)
+            for c in range(DN):
+                acc[i, c] *= correction                  # acc = correction·acc …
+            m[i] = new_m
 
-    return pv
+    return update
 
 
 @lru_cache(maxsize=None)

@@ -18,6 +18,8 @@ Menu (launchers, validation and the defaults: ``flashlesson.linear_methods``)
 |                                    |                 | adds key i + Nk − Nq to the state,    |
 |                                    |                 | then answers query i (prefix sums)    |
 (blocks of C·G threads, except ``sum_partials``)
+Their shared steps, device functions (inlined): ``phi_tile`` (a φ tile into shared memory),
+``add_keys`` (KV' += φ(K)ᵀ[V | 1]), ``finish_rows`` (the groups' partials summed, num / den).
 
 Thread layout (every kernel): thread t owns column c = t mod C of KV' (c < d: column c of V;
 c = d: the ones column, z; c > d: idle columns, zero) and rows a = g + G·i (g = t div C,
@@ -44,7 +46,7 @@ from functools import lru_cache
 
 from numba import cuda, float32
 
-from .jit import pure_device
+from .jit import gpu_options, pure_device
 from .reductions import ONE, ZERO, fast_exp
 
 
@@ -68,14 +70,76 @@ def sum_partials(part, state):
 
 
 @lru_cache(maxsize=None)
+def phi_tile(ROWS, D, T):
+    """``load(x, bh, row0, end, d, dst, t)``: dst[r·D + a] = φ(x[bh, row0 + r, a]) for
+    r < ROWS, a < D (zero where row0 + r ≥ end or a ≥ d), the T threads of the block in turn."""
+
+    @pure_device
+    def load(x, bh, row0, end, d, dst, t):
+        for e in range(t, ROWS * D, T):
+            r = e // D
+            a = e - r * D
+            dst[e] = elu1(x[bh, row0 + r, a]) if row0 + r < end and a < d else ZERO
+
+    return load
+
+
+@lru_cache(maxsize=None)
+def add_keys(D, G, R):
+    """``add(s, phik, v, bh, j0, n, g, c, d)``: my rows of KV' += φ(k_j)ᵀ [v_j | 1] for the
+    first n keys of the φ(K) tile (keys j0 …); column c of [v_j | 1] is V's column c, the ones
+    column (c = d: z), or 0 (an idle column)."""
+
+    @pure_device
+    def add(s, phik, v, bh, j0, n, g, c, d):
+        for r in range(n):
+            vc = v[bh, j0 + r, c] if c < d else (ONE if c == d else ZERO)
+            for i in range(R):
+                s[i] += phik[r * D + g + G * i] * vc     # KV'[a, c] += φ(k_j)[a] · v'_j[c]
+
+    return add
+
+
+@lru_cache(maxsize=None)
+def finish_rows(ROWS, C, G, T):
+    """``finish(red, o, bh, q0, nq, d, t)``: o[bh, q0 + r, cc] = Σ_g red[g][r][cc] / Σ_g
+    red[g][r][d] (num = φ(q_i)·KV[:, cc], den = φ(q_i)·z), the groups' partials summed — the
+    second level of the reduction; rows past nq and idle columns are skipped."""
+
+    @pure_device
+    def finish(red, o, bh, q0, nq, d, t):
+        for e in range(t, ROWS * C, T):
+            r = e // C
+            cc = e - r * C
+            if cc < d and q0 + r < nq:
+                num = ZERO
+                den = ZERO
+                for gg in range(G):
+                    num += red[(gg * ROWS + r) * C + cc]     # φ(q_i)·KV[:, cc]
+                    den += red[(gg * ROWS + r) * C + d]      # φ(q_i)·z
+                o[bh, q0 + r, cc] = num / den
+
+    return finish
+
+
+def regs_cap(T):
+    """Registers per thread that let a block of T threads launch (65536 per SM; a multiple of
+    8). Without the cap, d = 128 (C·G = 640 threads) compiled to more registers than an SM has
+    and the launch failed with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES on the H200."""
+    return min(255, 65536 // T // 8 * 8)
+
+
+@lru_cache(maxsize=None)
 def linear_state_kernel(D, C, G, BN):
     """part[bh, s, a·C + c] = Σ_{j in split s} φ(k_j)[a] · [v_j | 1][c]; keys of split s:
     s·per … min((s+1)·per, Nk) − 1. Grid (splits, B·H), C·G threads."""
     R = D // G                   # rows of KV' per thread
     T = C * G
     BN_D = BN * D                # shared sizes: named constants (Numba needs literals)
+    load_phi = phi_tile(BN, D, T)
+    add = add_keys(D, G, R)
 
-    @cuda.jit
+    @cuda.jit(**gpu_options(max_registers=regs_cap(T)))
     def state(k, v, part, d, nk, per):
         bh = cuda.blockIdx.y
         t = cuda.threadIdx.x
@@ -88,16 +152,9 @@ def linear_state_kernel(D, C, G, BN):
         lo = cuda.blockIdx.x * per
         hi = min(lo + per, nk)
         for j0 in range(lo, hi, BN):
-            for e in range(t, BN * D, T):
-                r = e // D
-                a = e - r * D
-                phik[e] = elu1(k[bh, j0 + r, a]) if j0 + r < hi and a < d else ZERO
+            load_phi(k, bh, j0, hi, d, phik, t)      # φ(K) tile, zeros past hi and past d
             cuda.syncthreads()                       # wait: the φ(K) tile is in shared memory
-            for r in range(min(BN, hi - j0)):
-                # [v_j | 1][c]: V's column c, the ones column (c = d: z), or 0 (idle column)
-                vc = v[bh, j0 + r, c] if c < d else (ONE if c == d else ZERO)
-                for i in range(R):
-                    s[i] += phik[r * D + g + G * i] * vc     # KV'[a, c] += φ(k_j)[a] · v'_j[c]
+            add(s, phik, v, bh, j0, min(BN, hi - j0), g, c, d)  # KV' += φ(K_tile)ᵀ [V_tile | 1]
             cuda.syncthreads()                       # wait: all are done with the tile before
         for i in range(R):                           # it is overwritten
             part[bh, cuda.blockIdx.x, (g + G * i) * C + c] = s[i]
@@ -112,8 +169,10 @@ def linear_out_kernel(D, C, G, BQ):
     R = D // G
     T = C * G
     BQ_D, G_BQ_C = BQ * D, G * BQ * C   # shared sizes: named constants (Numba needs literals)
+    load_phi = phi_tile(BQ, D, T)
+    finish = finish_rows(BQ, C, G, T)
 
-    @cuda.jit
+    @cuda.jit(**gpu_options(max_registers=regs_cap(T)))
     def out(q, state, o, d, nq):
         bh = cuda.blockIdx.y
         t = cuda.threadIdx.x
@@ -125,10 +184,7 @@ def linear_out_kernel(D, C, G, BQ):
         for i in range(R):
             s[i] = state[bh, (g + G * i) * C + c]    # this thread's rows of KV', read once
         for q0 in range(cuda.blockIdx.x * BQ, nq, cuda.gridDim.x * BQ):
-            for e in range(t, BQ * D, T):
-                r = e // D
-                a = e - r * D
-                phiq[e] = elu1(q[bh, q0 + r, a]) if q0 + r < nq and a < d else ZERO
+            load_phi(q, bh, q0, nq, d, phiq, t)      # φ(Q) tile, zeros past nq and past d
             cuda.syncthreads()                       # wait: the φ(Q) tile is in shared memory
             for r in range(BQ):
                 x = ZERO
@@ -136,16 +192,7 @@ def linear_out_kernel(D, C, G, BQ):
                     x += phiq[r * D + g + G * i] * s[i]      # Σ over this group's rows a
                 red[(g * BQ + r) * C + c] = x
             cuda.syncthreads()                       # wait: every group's partials are in red
-            for e in range(t, BQ * C, T):
-                r = e // C
-                cc = e - r * C
-                if cc < d and q0 + r < nq:
-                    num = ZERO
-                    den = ZERO
-                    for gg in range(G):
-                        num += red[(gg * BQ + r) * C + cc]   # φ(q_i)·KV[:, cc]
-                        den += red[(gg * BQ + r) * C + d]    # φ(q_i)·z
-                    o[bh, q0 + r, cc] = num / den
+            finish(red, o, bh, q0, nq, d, t)         # O = num / den, the groups' partials summed
             cuda.syncthreads()                       # wait: phiq and red are free again
 
     return out
@@ -159,8 +206,11 @@ def linear_causal_kernel(D, C, G, BN):
     R = D // G
     T = C * G
     BN_D, G_BN_C = BN * D, G * BN * C   # shared sizes: named constants (Numba needs literals)
+    load_phi = phi_tile(BN, D, T)
+    add = add_keys(D, G, R)
+    finish = finish_rows(BN, C, G, T)
 
-    @cuda.jit
+    @cuda.jit(**gpu_options(max_registers=regs_cap(T)))
     def causal(q, k, v, o, d, nq, nk):
         bh = cuda.blockIdx.x
         t = cuda.threadIdx.x
@@ -175,15 +225,9 @@ def linear_causal_kernel(D, C, G, BN):
             s[i] = ZERO
         pre = max(off, 0)                            # keys 0 … off − 1: seen by every query
         for j0 in range(0, pre, BN):
-            for e in range(t, BN * D, T):
-                r = e // D
-                a = e - r * D
-                phik[e] = elu1(k[bh, j0 + r, a]) if j0 + r < pre and a < d else ZERO
+            load_phi(k, bh, j0, pre, d, phik, t)
             cuda.syncthreads()                       # wait: the φ(K) tile is in shared memory
-            for r in range(min(BN, pre - j0)):
-                vc = v[bh, j0 + r, c] if c < d else (ONE if c == d else ZERO)
-                for i in range(R):
-                    s[i] += phik[r * D + g + G * i] * vc
+            add(s, phik, v, bh, j0, min(BN, pre - j0), g, c, d)
             cuda.syncthreads()                       # wait: done with the tile
         first = max(-off, 0)                         # queries 0 … first − 1 see no key: O = 0
         for e in range(t, first * d, T):
@@ -205,16 +249,7 @@ def linear_causal_kernel(D, C, G, BN):
                     x += phiq[r * D + g + G * i] * s[i]      # then answer query i from it
                 red[(g * BN + r) * C + c] = x
             cuda.syncthreads()                       # wait: every group's partials are in red
-            for e in range(t, BN * C, T):
-                r = e // C
-                cc = e - r * C
-                if cc < d and i0 + r < nq:
-                    num = ZERO
-                    den = ZERO
-                    for gg in range(G):
-                        num += red[(gg * BN + r) * C + cc]
-                        den += red[(gg * BN + r) * C + d]
-                    o[bh, i0 + r, cc] = num / den
+            finish(red, o, bh, i0, nq, d, t)
             cuda.syncthreads()                       # wait: the tiles and red are free again
 
     return causal

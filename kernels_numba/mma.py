@@ -20,6 +20,7 @@ Menu (the warp computes D = A·B + C; every lane passes its fragment registers):
     tf32(x) -> float32                  x rounded to tf32 (10 mantissa bits; cvt.rna.tf32.f32)
     pair_lo(a, b) / pair_hi(a, b) -> uint32   (low half of a, low half of b) / (high, high):
                                               regroups two rows of half pairs into two columns
+    unpack_f16(w) / unpack_bf16(w) -> (lo, hi)   one register of two halves → two float32
 
 Fragment layout (PTX ISA, "Matrix fragments for mma.m16n8k16"), lane = 4·g + t, g = lane // 4
 (the row group, 0..7) and t = lane % 4 (0..3); "x2" registers hold two halves, low half first::
@@ -144,6 +145,14 @@ if cuda.config.ENABLE_CUDASIM:
     def pair_lo(a, b):
         return _u32((int(a) & 0xFFFF) | ((int(b) & 0xFFFF) << 16))
 
+    def unpack_f16(w):
+        lo, hi = _halves(w, "f16")
+        return np.float32(lo), np.float32(hi)
+
+    def unpack_bf16(w):
+        lo, hi = _halves(w, "bf16")
+        return np.float32(lo), np.float32(hi)
+
     def pair_hi(a, b):
         return _u32(((int(a) >> 16) & 0xFFFF) | (int(b) & 0xFFFF0000))
 
@@ -215,6 +224,22 @@ else:
     pack_f16 = _to_register("pack_f16", "cvt.rn.f16x2.f32 $0, $2, $1;", "ff")
     pack_bf16 = _to_register("pack_bf16", "cvt.rn.bf16x2.f32 $0, $2, $1;", "ff")
     tf32 = _to_register("tf32", "cvt.rna.tf32.f32 $0, $1;", "f", types.float32)
+    def _to_two_floats(name, text):
+        ret = types.UniTuple(types.float32, 2)
+
+        def codegen(context, builder, sig, args):
+            return context.make_tuple(builder, ret, _asm(context, builder, sig, args, text,
+                                                         "ff", "r"))
+
+        def typer(typingctx, w):
+            return ret(w), codegen
+        typer.__name__ = name
+        return intrinsic(typer)
+
+    unpack_f16 = _to_two_floats("unpack_f16", "{ .reg .f16 lo, hi; mov.b32 {lo, hi}, $2; "
+                                "cvt.f32.f16 $0, lo; cvt.f32.f16 $1, hi; }")
+    unpack_bf16 = _to_two_floats("unpack_bf16", "{ .reg .b32 t0, t1; shl.b32 t0, $2, 16; "
+                                 "and.b32 t1, $2, 0xFFFF0000; mov.b32 $0, t0; mov.b32 $1, t1; }")
     # prmt.b32: bytes of {b, a} numbered 7..4 (b) 3..0 (a); 0x5410 = b.lo:a.lo, 0x7632 = b.hi:a.hi
     pair_lo = _to_register("pair_lo", "prmt.b32 $0, $1, $2, 0x5410;", "rr")
     pair_hi = _to_register("pair_hi", "prmt.b32 $0, $1, $2, 0x7632;", "rr")

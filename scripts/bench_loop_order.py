@@ -95,21 +95,19 @@ def main():
             want = oracle(qh[:1, :1], kh[:1, :1], vh[:1, :1], causal=causal)[0][0, 0]
             flops = attention_flops(b, h, n, n, d, causal)
 
-            def fa1(qb):
+            def launched(launch, **variant):
+                """A run of ``launch`` (launch_fa1: q_blocks=…, launch_db: producers=…)."""
                 def run():
-                    loop_order.launch_fa1(*flat, o, lse, d=d, n_q=n, n_k=n, heads=h, bh=b * h,
-                                          causal=causal, scale=d ** -0.5, config=cfg,
-                                          q_blocks=qb)
+                    launch(*flat, o, lse, d=d, n_q=n, n_k=n, heads=h, bh=b * h, causal=causal,
+                           scale=d ** -0.5, config=cfg, **variant)
                     return o
                 return run
 
+            def fa1(qb):
+                return launched(loop_order.launch_fa1, q_blocks=qb)
+
             def db(p):
-                def run():
-                    loop_order.launch_db(*flat, o, lse, d=d, n_q=n, n_k=n, heads=h, bh=b * h,
-                                         causal=causal, scale=d ** -0.5, config=cfg,
-                                         producers=p)
-                    return o
-                return run
+                return launched(loop_order.launch_db, producers=p)
 
             runs = {"flash": lambda: attention(q, k, v, causal=causal),
                     "flash_fa1": fa1(1), "flash_fa1 (Q-tile grid)": fa1(n_qt),

@@ -410,17 +410,23 @@ def tc_kernel_report(log=print):
     return rows
 
 
+def _torch_sdpa(what):
+    """(torch, SDPBackend, sdpa_kernel, scaled_dot_product_attention) for a GPU command that
+    compares with torch; a clear exit without a GPU or without torch."""
+    device.gpu_only(what)
+    torch = _torch()
+    if torch is None:
+        raise SystemExit(f"{what} compares with torch SDPA: install torch")
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return torch, SDPBackend, sdpa_kernel, torch.nn.functional.scaled_dot_product_attention
+
+
 def bench_attention_tc(shapes=ATTENTION_SHAPES, causal_modes=(False, True), log=print):
     """Check (one head against float64), then time flash_tc in fp16, bf16 and 3xTF32 with
     torch SDPA's flash and cuDNN backends (fp16, bf16) and efficient (fp32) in the same run."""
     from .attention_methods import attention as fl_attention
     from .tc_methods import BFloat16
-    device.gpu_only("flashlesson bench attention --tc")
-    torch = _torch()
-    if torch is None:
-        raise SystemExit("flashlesson bench attention --tc compares with torch: install torch")
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    sdpa = torch.nn.functional.scaled_dot_product_attention
+    torch, SDPBackend, sdpa_kernel, sdpa = _torch_sdpa("flashlesson bench attention --tc")
     results = []
     for (b, h, n, d) in shapes:
         t32 = [torch.randn(b, h, n, d, device="cuda") for _ in range(3)]
@@ -471,5 +477,59 @@ def bench_attention_tc(shapes=ATTENTION_SHAPES, causal_modes=(False, True), log=
             log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                          for k, v in row.items()))
         del t32
+        torch.cuda.empty_cache()
+    return results
+
+
+def bench_attention_tc_backward(shapes=ATTENTION_SHAPES, causal_modes=(False, True), log=print):
+    """fp16 tensor-core backward (``attention_backward`` on fp16 inputs) against torch SDPA's
+    flash and cuDNN backward in fp16, same process; FLOPs counted as 2.5 × the forward's.
+    Checked first: max |error| of dq, dk, dv on one head against torch's float64 autograd."""
+    from .attention_methods import attention as fl_attention
+    from .backward_methods import attention_backward as fl_backward
+    torch, SDPBackend, sdpa_kernel, sdpa = _torch_sdpa(
+        "flashlesson bench attention --tc --backward")
+    results = []
+    for (b, h, n, d) in shapes:
+        t16 = [torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(4)]
+        q, k, v, do = (cuda.as_cuda_array(x) for x in t16)
+        for causal in causal_modes:
+            flops = BACKWARD_FLOP_FACTOR * attention_flops(b, h, n, n, d, causal)
+            row = {"B": b, "H": h, "N": n, "d": d, "causal": causal}
+            x64 = [x[:1, :1].double().requires_grad_(True) for x in t16[:3]]
+            refs = torch.autograd.grad(sdpa(*x64, is_causal=causal), x64, t16[3][:1, :1].double())
+            refs = [r[0, 0].cpu().numpy() for r in refs]
+            for name, backend in (("flash", SDPBackend.FLASH_ATTENTION),
+                                  ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+                try:
+                    with sdpa_kernel(backend):
+                        xs = [x.detach().requires_grad_(True) for x in t16[:3]]
+                        out = sdpa(*xs, is_causal=causal)
+                        ms = time_gpu_adaptive(lambda: torch.autograd.grad(
+                            out, xs, t16[3], retain_graph=True))
+                        g = torch.autograd.grad(out, xs, t16[3], retain_graph=True)
+                    row[f"sdpa {name} bwd TFLOP/s"] = flops / ms / 1e9
+                    row[f"sdpa {name} bwd err"] = max(float(np.max(np.abs(
+                        gi[0, 0].double().cpu().numpy() - r))) for gi, r in zip(g, refs))
+                except RuntimeError as exc:
+                    log(f"sdpa {name} backward: {str(exc)[:80]}")
+            o, lse = fl_attention(q, k, v, causal=causal, return_lse=True)
+
+            def run():
+                return fl_backward(do, q, k, v, o, lse, causal=causal)
+
+            def err_of(grads):
+                return max(float(np.max(np.abs(gi[0, 0].copy_to_host().astype(np.float64) - r)))
+                           for gi, r in zip(grads, refs))
+            _measure(row, "tc bwd", "tc bwd", run, flops, err_of)
+            row["tc bwd err"] = row.pop("tc bwd rel err")
+            for name in ("flash", "cudnn"):
+                theirs = row.get(f"sdpa {name} bwd TFLOP/s")
+                if theirs:
+                    row[f"tc bwd / {name}"] = row["tc bwd TFLOP/s"] / theirs
+            results.append(row)
+            log(" ".join(f"{key}={val:.4g}" if isinstance(val, float) else f"{key}={val}"
+                         for key, val in row.items()))
+        del t16, q, k, v, do
         torch.cuda.empty_cache()
     return results

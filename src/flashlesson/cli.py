@@ -53,7 +53,14 @@ def _cmd_section(args):
 
 def _cmd_bench_attention(args):
     from . import bench
-    if args.tc:
+    kernels = None
+    if args.tc and args.backward:
+        results = bench.bench_attention_tc_backward()
+        kernels = bench.tc_kernel_report()
+        cols = ["B", "H", "N", "d", "causal", "tc bwd TFLOP/s", "sdpa flash bwd TFLOP/s",
+                "sdpa cudnn bwd TFLOP/s", "tc bwd / flash", "tc bwd / cudnn", "tc bwd err",
+                "sdpa flash bwd err", "tc bwd MB held"]
+    elif args.tc:
         results = bench.bench_attention_tc()
         kernels = bench.tc_kernel_report()
         cols = ["B", "H", "N", "d", "causal", "tc fp16 TFLOP/s", "sdpa flash fp16 TFLOP/s",
@@ -79,7 +86,8 @@ def _cmd_bench_attention(args):
                    floatfmt=".3g"))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"results": results}, f, indent=1)
+            json.dump({"results": results, **({"kernels": kernels} if kernels else {})}, f,
+                      indent=1, default=str)
     if args.plot:
         from .plots import plot_attention_bench
         plot_attention_bench({"results": results}, args.plot)

@@ -414,6 +414,20 @@ def table(rows, columns):
                     headers=cols, floatfmt=".3g")
 
 
+def timing_rows(ms, flops):
+    """[name, ms, TFLOP/s, time / flash] per timed run, as printed; ms: name → milliseconds,
+    "flash" among them; flops: the work of one run."""
+    return [[name, f"{t:.3f}", f"{flops / t / 1e9:.1f}", f"{t / ms['flash']:.2f}"]
+            for name, t in ms.items()]
+
+
+def timing_table(rows):
+    """``timing_rows`` as a text table."""
+    from tabulate import tabulate
+    return tabulate(rows, headers=["kernel", "ms", "TFLOP/s", "time / flash"],
+                    disable_numparse=True)
+
+
 def stamp():
     """Device, versions and date for a JSON record."""
     facts = device.describe()
@@ -426,4 +440,5 @@ __all__ = ["CROSSOVER_COLUMNS", "CROSSOVER_D", "CROSSOVER_HEADS", "CROSSOVER_NS"
            "TILE_CONFIGS", "TILE_D", "TILE_SHAPE", "TINY", "config_model", "crossover",
            "describe_crossover", "h200_config", "inputs", "log_line", "measure_config",
            "oracle", "overhead_model", "poisoned", "refusal", "rel_err", "resources", "stamp",
-           "sweep_crossover", "sweep_head_dims", "sweep_tiles", "table", "timed"]
+           "sweep_crossover", "sweep_head_dims", "sweep_tiles", "table", "timed", "timing_rows",
+           "timing_table"]

@@ -138,6 +138,18 @@ def _operand(x, name):
     return op, ("f16" if op.dtype == np.float16 else "tf32")
 
 
+def _shapes(qo, ko, vo):
+    """(B, H, Nq, Nk, d) of q [B, H, Nq, d], k and v [B, H, Nk, d], checked."""
+    B, H, nq, d = qo.shape
+    nk = ko.shape[2]
+    if ko.shape != (B, H, nk, d) or vo.shape != ko.shape:
+        raise ValueError(f"k, v: expected [B, H, Nk, d] with q's B, H, d = {(B, H, d)} and "
+                         f"equal shapes; got k {ko.shape}, v {vo.shape}")
+    if nq < 1 or nk < 1:
+        raise ValueError(f"q, k: need at least one query and one key; got Nq = {nq}, Nk = {nk}")
+    return B, H, nq, nk, d
+
+
 def attention_tc(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropout_p=0.0,
                  return_lse=False, config=None):
     """``attention(..., method="flash_tc")``; see the module docstring for formats."""
@@ -150,13 +162,7 @@ def attention_tc(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dr
                         "(fp16, bf16 or float32)")
     if not (qo.on_host == ko.on_host == vo.on_host):
         raise TypeError("q, k, v: all three must be NumPy arrays or all three device arrays")
-    B, H, nq, d = qo.shape
-    nk = ko.shape[2]
-    if ko.shape != (B, H, nk, d) or vo.shape != ko.shape:
-        raise ValueError(f"k, v: expected [B, H, Nk, d] with q's B, H, d = {(B, H, d)} and "
-                         f"equal shapes; got k {ko.shape}, v {vo.shape}")
-    if nq < 1 or nk < 1:
-        raise ValueError(f"q, k: need at least one query and one key; got Nq = {nq}, Nk = {nk}")
+    B, H, nq, nk, d = _shapes(qo, ko, vo)
     tf32 = fq == "tf32"
     step = 8 if tf32 else 16
     if d % step or not step <= d <= MAX_HEAD_DIM:
@@ -218,3 +224,73 @@ def _unwords(o3, shape, fmt, on_host):
     else:
         out = o3.view(half).reshape(shape)
     return BFloat16(out) if fmt == "bf16" else out
+
+
+# ---------------------------------------------------------------------------------------------
+# The backward (§30 on tensor cores): kernels_numba/attention_tc_backward.py
+# ---------------------------------------------------------------------------------------------
+def default_tc_bwd_config(d):
+    """(Bq of the dK/dV kernel, Bk of the dQ kernel, WARPS): 4 warps (16 keys or queries each
+    per block), tiles of 64 at d ≤ 64 (248 / 193 registers, no spills, ptxas sm_90) and 32
+    above (d = 128: 255 / 237, 84 bytes spilled by dK/dV; d = 256 spills kilobytes)."""
+    if device.SIMULATOR:
+        return 16, 16, 1
+    return (64, 64, 4) if d <= 64 else (32, 32, 4)
+
+
+def attention_backward_tc(do, q, k, v, o, lse, *, causal=False, scale=None,
+                          key_padding_mask=None, dropout_p=0.0):
+    """``attention_backward`` for fp16 / bf16 inputs (the forward's ``flash_tc``): gradients in
+    the inputs' format, deterministic (no atomics). No dropout."""
+    from kernels_numba import attention_tc_backward as KB
+
+    from .attention_methods import _check_padding, _check_scale, _dummy
+    ops = [_operand(x, name) for x, name in ((do, "do"), (q, "q"), (k, "k"), (v, "v"),
+                                              (o, "o"))]
+    fmts = {f for _, f in ops}
+    if len(fmts) != 1 or "tf32" in fmts:
+        raise TypeError("do, q, k, v, o: all five must be fp16 or all bf16 (the tensor-core "
+                        f"backward); got {', '.join(f for _, f in ops)}")
+    fmt = fmts.pop()
+    (doo, _), (qo, _), (ko, _), (vo, _), (oo, _) = ops
+    if len({x.on_host for x, _ in ops}) != 1:
+        raise TypeError("do, q, k, v, o: all NumPy arrays or all device arrays")
+    B, H, nq, nk, d = _shapes(qo, ko, vo)
+    for x, name in ((doo, "do"), (oo, "o")):
+        if x.shape != qo.shape:
+            raise ValueError(f"{name}: expected q's shape {qo.shape}, got {x.shape}")
+    if d % 16 or d > MAX_HEAD_DIM:
+        raise ValueError(f"q: the tensor-core backward needs d a multiple of 16 up to "
+                         f"{MAX_HEAD_DIM}; got d = {d}")
+    if dropout_p:
+        raise ValueError("dropout_p: the tensor-core backward has no dropout")
+    lo = Operand(lse, "lse", (np.float32,), ndim=3)
+    if lo.shape != (B, H, nq) or lo.on_host != qo.on_host:
+        raise ValueError(f"lse: expected float32 [B, H, Nq] = {(B, H, nq)} on the same side as "
+                         f"q, got {lo.shape}")
+    scale = _check_scale(scale, d)
+    kpm = _check_padding(key_padding_mask, B, nk)
+    bh = B * H
+    w = d // 2
+    q3, k3, v3, do3, o3 = (_words(x, (bh, x.shape[2], w), np.uint32)
+                           for x in (qo, ko, vo, doo, oo))
+    lse2 = lo.device_view((bh, nq))
+    dvec = empty((bh, nq), np.float32)
+    rows = bh * nq
+    KB.tc_bwd_preprocess(fmt == "bf16")[min(-(-rows // 128), 4096), 128](
+        o3.reshape((rows, w)), do3.reshape((rows, w)), dvec.reshape(rows))
+    dq = empty((bh, nq, d), np.float16).view(np.uint32)
+    dk = empty((bh, nk, d), np.float16).view(np.uint32)
+    dv = empty((bh, nk, d), np.float16).view(np.uint32)
+    Bq, Bk, warps = default_tc_bwd_config(d)
+    mask = kpm if kpm is not None else _dummy("mask")
+    pad, bf = kpm is not None, fmt == "bf16"
+    kern = KB.flash_tc_bwd_dkdv_kernel(d, Bq, warps, bool(causal), pad, bf)
+    launch(kern, (-(-nk // (16 * warps)), bh), 32 * warps,
+           (q3, k3, v3, do3, lse2, dvec, dk, dv, np.float32(scale), nq, nk, H, mask),
+           KB.tc_bwd_smem_bytes(d, Bq))
+    kern = KB.flash_tc_bwd_dq_kernel(d, Bk, warps, bool(causal), pad, bf)
+    launch(kern, (-(-nq // (16 * warps)), bh), 32 * warps,
+           (q3, k3, v3, do3, lse2, dvec, dq, np.float32(scale), nq, nk, H, mask),
+           KB.tc_bwd_smem_bytes(d, Bk))
+    return tuple(_unwords(g, (B, H, g.shape[1], d), fmt, qo.on_host) for g in (dq, dk, dv))

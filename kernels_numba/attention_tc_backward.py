@@ -1,0 +1,314 @@
+"""§30 + §37 — FlashAttention backward on tensor cores (fp16 / bf16 in, fp32 accumulation).
+
+Menu
+| kernel                                               | what                                    |
+|------------------------------------------------------|-----------------------------------------|
+| ``tc_bwd_preprocess(BF16)``                          | D_i = Σ_c dO_ic·O_ic (one thread a row) |
+| ``flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16)`` | one block per 16·WARPS keys, Q   |
+|                                                      | tiles streamed: dV += Pᵀ dO, dK += dSᵀ Q |
+| ``flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16)``   | one block per 16·WARPS queries,  |
+|                                                      | K/V tiles streamed: dQ += dS K          |
+
+The same three kernels as the CUDA-core backward (kernels_numba/attention_backward.py): S and P
+recomputed from Q, K and the forward's LSE (nothing N × N stored), no atomics (every gradient
+element is summed by one block in a fixed order: bitwise the same from run to run). Every
+product is an m16n8k16 mma (kernels_numba/mma.py); the element-wise steps run on the CUDA cores
+on the accumulator layout (lane 4g + t: rows g, g + 8; columns 2t, 2t + 1 of each 8).
+
+The dK/dV kernel works on the transposed problem, keys as rows, so that Pᵀ and dSᵀ come out of
+their mmas already as the A operands of dV and dK::
+
+    for each Q tile i (queries q0 … q0 + Bq − 1):     K, V rows of the block: A fragments in registers
+        Sᵀ  = K Qiᵀ                     B = Qi rows (shared)
+        Pᵀ  = exp(Sᵀ·scale − LSE_i)     per column (query); masked → 0
+        dPᵀ = V dOiᵀ                    B = dOi rows (shared)
+        dSᵀ = Pᵀ ∘ (dPᵀ − D_i)
+        dV += Pᵀ dOi                    B = dOiᵀ (shared, transposed)
+        dK += dSᵀ Qi                    B = Qiᵀ (shared, transposed)
+    dK ·= scale
+
+The dQ kernel, queries as rows::
+
+    for each K/V tile j:                Q, dO rows of the block: A fragments in registers
+        S = Qi Kjᵀ;  P = exp(S·scale − LSE);  dP = dOi Vjᵀ;  dS = P ∘ (dP − D)
+        dQ += dS Kj                     B = Kjᵀ (shared, transposed)
+    dQ ·= scale
+
+Shared tiles come from ``attention_tc.kv_loader_tc``: rows as they are (B of a product over d)
+and transposed into key/query pairs (B of a product over keys/queries). Single-buffered: two
+barriers per tile. Limits: D a multiple of 16; no dropout, no varlen (the fp32 backward has
+them). Inputs/outputs [BH, N, D/2] uint32 words of two halves; LSE and D [BH, Nq] float32.
+
+How to run: ``pytest tests/test_attention_tc_backward.py``; ``flashlesson bench attention --tc
+--backward`` (GPU).
+"""
+
+from functools import lru_cache
+
+from numba import cuda, float32, uint32
+
+from .attention_tc import BUILT, block_products, kv_loader_tc, pack_accumulators, tc_shapes, \
+    tile_rows
+from .mma import pack_bf16, pack_f16, unpack_bf16, unpack_f16
+from .reductions import NEG_INF, ZERO, fast_exp
+
+
+def tc_bwd_smem_bytes(D, B):
+    """Two tiles, each rows + transposed (+ two float rows of B for the dK/dV kernel)."""
+    KS, VS = tc_shapes(D, B)
+    return 2 * (B * KS + D * VS) * 4 + 2 * B * 4
+
+
+@lru_cache(maxsize=None)
+def tc_bwd_preprocess(BF16):
+    """D[r] = Σ_c dO[r, c]·O[r, c] over rows r of o, do [R, D/2] (words), d [R] float32."""
+    unpack = unpack_bf16 if BF16 else unpack_f16
+
+    @cuda.jit
+    def preprocess(o, do, dvec):
+        row = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        while row < o.shape[0]:
+            total = ZERO
+            for c in range(o.shape[1]):
+                o0, o1 = unpack(o[row, c])
+                g0, g1 = unpack(do[row, c])
+                total += g0 * o0 + g1 * o1          # D_i = Σ_c dO_ic O_ic
+            dvec[row] = total
+            row += cuda.gridDim.x * cuda.blockDim.x
+    return preprocess
+
+
+@lru_cache(maxsize=None)
+def a_fragments(KC):
+    """A fragments (m16 × k16 words) of rows r_lo, r_lo + 8 of x[bh] (zeros past n)."""
+
+    @cuda.jit(device=True)
+    def load(x, bh, r_lo, n, t, frag):
+        for kc in range(KC):
+            for r in range(4):
+                row = r_lo + 8 * (r & 1)
+                frag[4 * kc + r] = x[bh, row, 8 * kc + 4 * (r >> 1) + t] if row < n else 0
+    return load
+
+
+@lru_cache(maxsize=None)
+def products(KC, NB, BF16):
+    """acc = A(frag) · B over d, B = rows 8nb + g of a row-major shared tile (words at
+    off + (8nb + g)·KS + t): S = Q Kᵀ and its kin, from zero."""
+    run = block_products(NB, KC, 1, BF16)
+
+    @cuda.jit(device=True)
+    def fresh(frag, smem, off, KS, g, t, acc):
+        for nb in range(NB):
+            for e in range(4):
+                acc[4 * nb + e] = ZERO
+        run(frag, smem, off, KS, g, t, acc)
+    return fresh
+
+
+@lru_cache(maxsize=None)
+def accumulate(KC2, NBO, NB, BF16):
+    """acc += A · B over the tile's keys/queries: A = the accumulators p (NB 8-column blocks,
+    packed to 16-bit pairs into pa), B = rows 8nb + g of a transposed shared tile (words at
+    off + (8nb + g)·VS + t)."""
+    to_a = pack_accumulators(KC2, 1, NB, BF16)
+    run = block_products(NBO, KC2, 1, BF16)
+
+    @cuda.jit(device=True)
+    def acc_tile(p, pa, smem, off, VS, g, t, acc):
+        to_a(p, pa)
+        run(pa, smem, off, VS, g, t, acc)
+    return acc_tile
+
+
+@lru_cache(maxsize=None)
+def write_rows(NBO, BF16):
+    """out[bh, row, 4nb + t] = the packed pair of acc for rows r_lo, r_lo + 8 (< n), · factor."""
+    pack = pack_bf16 if BF16 else pack_f16
+
+    @cuda.jit(device=True)
+    def write(out, bh, r_lo, n, t, acc, factor):
+        for half in range(2):
+            row = r_lo + 8 * half
+            if row < n:
+                for nb in range(NBO):
+                    out[bh, row, 4 * nb + t] = pack(acc[4 * nb + 2 * half] * factor,
+                                                    acc[4 * nb + 2 * half + 1] * factor)
+    return write
+
+
+@lru_cache(maxsize=None)
+def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16):
+    """dK, dV: one block per 16·WARPS keys; see the module menu."""
+    Bk = 16 * WARPS                 # keys per block (rows of the transposed problem)
+    T = 32 * WARPS
+    KC = D // 16                    # k16 steps over d
+    NBQ = Bq // 8                   # 8-column blocks over the Q tile
+    KC2 = Bq // 16                  # k16 steps over the Q tile
+    NBO = D // 8                    # 8-column blocks over d
+    FR, SQ, AO, PA = 4 * KC, 4 * NBQ, 4 * NBO, 4 * KC2
+    KS, VS = tc_shapes(D, Bq)
+    ROWS = Bq * KS                  # words of a row-major tile; its transposed copy follows
+    STAGE = ROWS + D * VS
+    FLOATS = 2 * STAGE              # where LSE_i and D_i start (as float32, same memory)
+    fetch, put, REGS = kv_loader_tc(D, Bq, T)
+    frags = a_fragments(KC)
+    prod = products(KC, NBQ, BF16)
+    acc_tile = accumulate(KC2, NBO, NBQ, BF16)
+    write = write_rows(NBO, BF16)
+
+    @cuda.jit
+    def dkdv(q, k, v, do, lse, dvec, dk, dv, scale, n_q, n_k, heads, kpm):
+        bh = cuda.blockIdx.y
+        k0 = cuda.blockIdx.x * Bk
+        tid = cuda.threadIdx.x
+        g = (tid % 32) // 4
+        t = tid % 4
+        key_lo = k0 + 16 * (tid // 32) + g      # my keys: key_lo, key_lo + 8
+        offset = n_k - n_q                      # §34: query i sees key j iff j ≤ i + offset
+        smem = cuda.shared.array(0, uint32)     # [Qi rows | Qiᵀ | dOi rows | dOiᵀ | LSE_i, D_i]
+        fsm = cuda.shared.array(0, float32)     # (the same memory, seen as float32)
+
+        ka = cuda.local.array(FR, uint32)       # A of Sᵀ = K Qᵀ: my K rows
+        va = cuda.local.array(FR, uint32)       # A of dPᵀ = V dOᵀ: my V rows
+        frags(k, bh, key_lo, n_k, t, ka)
+        frags(v, bh, key_lo, n_k, t, va)
+        st = cuda.local.array(SQ, float32)      # Sᵀ, then Pᵀ
+        dpt = cuda.local.array(SQ, float32)     # dPᵀ, then dSᵀ
+        dk_acc = cuda.local.array(AO, float32)
+        dv_acc = cuda.local.array(AO, float32)
+        w = cuda.local.array(REGS, uint32)
+        pa = cuda.local.array(PA, uint32)       # Pᵀ or dSᵀ as A fragments
+        pad_lo = pad_hi = False                 # §35: a padded key gets dk = dv = 0
+        if PAD:
+            pad_lo = key_lo < n_k and kpm[bh // heads, key_lo] == 0
+            pad_hi = key_lo + 8 < n_k and kpm[bh // heads, key_lo + 8] == 0
+        for i in range(NBO):                    # (loops of ≤ 32: unrolled, so registers)
+            for e in range(4):
+                dk_acc[4 * i + e] = ZERO
+                dv_acc[4 * i + e] = ZERO
+
+        first = 0                               # causal: Q tiles before key k0 − offset see
+        if CAUSAL:                              # none of this block's keys
+            first = max(k0 - offset, 0) // Bq
+        n_tiles = (n_q + Bq - 1) // Bq
+        for j in range(first, n_tiles):
+            q0 = j * Bq
+            cuda.syncthreads()                  # wait: every warp is done with the last tile
+            fetch(q, q, bh, n_q, q0, tid, w)    # Qi rows and Qiᵀ
+            put(w, smem, 0, ROWS, tid)
+            fetch(do, do, bh, n_q, q0, tid, w)  # dOi rows and dOiᵀ
+            put(w, smem, STAGE, STAGE + ROWS, tid)
+            for it in range((Bq + T - 1) // T): # LSE_i, D_i (−inf/0 past Nq)
+                r = it * T + tid
+                if r < Bq:
+                    fsm[FLOATS + r] = lse[bh, q0 + r] if q0 + r < n_q else NEG_INF
+                    fsm[FLOATS + Bq + r] = dvec[bh, q0 + r] if q0 + r < n_q else ZERO
+            cuda.syncthreads()                  # wait: the tiles are in shared memory
+
+            prod(ka, smem, 0, KS, g, t, st)     # Sᵀ = K Qiᵀ
+            prod(va, smem, STAGE, KS, g, t, dpt)    # dPᵀ = V dOiᵀ
+            for nb in range(NBQ):
+                for e in range(4):
+                    col = 8 * nb + 2 * t + (e & 1)  # query q0 + col
+                    key = key_lo + 8 * (e >> 1)
+                    m_i = fsm[FLOATS + col]         # LSE of that query (−inf: no key, or past)
+                    i = 4 * nb + e
+                    dead = m_i == NEG_INF or key >= n_k
+                    if CAUSAL:
+                        dead = dead or key > q0 + col + offset
+                    if PAD:
+                        dead = dead or (pad_lo if e < 2 else pad_hi)
+                    p = ZERO if dead else fast_exp(st[i] * scale - m_i)   # Pᵀ = exp(Sᵀ − LSE)
+                    st[i] = p
+                    dpt[i] = p * (dpt[i] - fsm[FLOATS + Bq + col])        # dSᵀ = Pᵀ∘(dPᵀ − D)
+            acc_tile(st, pa, smem, STAGE + ROWS, VS, g, t, dv_acc)    # dV += Pᵀ dOi
+            acc_tile(dpt, pa, smem, ROWS, VS, g, t, dk_acc)           # dK += dSᵀ Qi
+
+        write(dv, bh, key_lo, n_k, t, dv_acc, float32(1.0))
+        write(dk, bh, key_lo, n_k, t, dk_acc, scale)              # dK = scale · Σ dSᵀ Q
+
+    BUILT[("flash_tc_bwd_dkdv_kernel", D, Bq, WARPS, CAUSAL, PAD, BF16)] = dkdv
+    return dkdv
+
+
+@lru_cache(maxsize=None)
+def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16):
+    """dQ: one block per 16·WARPS queries; see the module menu."""
+    Bq = 16 * WARPS
+    T = 32 * WARPS
+    KC = D // 16
+    NBK = Bk // 8
+    KC2 = Bk // 16
+    NBO = D // 8
+    FR, SK, AO, PA = 4 * KC, 4 * NBK, 4 * NBO, 4 * KC2
+    KS, VS = tc_shapes(D, Bk)
+    ROWS = Bk * KS
+    STAGE = ROWS + D * VS               # [Kj rows | Kjᵀ] then [Vj rows]
+    fetch_kt, put_kt, REGS = kv_loader_tc(D, Bk, T)
+    fetch_v, put_v, _ = kv_loader_tc(D, Bk, T, False)
+    frags = a_fragments(KC)
+    prod = products(KC, NBK, BF16)
+    acc_tile = accumulate(KC2, NBO, NBK, BF16)
+    write = write_rows(NBO, BF16)
+
+    @cuda.jit
+    def dq_kernel(q, k, v, do, lse, dvec, dq, scale, n_q, n_k, heads, kpm):
+        bh = cuda.blockIdx.y
+        q0 = cuda.blockIdx.x * Bq
+        tid = cuda.threadIdx.x
+        g = (tid % 32) // 4
+        t = tid % 4
+        r_lo = q0 + 16 * (tid // 32) + g        # my rows: r_lo, r_lo + 8
+        offset = n_k - n_q
+        smem = cuda.shared.array(0, uint32)
+
+        qa = cuda.local.array(FR, uint32)       # A of S = Q Kᵀ
+        da = cuda.local.array(FR, uint32)       # A of dP = dO Vᵀ
+        frags(q, bh, r_lo, n_q, t, qa)
+        frags(do, bh, r_lo, n_q, t, da)
+        s = cuda.local.array(SK, float32)       # S, then P
+        dp = cuda.local.array(SK, float32)      # dP, then dS
+        dq_acc = cuda.local.array(AO, float32)
+        w = cuda.local.array(REGS, uint32)
+        pa = cuda.local.array(PA, uint32)       # dS as A fragments
+        stats = cuda.local.array(4, float32)    # LSE and D of my two rows
+        for half in range(2):
+            row = r_lo + 8 * half
+            stats[half] = lse[bh, row] if row < n_q else NEG_INF
+            stats[2 + half] = dvec[bh, row] if row < n_q else ZERO
+        for i in range(NBO):
+            for e in range(4):
+                dq_acc[4 * i + e] = ZERO
+
+        for j in range(tile_rows(CAUSAL, q0, Bq, Bk, n_q, n_k)):
+            k0 = j * Bk
+            cuda.syncthreads()                  # wait: every warp is done with the last tile
+            fetch_kt(k, k, bh, n_k, k0, tid, w)     # Kj rows and Kjᵀ
+            put_kt(w, smem, 0, ROWS, tid)
+            fetch_v(v, v, bh, n_k, k0, tid, w)      # Vj rows
+            put_v(w, smem, STAGE, STAGE, tid)
+            cuda.syncthreads()                  # wait: the tiles are in shared memory
+
+            prod(qa, smem, 0, KS, g, t, s)      # S = Qi Kjᵀ
+            prod(da, smem, STAGE, KS, g, t, dp)     # dP = dOi Vjᵀ
+            for nb in range(NBK):
+                for e in range(4):
+                    key = k0 + 8 * nb + 2 * t + (e & 1)
+                    half = e >> 1
+                    row = r_lo + 8 * half
+                    i = 4 * nb + e
+                    dead = stats[half] == NEG_INF or key >= n_k
+                    if CAUSAL:
+                        dead = dead or key > row + offset
+                    if PAD:
+                        dead = dead or kpm[bh // heads, key] == 0
+                    p = ZERO if dead else fast_exp(s[i] * scale - stats[half])  # P
+                    s[i] = p
+                    dp[i] = p * (dp[i] - stats[2 + half])                      # dS
+            acc_tile(dp, pa, smem, ROWS, VS, g, t, dq_acc)    # dQ += dS Kj
+
+        write(dq, bh, r_lo, n_q, t, dq_acc, scale)        # dQ = scale · Σ dS K
+
+    BUILT[("flash_tc_bwd_dq_kernel", D, Bk, WARPS, CAUSAL, PAD, BF16)] = dq_kernel
+    return dq_kernel

@@ -1,0 +1,112 @@
+"""§30 + §37: the tensor-core backward (fp16 / bf16) against the float64 oracle.
+
+The oracle gets the inputs as the kernels see them (rounded to fp16/bf16, O and LSE from the
+tensor-core forward) and computes in float64; the kernels round P and dS to 16 bits before
+their products, so the bar is relative error ≤ 2e-2 (fp16) / 5e-2 (bf16) of each gradient's
+largest value; on the GPU also no more than 2× torch SDPA's own backward error in the same dtype
+(when torch is installed). Outputs are poisoned before the kernels run. Ten runs bitwise equal.
+"""
+
+import numpy as np
+import pytest
+from conftest import by_device
+from numba import cuda
+
+from flashlesson import BFloat16, attention, attention_backward
+from reference import attention_backward as ref_backward
+
+SHAPES = by_device(
+    [(1, 2, 21, 35, 32), (1, 1, 37, 9, 16), (1, 1, 1, 1, 16)],
+    [(2, 3, 100, 100, 64), (1, 2, 257, 130, 80), (1, 2, 77, 300, 96), (2, 2, 129, 129, 128),
+     (1, 1, 1000, 1000, 64), (1, 2, 200, 65, 256)])
+REL = {"f16": 2e-2, "bf16": 5e-2}
+
+
+def _inputs(rng, B, H, nq, nk, d, fmt):
+    x = [rng.standard_normal((B, H, n, d)).astype(np.float32) for n in (nq, nk, nk, nq)]
+    if fmt == "f16":
+        q, k, v, do = (a.astype(np.float16) for a in x)
+        return (q, k, v, do), [a.astype(np.float64) for a in (q, k, v, do)]
+    b = [BFloat16.from_float32(a) for a in x]
+    return b, [a.to_float32().astype(np.float64) for a in b]
+
+
+def _f64(g):
+    return (g.to_float32() if isinstance(g, BFloat16) else np.asarray(g)).astype(np.float64)
+
+
+def _torch_errors(q64, k64, v64, do64, causal, refs, fmt):
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available() or q64.shape[2] != k64.shape[2]:
+        return None                            # (torch's causal aligns top-left: Nq = Nk only)
+    dt = torch.float16 if fmt == "f16" else torch.bfloat16
+    t = [torch.tensor(a, device="cuda").to(dt).requires_grad_(True) for a in (q64, k64, v64)]
+    o = torch.nn.functional.scaled_dot_product_attention(*t, is_causal=causal)
+    grads = torch.autograd.grad(o, t, torch.tensor(do64, device="cuda").to(dt))
+    return [float(np.max(np.abs(g.double().cpu().numpy() - r))) for g, r in zip(grads, refs)]
+
+
+def _check(grads, refs, fmt, torch_errs=None):
+    # a gradient that vanishes analytically (one key: dS = P(dP − D) = 0) is measured against
+    # 1e-3 of the problem's largest gradient, as conftest.check_grads does, not against ~0
+    floor = 1e-3 * max(np.max(np.abs(r), initial=0.0) for r in refs)
+    for name, g, r, i in zip(("dq", "dk", "dv"), grads, refs, range(3)):
+        g = _f64(g)
+        assert g.shape == r.shape and not np.isnan(g).any(), f"{name}: NaN (unwritten?)"
+        err = np.max(np.abs(g - r))
+        rel = err / max(np.max(np.abs(r)), floor, 1e-30)
+        assert rel <= REL[fmt], f"{name}: relative error {rel:.2e}"
+        if torch_errs is not None:
+            assert err <= 2 * torch_errs[i] + 1e-5, \
+                f"{name}: error {err:.2e} > 2 × torch's {torch_errs[i]:.2e}"
+
+
+@pytest.mark.parametrize("fmt", ["f16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_matches_oracle(rng, shape, causal, fmt):
+    (q, k, v, do), (q64, k64, v64, do64) = _inputs(rng, *shape, fmt)
+    o, lse = attention(q, k, v, causal=causal, return_lse=True)
+    grads = attention_backward(do, q, k, v, o, lse, causal=causal)
+    refs = ref_backward(do64, q64, k64, v64, causal=causal)
+    _check(grads, refs, fmt, _torch_errors(q64, k64, v64, do64, causal, refs, fmt))
+
+
+def test_padding_and_fully_masked_rows(rng):
+    B, H, nq, nk, d = by_device((2, 1, 19, 33, 16), (3, 4, 300, 257, 64))
+    (q, k, v, do), (q64, k64, v64, do64) = _inputs(rng, B, H, nq, nk, d, "f16")
+    kpm = rng.random((B, nk)) > 0.4
+    kpm[0] = False                             # batch row 0 sees no key: zero gradients
+    o, lse = attention(q, k, v, key_padding_mask=kpm, return_lse=True)
+    dq, dk, dv = attention_backward(do, q, k, v, o, lse, key_padding_mask=kpm)
+    _check((dq, dk, dv), ref_backward(do64, q64, k64, v64, key_padding_mask=kpm), "f16")
+    assert np.all(dq[0] == 0)                 # and padded keys get no gradient:
+    assert np.all(dk.swapaxes(1, 2)[~kpm] == 0) and np.all(dv.swapaxes(1, 2)[~kpm] == 0)
+
+
+def test_bitwise_identical_runs(rng):
+    (q, k, v, do), _ = _inputs(rng, *by_device((1, 1, 33, 40, 16), (2, 4, 1000, 1000, 64)),
+                               "f16")
+    dev = [cuda.to_device(a) for a in (q, k, v, do)]
+    o, lse = attention(*dev[:3], causal=True, return_lse=True)
+    first = [g.copy_to_host() for g in attention_backward(dev[3], *dev[:3], o, lse, causal=True)]
+    for _ in range(by_device(1, 9)):
+        again = attention_backward(dev[3], *dev[:3], o, lse, causal=True)
+        for a, b in zip(first, again):
+            np.testing.assert_array_equal(a.view(np.uint16), b.copy_to_host().view(np.uint16))
+
+
+def test_bad_inputs(rng):
+    q = rng.standard_normal((1, 1, 8, 16)).astype(np.float16)
+    o, lse = attention(q, q, q, return_lse=True)
+    with pytest.raises(TypeError, match="all five"):
+        attention_backward(q.astype(np.float32), q, q, q, o, lse)
+    with pytest.raises(ValueError, match="no dropout"):
+        attention_backward(q, q, q, q, o, lse, dropout_p=0.1)
+    with pytest.raises(TypeError, match="method or config"):
+        attention_backward(q, q, q, q, o, lse, method="naive")
+    with pytest.raises(ValueError, match="lse"):
+        attention_backward(q, q, q, q, o, lse[..., :4])
