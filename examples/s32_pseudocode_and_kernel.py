@@ -53,7 +53,7 @@ TOPIC = "pseudocode and kernel"
 # keeps matching while a change of algorithm does not.
 SIDE_BY_SIDE = [
     ("for each Q tile Qi:", r"for i, r0 in enumerate\(range\(0, nq, Br\)\)",
-     r"q0 = .*cuda\.blockIdx\..* \* Br"),
+     r"q0 = .*cuda\.blockIdx\..* \* Br|q0 = block_tile\(CAUSAL, Br\)"),
     ("    load Qi", r"Qi = q\[\.\.\., r0:r1, :\]", r"load_Qt\(q, q_base, row_stride, q0, n_q, d, Qt, scale\)"),
     ("    m = -∞", r"^m = np\.full\(.*-np\.inf\)", r"^m\[i\] = NEG_INF"),
     ("    l = 0", r"^l = np\.zeros\(", r"^l\[i\] = ZERO"),

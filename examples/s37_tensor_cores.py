@@ -56,7 +56,7 @@ def main(verbose=True):
     b = rng.standard_normal((16, 8)).astype(np.float32)
     c = rng.standard_normal((16, 8)).astype(np.float32)
     d = np.full((16, 8), np.nan, np.float32)
-    mma.mma_f16_kernel[1, 32](a, b, c, d, False)
+    mma.mma_f16_kernel[1, 32](a, b, c, d)
     want = a.astype(np.float16).astype(np.float64) @ b.astype(np.float16).astype(np.float64) + c
     e = _err(d, want)
     checks.append(Check("37", TOPIC, "mma_f16", e, e <= 1e-5,
@@ -65,7 +65,7 @@ def main(verbose=True):
     pick = [3, 0, 15, 8, 7, 12, 1, 10]                                # D[:, n] = A[:, pick[n]]
     onehot = np.zeros((16, 8), np.float32)
     onehot[pick, np.arange(8)] = 1
-    mma.mma_f16_kernel[1, 32](ids, onehot, np.zeros((16, 8), np.float32), d, False)
+    mma.mma_f16_kernel[1, 32](ids, onehot, np.zeros((16, 8), np.float32), d)
     ok = np.array_equal(d, ids[:, pick])
     checks.append(Check("37", TOPIC, "mma_f16", None, bool(ok),
                         "fragment layout: A·(one-hot B) returns A's chosen columns exactly"))

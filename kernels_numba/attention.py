@@ -66,6 +66,17 @@ from .vector import load4
 
 
 @cuda.jit(device=True)
+def block_tile(CAUSAL, Br):
+    """(bh, q0) of this block: which (batch, head) and the first query row of its Q tile.
+    Causal grids are (B·H, Q tiles), heaviest first: the last Q tiles see the most keys, so they
+    start in the first wave and the short ones fill the tail (§34). Otherwise (Q tiles, B·H):
+    a head's tiles run together (and share its K/V in L2)."""
+    if CAUSAL:
+        return cuda.blockIdx.x, (cuda.gridDim.y - 1 - cuda.blockIdx.y) * Br
+    return cuda.blockIdx.y, cuda.blockIdx.x * Br
+
+
+@cuda.jit(device=True)
 def attention_geometry(bh, heads, d, n_q, n_k, cu_q, cu_k, VARLEN):
     """Where head bh = b·H + h of q/k/v/o/lse lives in the flat arrays, and its lengths.
 
@@ -121,14 +132,7 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4, PA
         """q, k, v, o, lse: flat float32 arrays (see ``attention_geometry`` for the layouts);
         kpm: uint8 [B, Nk] (PAD); seed_lo, seed_hi, threshold: uint32, inv_keep = 1/(1 − p)
         (DROPOUT); cu_q, cu_k: int32 [B + 1] (VARLEN; then n_q, n_k are unused)."""
-        if CAUSAL:
-            # grid (B·H, Q tiles), heaviest first: the last Q tiles see the most keys, so they
-            # start in the first wave and the short ones fill the tail (§34)
-            bh = cuda.blockIdx.x                    # which (batch, head)
-            q0 = (cuda.gridDim.y - 1 - cuda.blockIdx.y) * Br    # first query row of this tile
-        else:
-            bh = cuda.blockIdx.y                    # grid (Q tiles, B·H): a head's tiles together
-            q0 = cuda.blockIdx.x * Br
+        bh, q0 = block_tile(CAUSAL, Br)             # which (batch, head), first query row
         tid = cuda.threadIdx.x
         tr = tid // TC
         tc = tid & (TC - 1)                         # tid % TC, known ≥ 0

@@ -73,6 +73,7 @@ from functools import lru_cache
 
 from numba import cuda, float32, int64
 
+from .attention import block_tile
 from .flash_steps import keep_bits, online_softmax, p_store, pv_product, qk_product, \
     score_mask, tile_prefetcher
 from .reductions import NEG_INF, ONE, ZERO, safe_reciprocal
@@ -128,12 +129,7 @@ def flash_db_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, PAD=False, DROPO
                  threshold, inv_keep):
         """q, o [B·H·Nq·d], k, v [B·H·Nk·d], lse [B·H·Nq]: flat float32; kpm, seed_lo, seed_hi,
         threshold, inv_keep as in flash_forward_kernel. Grid as flash_forward_kernel's."""
-        if CAUSAL:                                  # heaviest Q tiles first (§34)
-            bh = cuda.blockIdx.x
-            q0 = (cuda.gridDim.y - 1 - cuda.blockIdx.y) * Br
-        else:
-            bh = cuda.blockIdx.y
-            q0 = cuda.blockIdx.x * Br
+        bh, q0 = block_tile(CAUSAL, Br)             # (causal: heaviest Q tiles first, §34)
         tid = cuda.threadIdx.x
         ctid = tid - TPROD                          # my index among the computing threads
         producer = ctid < 0                         # (never, when PRODUCERS = 0)

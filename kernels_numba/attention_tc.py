@@ -52,6 +52,7 @@ from functools import lru_cache
 
 from numba import cuda, float32, uint32
 
+from .attention import block_tile
 from .mma import mma_bf16, mma_f16, mma_tf32, pack_bf16, pack_f16, pair_hi, pair_lo, tf32
 from .reductions import NEG_INF, ZERO, fast_exp, lanes_max, lanes_sum, safe_max, \
     safe_reciprocal
@@ -72,16 +73,6 @@ def tc_smem_bytes(D, Bc, TF32):
         return 2 * 2 * Bc * (D + 4) * 4       # two stages of (K, V)
     KS, VS = tc_shapes(D, Bc)
     return 2 * (Bc * KS + D * VS) * 4         # two stages (ping-pong)
-
-
-@cuda.jit(device=True)
-def block_tile(CAUSAL, Br):
-    """(bh, q0) of this block. Causal grids are (B·H, Q tiles) with the last Q tile first: the
-    heaviest tiles (they see the most keys) start in the first wave, the short ones fill the
-    tail (§34). Otherwise (Q tiles, B·H): a head's tiles run together and share K/V in L2."""
-    if CAUSAL:
-        return cuda.blockIdx.x, (cuda.gridDim.y - 1 - cuda.blockIdx.y) * Br
-    return cuda.blockIdx.y, cuda.blockIdx.x * Br
 
 
 @cuda.jit(device=True)

@@ -248,34 +248,30 @@ else:
 # ---------------------------------------------------------------------------------------------
 # Test kernels: one warp, one instruction, operands laid out as in the table above
 # ---------------------------------------------------------------------------------------------
-@cuda.jit
-def mma_f16_kernel(a, b, c, d, bf16):
-    """d[16, 8] = a[16, 16] @ b[16, 8] + c (a, b float32, rounded to fp16 or bf16 here)."""
-    lane = cuda.threadIdx.x
-    g = lane // 4
-    t = lane % 4
-    if bf16:
-        a0 = pack_bf16(a[g, 2 * t], a[g, 2 * t + 1])
-        a1 = pack_bf16(a[g + 8, 2 * t], a[g + 8, 2 * t + 1])
-        a2 = pack_bf16(a[g, 2 * t + 8], a[g, 2 * t + 9])
-        a3 = pack_bf16(a[g + 8, 2 * t + 8], a[g + 8, 2 * t + 9])
-        b0 = pack_bf16(b[2 * t, g], b[2 * t + 1, g])
-        b1 = pack_bf16(b[2 * t + 8, g], b[2 * t + 9, g])
-        d0, d1, d2, d3 = mma_bf16(a0, a1, a2, a3, b0, b1, c[g, 2 * t], c[g, 2 * t + 1],
-                                  c[g + 8, 2 * t], c[g + 8, 2 * t + 1])
-    else:
-        a0 = pack_f16(a[g, 2 * t], a[g, 2 * t + 1])
-        a1 = pack_f16(a[g + 8, 2 * t], a[g + 8, 2 * t + 1])
-        a2 = pack_f16(a[g, 2 * t + 8], a[g, 2 * t + 9])
-        a3 = pack_f16(a[g + 8, 2 * t + 8], a[g + 8, 2 * t + 9])
-        b0 = pack_f16(b[2 * t, g], b[2 * t + 1, g])
-        b1 = pack_f16(b[2 * t + 8, g], b[2 * t + 9, g])
-        d0, d1, d2, d3 = mma_f16(a0, a1, a2, a3, b0, b1, c[g, 2 * t], c[g, 2 * t + 1],
-                                 c[g + 8, 2 * t], c[g + 8, 2 * t + 1])
-    d[g, 2 * t] = d0
-    d[g, 2 * t + 1] = d1
-    d[g + 8, 2 * t] = d2
-    d[g + 8, 2 * t + 1] = d3
+def mma16_kernel(BF16):
+    """A kernel d[16, 8] = a[16, 16] @ b[16, 8] + c for one warp (a, b float32, rounded here to
+    fp16, or bf16 with BF16): each lane packs its fragment as the table above says."""
+    mma = mma_bf16 if BF16 else mma_f16
+    pack = pack_bf16 if BF16 else pack_f16
+
+    @cuda.jit
+    def kernel(a, b, c, d):
+        lane = cuda.threadIdx.x
+        g = lane // 4
+        t = lane % 4
+        d0, d1, d2, d3 = mma(
+            pack(a[g, 2 * t], a[g, 2 * t + 1]), pack(a[g + 8, 2 * t], a[g + 8, 2 * t + 1]),
+            pack(a[g, 2 * t + 8], a[g, 2 * t + 9]), pack(a[g + 8, 2 * t + 8], a[g + 8, 2 * t + 9]),
+            pack(b[2 * t, g], b[2 * t + 1, g]), pack(b[2 * t + 8, g], b[2 * t + 9, g]),
+            c[g, 2 * t], c[g, 2 * t + 1], c[g + 8, 2 * t], c[g + 8, 2 * t + 1])
+        d[g, 2 * t] = d0
+        d[g, 2 * t + 1] = d1
+        d[g + 8, 2 * t] = d2
+        d[g + 8, 2 * t + 1] = d3
+    return kernel
+
+
+mma_f16_kernel, mma_bf16_kernel = mma16_kernel(False), mma16_kernel(True)
 
 
 @cuda.jit

@@ -28,7 +28,7 @@ def test_mma_m16n8k16(rng, bf16):
     c = rng.standard_normal((16, 8)).astype(np.float32)
     a[3, 5], b[7, 2] = 1000.0, -999.0          # outliers: a wrong lane or register shows
     d = np.full((16, 8), np.nan, np.float32)
-    mma.mma_f16_kernel[1, 32](a, b, c, d, bf16)
+    (mma.mma_bf16_kernel if bf16 else mma.mma_f16_kernel)[1, 32](a, b, c, d)
     r = _bf16 if bf16 else (lambda x: x.astype(np.float16).astype(np.float64))
     want = r(a) @ r(b) + c                     # exact products of the rounded inputs, fp32 sum
     np.testing.assert_allclose(d, want, rtol=1e-5, atol=1e-3)
@@ -68,4 +68,4 @@ def test_simulator_reports_a_partial_warp():
     a = np.zeros((16, 16), np.float32)
     b, c, d = (np.zeros((16, 8), np.float32) for _ in range(3))
     with pytest.raises(WarpOpError, match="all 32 lanes"):
-        mma.mma_f16_kernel[1, 16](a, b, c, d, False)
+        mma.mma_f16_kernel[1, 16](a, b, c, d)
