@@ -60,6 +60,7 @@ from numba import cuda, float32, int64
 
 from .reductions import NEG_INF, ONE, ZERO, fast_exp, lanes_max, lanes_sum, safe_max, \
     safe_reciprocal, warp_merge_ml
+from .jit import pure_device
 from .philox import dropout_words
 from .tiles import tile_loader
 from .vector import load4
@@ -74,6 +75,25 @@ def block_tile(CAUSAL, Br):
     if CAUSAL:
         return cuda.blockIdx.x, (cuda.gridDim.y - 1 - cuda.blockIdx.y) * Br
     return cuda.blockIdx.y, cuda.blockIdx.x * Br
+
+
+@pure_device
+def kv_tiles(CAUSAL, q0, Br, Bc, n_q, n_k):
+    """§34: how many K/V tiles of Bc keys the Q tile of rows q0 … q0 + Br − 1 visits — all of
+    them, or (causal, query i sees key j iff j ≤ i + Nk − Nq) up to the one holding the last
+    key its last row sees (none if even that row sees no key)."""
+    n_tiles = (n_k + Bc - 1) // Bc
+    if CAUSAL:
+        last_key = q0 + Br - 1 + (n_k - n_q)        # the last key the tile's last row sees
+        n_tiles = min(n_tiles, last_key // Bc + 1) if last_key >= 0 else 0
+    return n_tiles
+
+
+@pure_device
+def first_q_tile(CAUSAL, k0, Br, n_q, n_k):
+    """§34, seen from a K/V tile starting at key k0: the first Q tile of Br rows with a row that
+    sees key k0 (0 unless causal; past the last tile when no query sees it)."""
+    return max(k0 - (n_k - n_q), 0) // Br if CAUSAL else 0
 
 
 @cuda.jit(device=True)
@@ -167,10 +187,7 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4, PA
                 acc[i, c] = ZERO
 
         # how many K/V tiles this Q tile visits: all of them, or (causal) up to the diagonal
-        n_tiles = (n_k + Bc - 1) // Bc
-        if CAUSAL:
-            last_key = q0 + Br - 1 + offset         # the last key the tile's last row sees
-            n_tiles = min(n_tiles, last_key // Bc + 1) if last_key >= 0 else 0
+        n_tiles = kv_tiles(CAUSAL, q0, Br, Bc, n_q, n_k)
 
         for j in range(n_tiles):
             k0 = j * Bc

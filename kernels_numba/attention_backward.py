@@ -124,7 +124,7 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda, float32
 
-from .attention import attention_geometry
+from .attention import attention_geometry, first_q_tile, kv_tiles
 from .jit import pure_device
 from .philox import dropout_keep, dropout_words
 from .reductions import NEG_INF, ONE, ZERO, fast_exp
@@ -405,9 +405,7 @@ def flash_bwd_dkdv_kernel(D, Bc, Br, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VA
 
         # which Q tiles see this K/V tile: all of them, or (causal) from the first query that
         # sees key k0, i = k0 − offset, on; none at all when that query is past Nq
-        first = 0
-        if CAUSAL:
-            first = max(k0 - offset, 0) // Br
+        first = first_q_tile(CAUSAL, k0, Br, n_q, n_k)
         n_tiles = (n_q + Br - 1) // Br
 
         for t in range(first, n_tiles):
@@ -536,10 +534,7 @@ def flash_bwd_dq_kernel(D, Br, Bc, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VARL
             z[e] = ONE
 
         # how many K/V tiles this Q tile visits: all of them, or (causal) up to the diagonal
-        n_tiles = (n_k + Bc - 1) // Bc
-        if CAUSAL:
-            last_key = q0 + Br - 1 + offset         # the last key the tile's last row sees
-            n_tiles = min(n_tiles, last_key // Bc + 1) if last_key >= 0 else 0
+        n_tiles = kv_tiles(CAUSAL, q0, Br, Bc, n_q, n_k)
 
         for j in range(n_tiles):
             k0 = j * Bc

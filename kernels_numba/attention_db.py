@@ -73,7 +73,7 @@ from functools import lru_cache
 
 from numba import cuda, float32, int64
 
-from .attention import block_tile
+from .attention import block_tile, kv_tiles
 from .flash_steps import keep_bits, online_softmax, p_store, pv_product, qk_product, \
     score_mask, tile_prefetcher
 from .reductions import NEG_INF, ONE, ZERO, safe_reciprocal
@@ -157,10 +157,7 @@ def flash_db_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, PAD=False, DROPO
             for c in range(DN):
                 acc[i, c] = ZERO
 
-        n_tiles = (n_k + Bc - 1) // Bc
-        if CAUSAL:
-            last_key = q0 + Br - 1 + offset
-            n_tiles = min(n_tiles, last_key // Bc + 1) if last_key >= 0 else 0
+        n_tiles = kv_tiles(CAUSAL, q0, Br, Bc, n_q, n_k)  # (causal: up to the diagonal, §34)
 
         # Qi, and tile 0 into buffers 0: by every thread, before the loop
         load_Qt(q, q_base, d, q0, n_q, d, Qt, scale)

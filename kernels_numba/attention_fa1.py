@@ -66,6 +66,7 @@ from functools import lru_cache
 
 from numba import cuda, float32, int64
 
+from .attention import first_q_tile, kv_tiles
 from .flash_steps import keep_bits, p_store, pv_product, qk_product, score_mask
 from .reductions import NEG_INF, ONE, ZERO, fast_exp, lanes_max, lanes_sum, safe_max, \
     safe_reciprocal
@@ -122,10 +123,7 @@ def flash_fa1_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, PAD=False, DROP
         m_base = bh * n_q                           # m[row] = m_g[m_base + row]; l, LSE alike
         offset = n_k - n_q                          # §34: query i sees key j iff j ≤ i + offset
         n_qt = (n_q + Br - 1) // Br
-        n_kv = (n_k + Bc - 1) // Bc
-        if CAUSAL:                                  # K/V tiles past the last query's keys: none
-            last_key = n_q - 1 + offset
-            n_kv = min(n_kv, last_key // Bc + 1) if last_key >= 0 else 0
+        n_kv = kv_tiles(CAUSAL, 0, n_q, Bc, n_q, n_k)   # (causal: none past the last query's keys)
 
         smem = cuda.shared.array(0, float32)
         Qt = smem[:OFF_K]                           # Qᵀ: Qt[c·QS + r] = Q[q0 + r, c] · scale
@@ -159,9 +157,7 @@ def flash_fa1_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, PAD=False, DROP
 
         for j in range(n_kv):                       # line 5: the outer loop, over K/V tiles
             k0 = j * Bc
-            first = 0                               # the first Q tile that sees key k0
-            if CAUSAL:
-                first = max(k0 - offset, 0) // Br
+            first = first_q_tile(CAUSAL, k0, Br, n_q, n_k)   # the first Q tile that sees k0
             start = first + (qb - first) % q_blocks     # my first Q tile from there
             if start >= n_qt:
                 continue            # (the whole block skips the tile together: no barrier missed)

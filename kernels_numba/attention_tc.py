@@ -52,7 +52,7 @@ from functools import lru_cache
 
 from numba import cuda, float32, uint32
 
-from .attention import block_tile
+from .attention import block_tile, kv_tiles
 from .mma import mma_bf16, mma_f16, mma_tf32, pack_bf16, pack_f16, pair_hi, pair_lo, tf32
 from .reductions import NEG_INF, ZERO, fast_exp, lanes_max, lanes_sum, safe_max, \
     safe_reciprocal
@@ -73,16 +73,6 @@ def tc_smem_bytes(D, Bc, TF32):
         return 2 * 2 * Bc * (D + 4) * 4       # two stages of (K, V)
     KS, VS = tc_shapes(D, Bc)
     return 2 * (Bc * KS + D * VS) * 4         # two stages (ping-pong)
-
-
-@cuda.jit(device=True)
-def tile_rows(CAUSAL, q0, Br, Bc, n_q, n_k):
-    """How many K/V tiles the Q tile starting at q0 visits (causal: up to its diagonal, §34)."""
-    n_tiles = (n_k + Bc - 1) // Bc
-    if CAUSAL:
-        last_key = q0 + Br - 1 + n_k - n_q          # the last key the tile's last row sees
-        n_tiles = min(n_tiles, last_key // Bc + 1) if last_key >= 0 else 0
-    return n_tiles
 
 
 @lru_cache(maxsize=None)
@@ -313,7 +303,7 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False):
             ml[r] = NEG_INF
             ml[2 * MT + r] = ZERO
 
-        n_tiles = tile_rows(CAUSAL, q0, Br, Bc, n_q, n_k)
+        n_tiles = kv_tiles(CAUSAL, q0, Br, Bc, n_q, n_k)
         if n_tiles > 0:
             fetch(k, v, bh, n_k, 0, tid, w)
             put(w, smem, 0, K_WORDS, tid)
@@ -460,7 +450,7 @@ def flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD):
         ml[2] = ZERO
         ml[3] = ZERO
 
-        n_tiles = tile_rows(CAUSAL, q0, Br, Bc, n_q, n_k)
+        n_tiles = kv_tiles(CAUSAL, q0, Br, Bc, n_q, n_k)
         if n_tiles > 0:
             load_kv(k, v, bh, n_k, 0, smem, 0, tid)
         for j in range(n_tiles):

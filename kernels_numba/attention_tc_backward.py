@@ -47,8 +47,8 @@ from functools import lru_cache
 
 from numba import cuda, float32, uint32
 
-from .attention_tc import BUILT, block_products, kv_loader_tc, pack_accumulators, tc_shapes, \
-    tile_rows
+from .attention import first_q_tile, kv_tiles
+from .attention_tc import BUILT, block_products, kv_loader_tc, pack_accumulators, tc_shapes
 from .mma import pack_bf16, pack_f16, unpack_bf16, unpack_f16
 from .reductions import NEG_INF, ZERO, fast_exp
 
@@ -188,9 +188,8 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16):
                 dk_acc[4 * i + e] = ZERO
                 dv_acc[4 * i + e] = ZERO
 
-        first = 0                               # causal: Q tiles before key k0 − offset see
-        if CAUSAL:                              # none of this block's keys
-            first = max(k0 - offset, 0) // Bq
+        first = first_q_tile(CAUSAL, k0, Bq, n_q, n_k)  # (causal: earlier Q tiles see none
+                                                        #  of this block's keys)
         n_tiles = (n_q + Bq - 1) // Bq
         for j in range(first, n_tiles):
             q0 = j * Bq
@@ -281,7 +280,7 @@ def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16):
             for e in range(4):
                 dq_acc[4 * i + e] = ZERO
 
-        for j in range(tile_rows(CAUSAL, q0, Bq, Bk, n_q, n_k)):
+        for j in range(kv_tiles(CAUSAL, q0, Bq, Bk, n_q, n_k)):
             k0 = j * Bk
             cuda.syncthreads()                  # wait: every warp is done with the last tile
             fetch_kt(k, k, bh, n_k, k0, tid, w)     # Kj rows and Kjᵀ

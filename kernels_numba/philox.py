@@ -19,6 +19,8 @@ Menu
 | ``dropout_keep(k0, k1, bh, i, j, threshold)`` | keep element (i, j)? r ≥ threshold            |
 | ``dropout_mask_kernel(k0, k1, threshold, heads, out)`` | out[b, h, i, j] = keep (uint8 0/1);  |
 |                                           | one Philox call per thread fills 4 adjacent j     |
+| ``philox_rows_kernel(c, k, out)``         | out[t] = Philox4x32-10(c[t], k[t]), a thread a row |
+|                                           | (the known-answer vectors on the device)          |
 
 The mask, in full: key = (seed mod 2^32, seed div 2^32); counter = (j div 4, i, b·H + h, 0);
 r = word (j mod 4) of Philox4x32-10(counter, key); keep iff r ≥ threshold = floor(p · 2^32),
@@ -119,6 +121,19 @@ def dropout_word(k0, k1, bh, i, j):
 def dropout_keep(k0, k1, bh, i, j, threshold):
     """§36: is element (i, j) of head bh kept? r ≥ threshold = floor(p · 2^32)."""
     return np.uint64(dropout_word(k0, k1, bh, i, j)) >= np.uint64(threshold)
+
+
+@cuda.jit
+def philox_rows_kernel(c, k, out):
+    """out[t] = Philox4x32-10(counter c[t], key k[t]) for uint32 c [n, 4], k [n, 2], out [n, 4]:
+    the device function alone, one thread a row (Random123's known-answer vectors, §36)."""
+    t = cuda.grid(1)
+    if t < c.shape[0]:
+        r0, r1, r2, r3 = philox4x32_10(c[t, 0], c[t, 1], c[t, 2], c[t, 3], k[t, 0], k[t, 1])
+        out[t, 0] = r0
+        out[t, 1] = r1
+        out[t, 2] = r2
+        out[t, 3] = r3
 
 
 @cuda.jit
