@@ -189,15 +189,16 @@ def _operands(q, k, v):
     return qo, ko, vo
 
 
-def _check_dropout(dropout_p, seed):
-    """(seed_lo, seed_hi, threshold, inv_keep) for the kernels; p = 0 means no dropout."""
+def _check_dropout(dropout_p, seed, noun="probability"):
+    """(p, (seed_lo, seed_hi, threshold, inv_keep)) for the kernels; p = 0 means no dropout.
+    ``noun`` words the range error (the backward says "drop probability")."""
     if isinstance(dropout_p, (bool, np.bool_)) or not isinstance(
             dropout_p, (int, float, np.integer, np.floating)):
         raise TypeError(f"dropout_p: expected a real number in [0, 1), got "
                         f"{type(dropout_p).__name__}")
     p = float(dropout_p)
     if not 0.0 <= p < 1.0:
-        raise ValueError(f"dropout_p: expected a probability in [0, 1), got {dropout_p!r}")
+        raise ValueError(f"dropout_p: expected a {noun} in [0, 1), got {dropout_p!r}")
     return p, attention_args(seed, p)           # (checks seed: an int in [0, 2^64))
 
 

@@ -20,10 +20,10 @@ from numba import cuda
 
 from kernels_numba import attention_backward as KB
 
-from . import device, dropout
+from . import device
 from .arrays import Operand, empty
 from .attention_methods import GEMM_TILES, MAX_HEAD_DIM, WARP, AttentionMethod, \
-    _aligned16, _check_scale, _dummy, _operands, gemm, varlen_operands
+    _aligned16, _check_dropout, _check_scale, _dummy, _operands, gemm, varlen_operands
 from .launch import launch, max_shared_bytes, stride_grid
 
 # Registers: a coarse guard on the floats a thread keeps live in its inner loops (gradient
@@ -167,17 +167,6 @@ def _like_q(arr, name, qo):
     return op
 
 
-def _check_dropout_p(dropout_p):
-    if isinstance(dropout_p, (bool, np.bool_)) or not isinstance(
-            dropout_p, (int, float, np.integer, np.floating)):
-        raise TypeError(f"dropout_p: expected a real number in [0, 1), got "
-                        f"{type(dropout_p).__name__}")
-    p = float(dropout_p)
-    if not 0.0 <= p < 1.0:                          # NaN fails this too
-        raise ValueError(f"dropout_p: expected a drop probability in [0, 1), got {dropout_p!r}")
-    return p
-
-
 def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_padding_mask=None,
                        dropout_p=0.0, seed=0, method="flash", config=None):
     """Gradients (dq, dk, dv) of O = attention(q, k, v, ...) for the upstream gradient do = ∂L/∂O.
@@ -232,8 +221,7 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
             raise ValueError(f"key_padding_mask: expected shape {(B, nk)} ([B, Nk]), got "
                              f"{mo.shape}")
         pad = cuda.to_device(mo.obj.view(np.uint8)) if mo.on_host else mo.obj.view(np.uint8)
-    p = _check_dropout_p(dropout_p)
-    drop_args = dropout.attention_args(seed, p)                 # (checks seed, names it)
+    p, drop_args = _check_dropout(dropout_p, seed, "drop probability")   # (and the seed)
     scale = _check_scale(scale, d)
     causal = bool(causal)
     if method == "flash":
@@ -306,8 +294,7 @@ def varlen_attention_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, *
     _same_side(lo, qo)
     if lo.shape != (total_q, H):
         raise ValueError(f"lse: expected shape {(total_q, H)} ([total_q, H]), got {lo.shape}")
-    p = _check_dropout_p(dropout_p)
-    drop_args = dropout.attention_args(seed, p)                 # (checks seed, names it)
+    p, drop_args = _check_dropout(dropout_p, seed, "drop probability")   # (and the seed)
     scale = _check_scale(scale, d)
     cfg = config or default_config(d)
     if not isinstance(cfg, BwdConfig):
