@@ -49,6 +49,7 @@ from numba import cuda, float32, uint32
 
 from .attention import first_q_tile, kv_tiles
 from .attention_tc import BUILT, block_products, kv_loader_tc, pack_accumulators, tc_shapes
+from .jit import pure_device
 from .mma import pack_bf16, pack_f16, unpack_bf16, unpack_f16
 from .reductions import NEG_INF, ZERO, fast_exp
 
@@ -76,6 +77,13 @@ def tc_bwd_preprocess(BF16):
             dvec[row] = total
             row += cuda.gridDim.x * cuda.blockDim.x
     return preprocess
+
+
+@pure_device
+def p_and_ds(s, dp, lse_row, d_row, dead, scale):
+    """§30, one element: P = exp(S·scale − LSE) (0 where masked), dS = P ∘ (dP − D)."""
+    p = ZERO if dead else fast_exp(s * scale - lse_row)
+    return p, p * (dp - d_row)
 
 
 @lru_cache(maxsize=None)
@@ -218,9 +226,8 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16):
                         dead = dead or key > q0 + col + offset
                     if PAD:
                         dead = dead or (pad_lo if e < 2 else pad_hi)
-                    p = ZERO if dead else fast_exp(st[i] * scale - m_i)   # Pᵀ = exp(Sᵀ − LSE)
-                    st[i] = p
-                    dpt[i] = p * (dpt[i] - fsm[FLOATS + Bq + col])        # dSᵀ = Pᵀ∘(dPᵀ − D)
+                    st[i], dpt[i] = p_and_ds(st[i], dpt[i], m_i, fsm[FLOATS + Bq + col],
+                                             dead, scale)         # Pᵀ, dSᵀ = Pᵀ∘(dPᵀ − D)
             acc_tile(st, pa, smem, STAGE + ROWS, VS, g, t, dv_acc)    # dV += Pᵀ dOi
             acc_tile(dpt, pa, smem, ROWS, VS, g, t, dk_acc)           # dK += dSᵀ Qi
 
@@ -302,9 +309,8 @@ def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16):
                         dead = dead or key > row + offset
                     if PAD:
                         dead = dead or kpm[bh // heads, key] == 0
-                    p = ZERO if dead else fast_exp(s[i] * scale - stats[half])  # P
-                    s[i] = p
-                    dp[i] = p * (dp[i] - stats[2 + half])                      # dS
+                    s[i], dp[i] = p_and_ds(s[i], dp[i], stats[half], stats[2 + half], dead,
+                                           scale)                 # P, dS = P ∘ (dP − D)
             acc_tile(dp, pa, smem, ROWS, VS, g, t, dq_acc)    # dQ += dS Kj
 
         write(dq, bh, r_lo, n_q, t, dq_acc, scale)        # dQ = scale · Σ dS K
