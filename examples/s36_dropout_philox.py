@@ -34,20 +34,13 @@ from kernels_numba import philox as KP
 from numba import cuda  # (after flashlesson, which picks the GPU or the simulator)
 from reference import attention, attention_backward, philox4x32_10
 from reference import dropout_keep_mask as twin_keep_mask
+from reference.philox import KNOWN_ANSWERS
 
 SECTIONS = (36,)
 TOPIC = "dropout by Philox"
 MiB = 2 ** 20
 REL = 1e-4
-# Random123's kat_vectors for philox4x32_10: (counter, key, expected)
-KAT = [
-    ((0x00000000, 0x00000000, 0x00000000, 0x00000000), (0x00000000, 0x00000000),
-     (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
-    ((0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF),
-     (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
-    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
-     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
-]
+KAT = KNOWN_ANSWERS        # Random123's kat_vectors: (counter, key, expected)
 
 
 def hexwords(words):

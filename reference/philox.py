@@ -39,7 +39,7 @@ import operator
 
 import numpy as np
 
-__all__ = ["philox4x32_10", "seed_key", "dropout_threshold", "dropout_keep_mask"]
+__all__ = ["philox4x32_10", "seed_key", "dropout_threshold", "dropout_keep_mask", "KNOWN_ANSWERS"]
 
 M0 = np.uint64(0xD2511F53)      # multipliers of the two S-boxes
 M1 = np.uint64(0xCD9E8D57)
@@ -48,6 +48,18 @@ W1 = np.uint64(0xBB67AE85)
 MASK32 = np.uint64(0xFFFFFFFF)
 SHIFT32 = np.uint64(32)
 ROUNDS = 10
+
+
+# Random123's kat_vectors for philox4x32 with 10 rounds: (counter, key, expected output). The
+# tests and the §36 example check both twins (NumPy here, kernels_numba's device function) on them.
+KNOWN_ANSWERS = [
+    ((0x00000000, 0x00000000, 0x00000000, 0x00000000), (0x00000000, 0x00000000),
+     (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+    ((0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF),
+     (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+]
 
 
 def _words(a, name, n):
