@@ -3,7 +3,7 @@
 Each config is checked against torch SDPA's float64 math on one head, then timed (CUDA events,
 medians) next to torch SDPA's flash backend in the same process.
 
-    PYTHONPATH=src:. FLASHLESSON_DEVICE=gpu python3 scripts/tune_tc.py
+    PYTHONPATH=src:. FLASHLESSON_DEVICE=gpu python3 scripts/tune_tc.py [d64] [d128]
 """
 
 import sys
@@ -23,15 +23,17 @@ CONFIGS = {64: [TcConfig(64, 4, 1, False), TcConfig(64, 4, 1, True), TcConfig(64
                 TcConfig(64, 4, 2, True), TcConfig(128, 4, 1, False), TcConfig(64, 8, 1, False),
                 TcConfig(64, 2, 2, False)],
            128: [TcConfig(64, 4, 1, False), TcConfig(64, 4, 1, True), TcConfig(32, 4, 1, False),
-                 TcConfig(32, 4, 2, False), TcConfig(64, 8, 1, False)]}
+                 TcConfig(32, 4, 2, False), TcConfig(64, 8, 1, False), TcConfig(32, 8, 1, False),
+                 TcConfig(32, 8, 1, True), TcConfig(64, 8, 1, True)]}
 
 
 def main():
+    shapes = [s for s in SHAPES if f"d{s[3]}" in sys.argv[1:]] or SHAPES   # e.g. d128 only
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
     sdpa = torch.nn.functional.scaled_dot_product_attention
     rows = []
-    for (b, h, n, d) in SHAPES:
+    for (b, h, n, d) in shapes:
         t16 = [torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3)]
         args = [cuda.as_cuda_array(x) for x in t16]
         ref = sdpa(*(x[:1, :1].double() for x in t16))[0, 0].cpu().numpy()

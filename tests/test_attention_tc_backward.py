@@ -12,7 +12,7 @@ import pytest
 from conftest import by_device
 from numba import cuda
 
-from flashlesson import BFloat16, attention, attention_backward
+from flashlesson import BFloat16, TcBwdConfig, TcConfig, attention, attention_backward
 from reference import attention_backward as ref_backward
 
 SHAPES = by_device(
@@ -75,6 +75,23 @@ def test_matches_oracle(rng, shape, causal, fmt):
     _check(grads, refs, fmt, _torch_errors(q64, k64, v64, do64, causal, refs, fmt))
 
 
+# tiles and warps of the two kernels (TcBwdConfig): several warps per block, tiles that do not
+# divide N, different choices for the dK/dV and the dQ kernel
+CONFIGS = by_device([TcBwdConfig(32, 2, 16, 2), TcBwdConfig(16, 1, 32, 2)],
+                    [TcBwdConfig(64, 8, 64, 8), TcBwdConfig(32, 8, 32, 8), TcBwdConfig(16, 4, 128, 4),
+                     TcBwdConfig(128, 2, 16, 1)])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("config", CONFIGS, ids=str)
+def test_configs(rng, config, causal):
+    shape = by_device((1, 1, 45, 37, 16), (2, 2, 333, 301, 64))
+    (q, k, v, do), (q64, k64, v64, do64) = _inputs(rng, *shape, "f16")
+    o, lse = attention(q, k, v, causal=causal, return_lse=True)
+    grads = attention_backward(do, q, k, v, o, lse, causal=causal, config=config)
+    _check(grads, ref_backward(do64, q64, k64, v64, causal=causal), "f16")
+
+
 def test_padding_and_fully_masked_rows(rng):
     B, H, nq, nk, d = by_device((2, 1, 19, 33, 16), (3, 4, 300, 257, 64))
     (q, k, v, do), (q64, k64, v64, do64) = _inputs(rng, B, H, nq, nk, d, "f16")
@@ -106,7 +123,13 @@ def test_bad_inputs(rng):
         attention_backward(q.astype(np.float32), q, q, q, o, lse)
     with pytest.raises(ValueError, match="no dropout"):
         attention_backward(q, q, q, q, o, lse, dropout_p=0.1)
-    with pytest.raises(TypeError, match="method or config"):
+    with pytest.raises(TypeError, match="method: .*no method choice"):
         attention_backward(q, q, q, q, o, lse, method="naive")
+    with pytest.raises(TypeError, match="config: .*TcBwdConfig"):
+        attention_backward(q, q, q, q, o, lse, config=TcConfig())
+    with pytest.raises(ValueError, match="config: Bq must be a multiple of 16"):
+        attention_backward(q, q, q, q, o, lse, config=TcBwdConfig(Bq=24))
+    with pytest.raises(ValueError, match="config: Q_WARPS must be 1, 2, 4 or 8"):
+        attention_backward(q, q, q, q, o, lse, config=TcBwdConfig(Q_WARPS=3))
     with pytest.raises(ValueError, match="lse"):
         attention_backward(q, q, q, q, o, lse[..., :4])

@@ -192,18 +192,22 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
 
     fp16 / bf16 inputs (all five of do, q, k, v, o; the forward's "flash_tc" output) run the
     tensor-core backward (``flashlesson.tc_methods.attention_backward_tc``, §37): gradients in
-    the inputs' format, no dropout, no method or config choice.
+    the inputs' format, no dropout; config a ``TcBwdConfig`` (tiles and warps of its two
+    kernels).
     """
     if method not in CHOICES:
         raise ValueError(f"method: expected one of {', '.join(CHOICES)}; got {method!r}")
     from . import tc_methods
     if tc_methods.low_precision(q):             # §37: fp16 / bf16 → the tensor-core backward
-        if method != "flash" or config is not None:
-            raise TypeError("q: fp16/bf16 inputs take the tensor-core backward, which has no "
-                            "method or config choice (method 'flash', config None)")
+        if method != "flash":
+            raise TypeError("method: fp16/bf16 inputs take the tensor-core backward, which has "
+                            f"no method choice (method 'flash'); got {method!r}")
+        if config is not None and not isinstance(config, tc_methods.TcBwdConfig):
+            raise TypeError("config: fp16/bf16 inputs take the tensor-core backward, which "
+                            f"takes a TcBwdConfig, not a {type(config).__name__}")
         return tc_methods.attention_backward_tc(do, q, k, v, o, lse, causal=causal, scale=scale,
                                                 key_padding_mask=key_padding_mask,
-                                                dropout_p=dropout_p)
+                                                dropout_p=dropout_p, config=config)
     qo, ko, vo = _operands(q, k, v)
     B, H, nq, d = qo.shape
     nk = ko.shape[2]

@@ -229,19 +229,40 @@ def _unwords(o3, shape, fmt, on_host):
 # ---------------------------------------------------------------------------------------------
 # The backward (§30 on tensor cores): kernels_numba/attention_tc_backward.py
 # ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TcBwdConfig:
+    """Tiles of the tensor-core backward: the dK/dV kernel streams Q/dO tiles of Bq queries
+    past blocks of 16·KV_WARPS keys; the dQ kernel streams K/V tiles of Bk keys past blocks of
+    16·Q_WARPS queries."""
+    Bq: int = 64
+    KV_WARPS: int = 4
+    Bk: int = 64
+    Q_WARPS: int = 4
+
+    def check(self):
+        for name, tile in (("Bq", self.Bq), ("Bk", self.Bk)):
+            if tile < 16 or tile % 16 or tile > 128:
+                raise ValueError(f"config: {name} must be a multiple of 16 in 16 … 128, got "
+                                 f"{tile}")
+        for name, warps in (("KV_WARPS", self.KV_WARPS), ("Q_WARPS", self.Q_WARPS)):
+            if warps not in (1, 2, 4, 8):
+                raise ValueError(f"config: {name} must be 1, 2, 4 or 8, got {warps}")
+
+
 def default_tc_bwd_config(d):
-    """(Bq of the dK/dV kernel, Bk of the dQ kernel, WARPS): 4 warps (16 keys or queries each
-    per block), tiles of 64 at d ≤ 64 (248 / 193 registers, no spills, ptxas sm_90) and 32
-    above (d = 128: 255 / 237, 84 bytes spilled by dK/dV; d = 256 spills kilobytes)."""
+    """4 warps (16 keys or queries each per block), tiles of 64 at d ≤ 64 (248 / 193
+    registers, no spills, ptxas sm_90) and 32 above (d = 128: 255 / 237, 84 bytes spilled by
+    dK/dV; d = 256 spills kilobytes)."""
     if device.SIMULATOR:
-        return 16, 16, 1
-    return (64, 64, 4) if d <= 64 else (32, 32, 4)
+        return TcBwdConfig(16, 1, 16, 1)
+    return TcBwdConfig(64, 4, 64, 4) if d <= 64 else TcBwdConfig(32, 4, 32, 4)
 
 
 def attention_backward_tc(do, q, k, v, o, lse, *, causal=False, scale=None,
-                          key_padding_mask=None, dropout_p=0.0):
+                          key_padding_mask=None, dropout_p=0.0, config=None):
     """``attention_backward`` for fp16 / bf16 inputs (the forward's ``flash_tc``): gradients in
-    the inputs' format, deterministic (no atomics). No dropout."""
+    the inputs' format, deterministic (no atomics). No dropout. config: a ``TcBwdConfig``
+    (default per head dim)."""
     from kernels_numba import attention_tc_backward as KB
 
     from .attention_methods import _check_padding, _check_scale, _dummy
@@ -282,15 +303,20 @@ def attention_backward_tc(do, q, k, v, o, lse, *, causal=False, scale=None,
     dq = empty((bh, nq, d), np.float16).view(np.uint32)
     dk = empty((bh, nk, d), np.float16).view(np.uint32)
     dv = empty((bh, nk, d), np.float16).view(np.uint32)
-    Bq, Bk, warps = default_tc_bwd_config(d)
+    cfg = config or default_tc_bwd_config(d)
+    if not isinstance(cfg, TcBwdConfig):
+        raise TypeError(f"config: expected a TcBwdConfig, got {type(cfg).__name__}")
+    cfg.check()
     mask = kpm if kpm is not None else _dummy("mask")
     pad, bf = kpm is not None, fmt == "bf16"
-    kern = KB.flash_tc_bwd_dkdv_kernel(d, Bq, warps, bool(causal), pad, bf)
-    launch(kern, (-(-nk // (16 * warps)), bh), 32 * warps,
+    w = cfg.KV_WARPS
+    kern = KB.flash_tc_bwd_dkdv_kernel(d, cfg.Bq, w, bool(causal), pad, bf)
+    launch(kern, (-(-nk // (16 * w)), bh), 32 * w,
            (q3, k3, v3, do3, lse2, dvec, dk, dv, np.float32(scale), nq, nk, H, mask),
-           KB.tc_bwd_smem_bytes(d, Bq))
-    kern = KB.flash_tc_bwd_dq_kernel(d, Bk, warps, bool(causal), pad, bf)
-    launch(kern, (-(-nq // (16 * warps)), bh), 32 * warps,
+           KB.tc_bwd_smem_bytes(d, cfg.Bq))
+    w = cfg.Q_WARPS
+    kern = KB.flash_tc_bwd_dq_kernel(d, cfg.Bk, w, bool(causal), pad, bf)
+    launch(kern, (-(-nq // (16 * w)), bh), 32 * w,
            (q3, k3, v3, do3, lse2, dvec, dq, np.float32(scale), nq, nk, H, mask),
-           KB.tc_bwd_smem_bytes(d, Bk))
+           KB.tc_bwd_smem_bytes(d, cfg.Bk))
     return tuple(_unwords(g, (B, H, g.shape[1], d), fmt, qo.on_host) for g in (dq, dk, dv))
