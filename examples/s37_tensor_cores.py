@@ -139,7 +139,7 @@ def _gpu_shares(rng, verbose):
     from flashlesson.tc_methods import default_tc_config
     cfg = default_tc_config(64, False)
     kernel = KT.BUILT[("flash_tc_kernel", 64, cfg.Bc, cfg.WARPS, False, False, False, cfg.MT,
-                       cfg.PF)]
+                       cfg.PF, cfg.ASYNC)]
     try:
         parts = [kernel] + list(getattr(kernel, "specializations", {}).values())
         sass = "\n".join(s for p in parts for s in p.inspect_sass().values())

@@ -53,10 +53,11 @@ from functools import lru_cache
 from numba import cuda, float32, uint32
 
 from .attention import block_tile, kv_tiles
-from .mma import mma_bf16, mma_f16, mma_tf32, pack_bf16, pack_f16, pair_hi, pair_lo, tf32
+from .mma import ldsm_x4, ldsm_x4_trans, mma_bf16, mma_f16, mma_tf32, pack_bf16, pack_f16, \
+    pair_hi, pair_lo, tf32
 from .reductions import NEG_INF, ZERO, fast_exp, lanes_max, lanes_sum, safe_max, \
     safe_reciprocal
-from .vector import load1, load4, store1, store4
+from .vector import cp_async16, cp_async_wait_all, load1, load4, store1, store4
 
 QUAD = 4        # lanes sharing a row in the accumulator layout
 BUILT = {}      # (factory, *arguments) → kernel: every kernel built, for resource reports
@@ -67,11 +68,14 @@ def tc_shapes(D, Bc):
     return D // 2 + 4, Bc // 2 + 4
 
 
-def tc_smem_bytes(D, Bc, TF32):
-    """Dynamic shared memory of one block: the K tile and the V tile (Vᵀ for fp16/bf16)."""
+def tc_smem_bytes(D, Bc, TF32, ASYNC=False):
+    """Dynamic shared memory of one block: the K tile and the V tile (Vᵀ for fp16/bf16; V
+    rows with ASYNC, read through ldmatrix.trans)."""
     if TF32:
         return 2 * 2 * Bc * (D + 4) * 4       # two stages of (K, V)
     KS, VS = tc_shapes(D, Bc)
+    if ASYNC:
+        return 2 * 2 * Bc * KS * 4            # two stages of (K rows, V rows)
     return 2 * (Bc * KS + D * VS) * 4         # two stages (ping-pong)
 
 
@@ -151,6 +155,78 @@ def block_products(NB, KC, MT, BF16):
                         frag[x], frag[x + 1], frag[x + 2], frag[x + 3], b0, b1,
                         acc[y], acc[y + 1], acc[y + 2], acc[y + 3])
     return run
+
+
+@lru_cache(maxsize=None)
+def ldsm_products(NB, KC, MT, BF16, TRANS):
+    """``block_products`` with its B fragments fetched by ldmatrix (mma.py): one ``ldsm_x4``
+    gives b0, b1 of two 8-column blocks nb, nb + 1 at one k16 step — four mmas' worth per
+    instruction (MT = 2) instead of two loads per mma. The tile holds rows only:
+
+    TRANS False — B = (tile rows)ᵀ, a product over d (S = Q Kᵀ: K rows): lane 8m + r points at
+        row 8(nb + m // 2) + r, words 8kc + 4(m % 2) … + 3;
+    TRANS True  — B = the tile rows, a product over the tile's rows (O += P V: V rows):
+        ldsm_x4_trans, lane 8m + r points at row 16kc + 8(m % 2) + r, words 4(nb + m // 2) …
+
+    so no transposed copy is ever written (``kv_loader_tc`` writes Vᵀ with prmt instead)."""
+    mma = mma_bf16 if BF16 else mma_f16
+    ldsm = ldsm_x4_trans if TRANS else ldsm_x4
+
+    @cuda.jit(device=True)
+    def run(frag, smem, off, STRIDE, g, t, acc):
+        lane = 4 * g + t
+        m = lane // 8
+        r = lane % 8
+        if TRANS:
+            base = off + (8 * (m % 2) + r) * STRIDE + 4 * (m // 2)
+        else:
+            base = off + (8 * (m // 2) + r) * STRIDE + 4 * (m % 2)
+        for nb2 in range(NB // 2):
+            for kc in range(KC):
+                if TRANS:
+                    at = base + 16 * kc * STRIDE + 8 * nb2
+                else:
+                    at = base + 16 * nb2 * STRIDE + 8 * kc
+                b0, b1, b2, b3 = ldsm(smem, at)     # (b0, b1): block 2nb2; (b2, b3): 2nb2 + 1
+                for mt in range(MT):
+                    x = 4 * (mt * KC + kc)
+                    y = 4 * (mt * NB + 2 * nb2)
+                    acc[y], acc[y + 1], acc[y + 2], acc[y + 3] = mma(
+                        frag[x], frag[x + 1], frag[x + 2], frag[x + 3], b0, b1,
+                        acc[y], acc[y + 1], acc[y + 2], acc[y + 3])
+                    acc[y + 4], acc[y + 5], acc[y + 6], acc[y + 7] = mma(
+                        frag[x], frag[x + 1], frag[x + 2], frag[x + 3], b2, b3,
+                        acc[y + 4], acc[y + 5], acc[y + 6], acc[y + 7])
+    return run
+
+
+def products_for(NB, KC, MT, BF16, ASYNC, TRANS):
+    """The products loop of a kernel: ldmatrix from rows (ASYNC) or 32-bit loads from rows /
+    the transposed copy (TRANS: the copy, kv_loader_tc's Vᵀ)."""
+    return ldsm_products(NB, KC, MT, BF16, TRANS) if ASYNC else block_products(NB, KC, MT, BF16)
+
+
+@lru_cache(maxsize=None)
+def rows_async(D, B, T):
+    """Start copying rows r0 … r0 + B − 1 of x[bh] (uint32 words, D/2 per row) to smem[off +
+    row·(D/2 + 4) + word] with cp.async, 16 bytes a piece, zeros past n (so 0·NaN cannot reach
+    an accumulator); the thread's ``cp_async_wait_all`` and a barrier land them."""
+    DW = D // 2
+    KS = DW + 4
+    ITEMS = B * (DW // 4)
+    IT = (ITEMS + T - 1) // T
+
+    @cuda.jit(device=True)
+    def issue(x, bh, n, r0, smem, off, tid):
+        for it in range(IT):
+            item = it * T + tid
+            if item < ITEMS:
+                r = item // (DW // 4)
+                c = (item % (DW // 4)) * 4
+                ok = r0 + r < n
+                cp_async16(smem, off + r * KS + c, x, ((bh * n) + r0 + r) * DW + c if ok else 0,
+                           ok)
+    return issue
 
 
 @lru_cache(maxsize=None)
@@ -235,16 +311,17 @@ def kv_loader_tc(D, Bc, T, WITH_V=True):
 
 
 @lru_cache(maxsize=None)
-def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False):
+def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False):
     """fp16 (BF16=False) or bf16 FlashAttention forward; see the module menu.
 
     MT: m16 row blocks per warp (Br = 16·MT·WARPS): every K/V fragment read from shared
     memory feeds MT mmas instead of one. PF: prefetch — the next tile's global reads go to
     registers before this tile's products and to shared memory after them, so their latency
-    hides behind the mmas (costs 4·(KI + 2·VI) registers)."""
+    hides behind the mmas (costs 4·(KI + 2·VI) registers). ASYNC: the next tile's K and V
+    rows travel by cp.async while this tile is computed (no registers held), and the B
+    fragments come from the rows by ldmatrix (V's through .trans): no Vᵀ copy, no prmt."""
     Br = 16 * MT * WARPS
     T = 32 * WARPS
-    DW = D // 2                     # words per row (two halves each)
     KC = D // 16                    # k-steps of S = Q Kᵀ (k16 each)
     NBS = Bc // 8                   # 8-column blocks of S
     KC2 = Bc // 16                  # k-steps of P V
@@ -254,14 +331,18 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False):
     KS, VS = tc_shapes(D, Bc)
     K_WORDS = Bc * KS               # words of the K tile; the Vᵀ tile follows
     STAGE = K_WORDS + D * VS        # words of one stage (K and Vᵀ); two stages, ping-pong
-    assert D % 16 == 0 and Bc % 16 == 0
-    mma = mma_bf16 if BF16 else mma_f16
+    V_STRIDE = VS                   # row stride of the V operand's tile: Vᵀ rows …
+    if ASYNC:
+        STAGE = 2 * K_WORDS         # … or, ASYNC, V rows like K's
+        V_STRIDE = KS
+    assert D % 16 == 0 and Bc % 16 == 0 and not (PF and ASYNC)
     pack = pack_bf16 if BF16 else pack_f16
     update = online_softmax_tc(NBS, NBO, MT)
     mask = mask_scores_tc(NBS, CAUSAL, PAD, MT)
     fetch, put, REGS = kv_loader_tc(D, Bc, T)
-    qk = block_products(NBS, KC, MT, BF16)
-    pv = block_products(NBO, KC2, MT, BF16)
+    rows = rows_async(D, Bc, T)
+    qk = products_for(NBS, KC, MT, BF16, ASYNC, False)
+    pv = products_for(NBO, KC2, MT, BF16, ASYNC, True)
     to_a = pack_accumulators(KC2, MT, NBS, BF16)
 
     @cuda.jit
@@ -277,8 +358,9 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False):
         r_lo = q0 + 16 * MT * warp + g              # my first row; the others: + 8, + 16, …
         offset = n_k - n_q                          # §34: query i sees key j iff j ≤ i + offset
 
-        # dynamic, tc_smem_bytes(D, Bc, False): two stages of [K tile: sK[key·KS + word] |
-        # Vᵀ tile: sVt[c·VS + key pair]]; tile j in stage j % 2
+        # dynamic, tc_smem_bytes(D, Bc, False, ASYNC): two stages of [K tile: sK[key·KS +
+        # word] | Vᵀ tile: sVt[c·VS + key pair] (ASYNC: V rows, sVt[key·KS + word])]; tile j
+        # in stage j % 2
         smem = cuda.shared.array(0, uint32)
 
         # Q fragments (A of S = Q Kᵀ), once: qa[4(mt·KC + kc) + r] = word r of the table in
@@ -304,16 +386,24 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False):
             ml[2 * MT + r] = ZERO
 
         n_tiles = kv_tiles(CAUSAL, q0, Br, Bc, n_q, n_k)
-        if n_tiles > 0:
+        if n_tiles > 0 and ASYNC:
+            rows(k, bh, n_k, 0, smem, 0, tid)
+            rows(v, bh, n_k, 0, smem, K_WORDS, tid)
+        elif n_tiles > 0:
             fetch(k, v, bh, n_k, 0, tid, w)
             put(w, smem, 0, K_WORDS, tid)
         for j in range(n_tiles):
             k0 = j * Bc
+            if ASYNC:
+                cp_async_wait_all()                 # my copies of tile j have landed
             cuda.syncthreads()                      # wait: tile j is in stage j % 2, and every
                                                     # warp is done with tile j − 1's stage
             nxt = ((j + 1) & 1) * STAGE             # tile j + 1 → the other stage
             more = j + 1 < n_tiles                  # (the same for the whole block)
-            if more:
+            if more and ASYNC:                      # in flight during this tile's work
+                rows(k, bh, n_k, k0 + Bc, smem, nxt, tid)
+                rows(v, bh, n_k, k0 + Bc, smem, nxt + K_WORDS, tid)
+            elif more:
                 fetch(k, v, bh, n_k, k0 + Bc, tid, w)
                 if not PF:                          # PF: stored after the products instead
                     put(w, smem, nxt, nxt + K_WORDS, tid)
@@ -336,7 +426,7 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False):
             # acc += P Vj: P's accumulators are the A fragments (two 8-column blocks = k16),
             # packed to 16-bit pairs once
             to_a(s, pa)
-            pv(pa, smem, sVt, VS, g, t, acc)        # acc += P Vj (B: Vᵀ rows)
+            pv(pa, smem, sVt, V_STRIDE, g, t, acc)  # acc += P Vj (B: Vᵀ rows, or V rows)
             if PF and more:
                 put(w, smem, nxt, nxt + K_WORDS, tid)   # the prefetched tile, now in place
 
@@ -354,7 +444,7 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False):
                     if t == 0:
                         lse[bh, row] = NEG_INF if l_row == ZERO else ml[r] + math.log(l_row)
 
-    BUILT[("flash_tc_kernel", D, Bc, WARPS, CAUSAL, PAD, BF16, MT, PF)] = flash_tc
+    BUILT[("flash_tc_kernel", D, Bc, WARPS, CAUSAL, PAD, BF16, MT, PF, ASYNC)] = flash_tc
     return flash_tc
 
 
@@ -425,7 +515,6 @@ def flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD):
         g = lane // 4
         t = lane % 4
         r_lo = q0 + 16 * warp + g
-        r_hi = r_lo + 8
         offset = n_k - n_q
 
         # dynamic, tc_smem_bytes(D, Bc, True): two stages of [K tile | V tile], rows as they

@@ -48,15 +48,21 @@ from functools import lru_cache
 from numba import cuda, float32, uint32
 
 from .attention import first_q_tile, kv_tiles
-from .attention_tc import BUILT, block_products, kv_loader_tc, pack_accumulators, tc_shapes
+from .attention_tc import BUILT, kv_loader_tc, pack_accumulators, products_for, rows_async, \
+    tc_shapes
 from .jit import pure_device
 from .mma import pack_bf16, pack_f16, unpack_bf16, unpack_f16
 from .reductions import NEG_INF, ZERO, fast_exp
+from .vector import cp_async4, cp_async_wait_all
 
 
-def tc_bwd_smem_bytes(D, B):
-    """Two tiles, each rows + transposed (+ two float rows of B for the dK/dV kernel)."""
+def tc_bwd_smem_bytes(D, B, ASYNC=False):
+    """Two tiles, each rows + transposed (+ two float rows of B for the dK/dV kernel); ASYNC:
+    two stages of two row tiles and the two float rows (rows only: ldmatrix.trans reads the
+    transposes)."""
     KS, VS = tc_shapes(D, B)
+    if ASYNC:
+        return 2 * (2 * B * KS + 2 * B) * 4
     return 2 * (B * KS + D * VS) * 4 + 2 * B * 4
 
 
@@ -100,10 +106,10 @@ def a_fragments(KC):
 
 
 @lru_cache(maxsize=None)
-def products(KC, NB, BF16):
+def products(KC, NB, BF16, ASYNC):
     """acc = A(frag) · B over d, B = rows 8nb + g of a row-major shared tile (words at
-    off + (8nb + g)·KS + t): S = Q Kᵀ and its kin, from zero."""
-    run = block_products(NB, KC, 1, BF16)
+    off + (8nb + g)·KS + t; ASYNC: by ldmatrix): S = Q Kᵀ and its kin, from zero."""
+    run = products_for(NB, KC, 1, BF16, ASYNC, False)
 
     @cuda.jit(device=True)
     def fresh(frag, smem, off, KS, g, t, acc):
@@ -115,12 +121,12 @@ def products(KC, NB, BF16):
 
 
 @lru_cache(maxsize=None)
-def accumulate(KC2, NBO, NB, BF16):
+def accumulate(KC2, NBO, NB, BF16, ASYNC):
     """acc += A · B over the tile's keys/queries: A = the accumulators p (NB 8-column blocks,
     packed to 16-bit pairs into pa), B = rows 8nb + g of a transposed shared tile (words at
-    off + (8nb + g)·VS + t)."""
+    off + (8nb + g)·VS + t; ASYNC: the row tile itself, by ldmatrix.trans)."""
     to_a = pack_accumulators(KC2, 1, NB, BF16)
-    run = block_products(NBO, KC2, 1, BF16)
+    run = products_for(NBO, KC2, 1, BF16, ASYNC, True)
 
     @cuda.jit(device=True)
     def acc_tile(p, pa, smem, off, VS, g, t, acc):
@@ -146,8 +152,10 @@ def write_rows(NBO, BF16):
 
 
 @lru_cache(maxsize=None)
-def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16):
-    """dK, dV: one block per 16·WARPS keys; see the module menu."""
+def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
+    """dK, dV: one block per 16·WARPS keys; see the module menu. ASYNC: Q/dO rows and LSE/D
+    of the next tile travel by cp.async during this one (two stages, one barrier a tile), and
+    the transposed operands are read by ldmatrix.trans from the rows."""
     Bk = 16 * WARPS                 # keys per block (rows of the transposed problem)
     T = 32 * WARPS
     KC = D // 16                    # k16 steps over d
@@ -159,11 +167,33 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16):
     ROWS = Bq * KS                  # words of a row-major tile; its transposed copy follows
     STAGE = ROWS + D * VS
     FLOATS = 2 * STAGE              # where LSE_i and D_i start (as float32, same memory)
+    DO_AT, QT_AT, DOT_AT, BT = STAGE, ROWS, STAGE + ROWS, VS     # dO rows, Qᵀ, dOᵀ, their stride
+    if ASYNC:                       # a stage: [Qi rows | dOi rows | LSE_i | D_i], two stages
+        FLOATS = 2 * ROWS
+        STAGE = FLOATS + 2 * Bq
+        DO_AT, QT_AT, DOT_AT, BT = ROWS, 0, ROWS, KS
     fetch, put, REGS = kv_loader_tc(D, Bq, T)
+    rows = rows_async(D, Bq, T)
     frags = a_fragments(KC)
-    prod = products(KC, NBQ, BF16)
-    acc_tile = accumulate(KC2, NBO, NBQ, BF16)
+    prod = products(KC, NBQ, BF16, ASYNC)
+    acc_tile = accumulate(KC2, NBO, NBQ, BF16, ASYNC)
     write = write_rows(NBO, BF16)
+
+    @cuda.jit(device=True)
+    def issue(q, do, lse, dvec, bh, n_q, q0, smem, fsm, at, tid):
+        """ASYNC: start tile q0's Qi, dOi rows and LSE_i, D_i (0 past Nq) into the stage at."""
+        rows(q, bh, n_q, q0, smem, at, tid)
+        rows(do, bh, n_q, q0, smem, at + ROWS, tid)
+        for it in range((2 * Bq + T - 1) // T):
+            r = it * T + tid
+            if r < 2 * Bq:
+                i = r % Bq
+                ok = q0 + i < n_q
+                src = bh * n_q + q0 + i if ok else 0
+                if r < Bq:
+                    cp_async4(fsm, at + FLOATS + i, lse, src, ok)
+                else:
+                    cp_async4(fsm, at + FLOATS + Bq + i, dvec, src, ok)
 
     @cuda.jit
     def dkdv(q, k, v, do, lse, dvec, dk, dv, scale, n_q, n_k, heads, kpm):
@@ -175,7 +205,8 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16):
         key_lo = k0 + 16 * (tid // 32) + g      # my keys: key_lo, key_lo + 8
         offset = n_k - n_q                      # §34: query i sees key j iff j ≤ i + offset
         smem = cuda.shared.array(0, uint32)     # [Qi rows | Qiᵀ | dOi rows | dOiᵀ | LSE_i, D_i]
-        fsm = cuda.shared.array(0, float32)     # (the same memory, seen as float32)
+        fsm = cuda.shared.array(0, float32)     # (the same memory, seen as float32; ASYNC:
+                                                #  two stages of [Qi | dOi | LSE_i | D_i])
 
         ka = cuda.local.array(FR, uint32)       # A of Sᵀ = K Qᵀ: my K rows
         va = cuda.local.array(FR, uint32)       # A of dPᵀ = V dOᵀ: my V rows
@@ -199,48 +230,60 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16):
         first = first_q_tile(CAUSAL, k0, Bq, n_q, n_k)  # (causal: earlier Q tiles see none
                                                         #  of this block's keys)
         n_tiles = (n_q + Bq - 1) // Bq
+        if ASYNC and first < n_tiles:
+            issue(q, do, lse, dvec, bh, n_q, first * Bq, smem, fsm, 0, tid)
         for j in range(first, n_tiles):
             q0 = j * Bq
-            cuda.syncthreads()                  # wait: every warp is done with the last tile
-            fetch(q, q, bh, n_q, q0, tid, w)    # Qi rows and Qiᵀ
-            put(w, smem, 0, ROWS, tid)
-            fetch(do, do, bh, n_q, q0, tid, w)  # dOi rows and dOiᵀ
-            put(w, smem, STAGE, STAGE + ROWS, tid)
-            for it in range((Bq + T - 1) // T): # LSE_i, D_i (−inf/0 past Nq)
-                r = it * T + tid
-                if r < Bq:
-                    fsm[FLOATS + r] = lse[bh, q0 + r] if q0 + r < n_q else NEG_INF
-                    fsm[FLOATS + Bq + r] = dvec[bh, q0 + r] if q0 + r < n_q else ZERO
-            cuda.syncthreads()                  # wait: the tiles are in shared memory
+            at = 0                              # this tile's stage
+            if ASYNC:
+                at = ((j - first) & 1) * STAGE
+                cp_async_wait_all()             # my copies of tile j have landed
+                cuda.syncthreads()              # wait: everyone's have, and every warp is
+                                                # done with tile j − 1's stage
+                if j + 1 < n_tiles:             # tile j + 1 → the other stage, in flight
+                    issue(q, do, lse, dvec, bh, n_q, q0 + Bq, smem, fsm, STAGE - at, tid)
+            else:
+                cuda.syncthreads()              # wait: every warp is done with the last tile
+                fetch(q, q, bh, n_q, q0, tid, w)    # Qi rows and Qiᵀ
+                put(w, smem, 0, ROWS, tid)
+                fetch(do, do, bh, n_q, q0, tid, w)  # dOi rows and dOiᵀ
+                put(w, smem, STAGE, STAGE + ROWS, tid)
+                for it in range((Bq + T - 1) // T):     # LSE_i, D_i (−inf/0 past Nq)
+                    r = it * T + tid
+                    if r < Bq:
+                        fsm[FLOATS + r] = lse[bh, q0 + r] if q0 + r < n_q else NEG_INF
+                        fsm[FLOATS + Bq + r] = dvec[bh, q0 + r] if q0 + r < n_q else ZERO
+                cuda.syncthreads()              # wait: the tiles are in shared memory
 
-            prod(ka, smem, 0, KS, g, t, st)     # Sᵀ = K Qiᵀ
-            prod(va, smem, STAGE, KS, g, t, dpt)    # dPᵀ = V dOiᵀ
+            prod(ka, smem, at, KS, g, t, st)    # Sᵀ = K Qiᵀ
+            prod(va, smem, at + DO_AT, KS, g, t, dpt)   # dPᵀ = V dOiᵀ
             for nb in range(NBQ):
                 for e in range(4):
                     col = 8 * nb + 2 * t + (e & 1)  # query q0 + col
                     key = key_lo + 8 * (e >> 1)
-                    m_i = fsm[FLOATS + col]         # LSE of that query (−inf: no key, or past)
+                    m_i = fsm[at + FLOATS + col]    # LSE of that query (−inf: it sees no key)
                     i = 4 * nb + e
-                    dead = m_i == NEG_INF or key >= n_k
+                    dead = m_i == NEG_INF or key >= n_k or q0 + col >= n_q
                     if CAUSAL:
                         dead = dead or key > q0 + col + offset
                     if PAD:
                         dead = dead or (pad_lo if e < 2 else pad_hi)
-                    st[i], dpt[i] = p_and_ds(st[i], dpt[i], m_i, fsm[FLOATS + Bq + col],
+                    st[i], dpt[i] = p_and_ds(st[i], dpt[i], m_i, fsm[at + FLOATS + Bq + col],
                                              dead, scale)         # Pᵀ, dSᵀ = Pᵀ∘(dPᵀ − D)
-            acc_tile(st, pa, smem, STAGE + ROWS, VS, g, t, dv_acc)    # dV += Pᵀ dOi
-            acc_tile(dpt, pa, smem, ROWS, VS, g, t, dk_acc)           # dK += dSᵀ Qi
+            acc_tile(st, pa, smem, at + DOT_AT, BT, g, t, dv_acc)     # dV += Pᵀ dOi
+            acc_tile(dpt, pa, smem, at + QT_AT, BT, g, t, dk_acc)     # dK += dSᵀ Qi
 
         write(dv, bh, key_lo, n_k, t, dv_acc, float32(1.0))
         write(dk, bh, key_lo, n_k, t, dk_acc, scale)              # dK = scale · Σ dSᵀ Q
 
-    BUILT[("flash_tc_bwd_dkdv_kernel", D, Bq, WARPS, CAUSAL, PAD, BF16)] = dkdv
+    BUILT[("flash_tc_bwd_dkdv_kernel", D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC)] = dkdv
     return dkdv
 
 
 @lru_cache(maxsize=None)
-def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16):
-    """dQ: one block per 16·WARPS queries; see the module menu."""
+def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
+    """dQ: one block per 16·WARPS queries; see the module menu. ASYNC: as in the dK/dV kernel
+    (K/V rows by cp.async, two stages; Kᵀ read by ldmatrix.trans)."""
     Bq = 16 * WARPS
     T = 32 * WARPS
     KC = D // 16
@@ -251,11 +294,16 @@ def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16):
     KS, VS = tc_shapes(D, Bk)
     ROWS = Bk * KS
     STAGE = ROWS + D * VS               # [Kj rows | Kjᵀ] then [Vj rows]
+    V_AT, KT_AT, BT = STAGE, ROWS, VS   # Vj rows, Kjᵀ, its stride
+    if ASYNC:                           # a stage: [Kj rows | Vj rows], two stages
+        STAGE = 2 * ROWS
+        V_AT, KT_AT, BT = ROWS, 0, KS
     fetch_kt, put_kt, REGS = kv_loader_tc(D, Bk, T)
     fetch_v, put_v, _ = kv_loader_tc(D, Bk, T, False)
+    rows = rows_async(D, Bk, T)
     frags = a_fragments(KC)
-    prod = products(KC, NBK, BF16)
-    acc_tile = accumulate(KC2, NBO, NBK, BF16)
+    prod = products(KC, NBK, BF16, ASYNC)
+    acc_tile = accumulate(KC2, NBO, NBK, BF16, ASYNC)
     write = write_rows(NBO, BF16)
 
     @cuda.jit
@@ -287,17 +335,31 @@ def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16):
             for e in range(4):
                 dq_acc[4 * i + e] = ZERO
 
-        for j in range(kv_tiles(CAUSAL, q0, Bq, Bk, n_q, n_k)):
+        n_tiles = kv_tiles(CAUSAL, q0, Bq, Bk, n_q, n_k)
+        if ASYNC and n_tiles > 0:
+            rows(k, bh, n_k, 0, smem, 0, tid)
+            rows(v, bh, n_k, 0, smem, ROWS, tid)
+        for j in range(n_tiles):
             k0 = j * Bk
-            cuda.syncthreads()                  # wait: every warp is done with the last tile
-            fetch_kt(k, k, bh, n_k, k0, tid, w)     # Kj rows and Kjᵀ
-            put_kt(w, smem, 0, ROWS, tid)
-            fetch_v(v, v, bh, n_k, k0, tid, w)      # Vj rows
-            put_v(w, smem, STAGE, STAGE, tid)
-            cuda.syncthreads()                  # wait: the tiles are in shared memory
+            at = 0                              # this tile's stage
+            if ASYNC:
+                at = (j & 1) * STAGE
+                cp_async_wait_all()             # my copies of tile j have landed
+                cuda.syncthreads()              # wait: everyone's have, and every warp is
+                                                # done with tile j − 1's stage
+                if j + 1 < n_tiles:             # tile j + 1 → the other stage, in flight
+                    rows(k, bh, n_k, k0 + Bk, smem, STAGE - at, tid)
+                    rows(v, bh, n_k, k0 + Bk, smem, STAGE - at + ROWS, tid)
+            else:
+                cuda.syncthreads()              # wait: every warp is done with the last tile
+                fetch_kt(k, k, bh, n_k, k0, tid, w)     # Kj rows and Kjᵀ
+                put_kt(w, smem, 0, ROWS, tid)
+                fetch_v(v, v, bh, n_k, k0, tid, w)      # Vj rows
+                put_v(w, smem, STAGE, STAGE, tid)
+                cuda.syncthreads()              # wait: the tiles are in shared memory
 
-            prod(qa, smem, 0, KS, g, t, s)      # S = Qi Kjᵀ
-            prod(da, smem, STAGE, KS, g, t, dp)     # dP = dOi Vjᵀ
+            prod(qa, smem, at, KS, g, t, s)     # S = Qi Kjᵀ
+            prod(da, smem, at + V_AT, KS, g, t, dp)     # dP = dOi Vjᵀ
             for nb in range(NBK):
                 for e in range(4):
                     key = k0 + 8 * nb + 2 * t + (e & 1)
@@ -311,9 +373,9 @@ def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16):
                         dead = dead or kpm[bh // heads, key] == 0
                     s[i], dp[i] = p_and_ds(s[i], dp[i], stats[half], stats[2 + half], dead,
                                            scale)                 # P, dS = P ∘ (dP − D)
-            acc_tile(dp, pa, smem, ROWS, VS, g, t, dq_acc)    # dQ += dS Kj
+            acc_tile(dp, pa, smem, at + KT_AT, BT, g, t, dq_acc)  # dQ += dS Kj
 
         write(dq, bh, r_lo, n_q, t, dq_acc, scale)        # dQ = scale · Σ dS K
 
-    BUILT[("flash_tc_bwd_dq_kernel", D, Bk, WARPS, CAUSAL, PAD, BF16)] = dq_kernel
+    BUILT[("flash_tc_bwd_dq_kernel", D, Bk, WARPS, CAUSAL, PAD, BF16, ASYNC)] = dq_kernel
     return dq_kernel

@@ -21,6 +21,14 @@ Menu (the warp computes D = A·B + C; every lane passes its fragment registers):
     pair_lo(a, b) / pair_hi(a, b) -> uint32   (low half of a, low half of b) / (high, high):
                                               regroups two rows of half pairs into two columns
     unpack_f16(w) / unpack_bf16(w) -> (lo, hi)   one register of two halves → two float32
+    ldsm_x4(smem, i) -> (r0, r1, r2, r3)   ldmatrix.sync.aligned.m8n8.x4.shared.b16: four 8×8
+        matrices of halves from shared memory (uint32 words), lane l giving the start (word
+        index i, 16-byte aligned) of row l % 8 of matrix l // 8; lane 4g + t gets, in r_m,
+        the word of matrix m's row g holding its columns 2t, 2t + 1 — a b0/b1 fragment of
+        B = (rows)ᵀ, so K rows give Kᵀ's fragments
+    ldsm_x4_trans(smem, i)             the same with .trans: lane 4g + t gets rows 2t, 2t + 1
+        of column g (two halves of two different rows in one word) — B's fragment straight
+        from row-major B, so V rows give V's fragments without a transposed copy
 
 Fragment layout (PTX ISA, "Matrix fragments for mma.m16n8k16"), lane = 4·g + t, g = lane // 4
 (the row group, 0..7) and t = lane % 4 (0..3); "x2" registers hold two halves, low half first::
@@ -53,7 +61,7 @@ Tests: ``tests/test_mma.py`` (each helper alone against NumPy, simulator and GPU
 """
 
 import numpy as np
-from numba import cuda, types
+from numba import cuda, types, uint32
 
 FULL = 0xFFFFFFFF
 
@@ -156,6 +164,39 @@ if cuda.config.ENABLE_CUDASIM:
     def pair_hi(a, b):
         return _u32(((int(a) >> 16) & 0xFFFF) | (int(b) & 0xFFFF0000))
 
+    def _ldsm(trans):
+        def compute(payloads):
+            mats = []
+            for m in range(4):                  # matrix m: rows from lanes 8m … 8m + 7
+                rows = []
+                for r in range(8):
+                    smem, i = payloads[8 * m + r]
+                    flat = smem.reshape(-1) if smem.ndim > 1 else smem
+                    if i < 0 or i % 4 or i + 4 > flat.size:
+                        raise IndexError(f"ldsm: lane {8 * m + r}: row start {i} is not a "
+                                         f"16-byte aligned word index inside the array")
+                    rows.append(np.ascontiguousarray(flat[i:i + 4]).view(np.uint16))
+                mats.append(np.array(rows))     # 8 × 8 halves
+            out = []
+            for lane in range(32):
+                g, t = divmod(lane, 4)
+                if trans:                       # rows 2t, 2t + 1 of column g
+                    out.append(tuple(_u32(int(M[2 * t, g]) | (int(M[2 * t + 1, g]) << 16))
+                                     for M in mats))
+                else:                           # row g, columns 2t, 2t + 1
+                    out.append(tuple(_u32(int(M[g, 2 * t]) | (int(M[g, 2 * t + 1]) << 16))
+                                     for M in mats))
+            return out
+        return compute
+
+    _LDSM, _LDSM_T = _ldsm(False), _ldsm(True)
+
+    def ldsm_x4(smem, i):
+        return simwarp.warp_collective("ldsm_x4", _LDSM, (smem, int(i)))
+
+    def ldsm_x4_trans(smem, i):
+        return simwarp.warp_collective("ldsm_x4_trans", _LDSM_T, (smem, int(i)))
+
 else:
     from llvmlite import ir
     from numba.cuda.extending import intrinsic
@@ -244,6 +285,37 @@ else:
     pair_lo = _to_register("pair_lo", "prmt.b32 $0, $1, $2, 0x5410;", "rr")
     pair_hi = _to_register("pair_hi", "prmt.b32 $0, $1, $2, 0x7632;", "rr")
 
+    def _ldsm(name, trans):
+        """ldmatrix x4 from a shared uint32 array: the element's generic address, made a
+        32-bit shared-window address (cvta.to.shared), four registers out. The memory clobber
+        keeps LLVM from moving it across the barriers and stores around it."""
+        text = ("{ .reg .u64 a; .reg .u32 s; cvta.to.shared.u64 a, $4; cvt.u32.u64 s, a; "
+                f"ldmatrix.sync.aligned.m8n8.x4{'.trans' if trans else ''}.shared.b16 "
+                "{$0, $1, $2, $3}, [s]; }")
+        ret = types.UniTuple(types.uint32, 4)
+
+        def codegen(context, builder, sig, args):
+            ary = context.make_array(sig.args[0])(context, builder, args[0])
+            idx = context.cast(builder, args[1], sig.args[1], types.intp)
+            addr = builder.ptrtoint(builder.gep(ary.data, [idx]), ir.IntType(64))
+            fnty = ir.FunctionType(ir.LiteralStructType([_I32] * 4), [ir.IntType(64)])
+            asm = ir.InlineAsm(fnty, text, "=r,=r,=r,=r,l,~{memory}", side_effect=True)
+            res = builder.call(asm, [addr])
+            return context.make_tuple(builder, ret,
+                                      [builder.extract_value(res, n) for n in range(4)])
+
+        def typer(typingctx, smem, i):
+            if not (isinstance(smem, types.Array) and smem.dtype == types.uint32 and
+                    isinstance(i, types.Integer)):
+                return None
+            return ret(smem, i), codegen
+
+        typer.__name__ = name
+        return intrinsic(typer)
+
+    ldsm_x4 = _ldsm("ldsm_x4", False)
+    ldsm_x4_trans = _ldsm("ldsm_x4_trans", True)
+
 
 # ---------------------------------------------------------------------------------------------
 # Test kernels: one warp, one instruction, operands laid out as in the table above
@@ -300,3 +372,26 @@ def pack_kernel(x, f16, bf16, lo, hi, t32):
         hi[i] = pair_hi(f16[i], bf16[i])
         t32[2 * i] = tf32(x[2 * i])
         t32[2 * i + 1] = tf32(x[2 * i + 1])
+
+
+@cuda.jit
+def ldsm_kernel(src, out, out_t):
+    """One warp: src [32, 4] words = four 8 × 8 matrices of halves (matrix m: rows 8m … 8m + 7)
+    → shared memory, one row per 8 words (a padded tile's 16-byte aligned rows); lane l gives
+    the start of row l, then ldsm_x4 and ldsm_x4_trans; out[lane], out_t[lane] = the four
+    registers each lane got."""
+    smem = cuda.shared.array(32 * 8, uint32)
+    lane = cuda.threadIdx.x
+    for c in range(8):
+        smem[8 * lane + c] = src[lane, c] if c < 4 else 0
+    cuda.syncthreads()                  # wait: every row is in shared memory
+    r0, r1, r2, r3 = ldsm_x4(smem, 8 * lane)
+    out[lane, 0] = r0
+    out[lane, 1] = r1
+    out[lane, 2] = r2
+    out[lane, 3] = r3
+    r0, r1, r2, r3 = ldsm_x4_trans(smem, 8 * lane)
+    out_t[lane, 0] = r0
+    out_t[lane, 1] = r1
+    out_t[lane, 2] = r2
+    out_t[lane, 3] = r3

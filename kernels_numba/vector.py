@@ -9,6 +9,16 @@ negative-index fix-up (for index arithmetic in unrolled tensor-core loops). ``i`
 N-D array: the row-major offset). The caller guarantees that i is a multiple of 4 and that the
 array's data is 16-byte aligned (shared arrays are; for global arrays the launcher checks the
 pointer). Works on shared and global arrays alike. In the simulator: four plain accesses.
+
+Asynchronous copies, global → shared (``cp.async``, sm_80+), so a tile's next K/V rows travel
+while the tensor cores work on this one, with no registers held for them (§42 without the
+register prefetch): ``cp_async16(dst, di, src, si, ok)`` starts copying src[si … si+3] (four
+words, 16 bytes) to dst[di … di+3], or writes four zeros if not ok (a row past N);
+``cp_async4`` the same for one word; ``cp_async_wait_all()`` waits for this thread's copies
+(then a barrier makes every thread's visible). Flat indices as above; dst a shared array,
+src a global one; 16-byte alignment of both for cp_async16. In the simulator the copies are
+held back until the thread's ``cp_async_wait_all()``, so a read that forgets to wait sees
+stale data and fails a test instead of passing by luck.
 """
 
 from numba import cuda, types
@@ -38,6 +48,30 @@ if cuda.config.ENABLE_CUDASIM:
         if i < 0:
             raise IndexError(f"store1: negative index {i}")
         (a.reshape(-1) if a.ndim > 1 else a)[i] = x
+
+    import threading
+    _pending = threading.local()        # each simulated thread's copies not yet waited for
+
+    def _cp_async(dst, di, src, si, ok, n):
+        if not hasattr(_pending, "copies"):
+            _pending.copies = []
+        flat = src.reshape(-1) if src.ndim > 1 else src
+        _pending.copies.append((dst, di, flat[si:si + n].copy() if ok else None, n))
+
+    def cp_async16(dst, di, src, si, ok):
+        """dst[di … di+3] = src[si … si+3] (zeros if not ok), once this thread waits."""
+        _cp_async(dst, di, src, si, ok, 4)
+
+    def cp_async4(dst, di, src, si, ok):
+        """dst[di] = src[si] (0 if not ok), once this thread waits."""
+        _cp_async(dst, di, src, si, ok, 1)
+
+    def cp_async_wait_all():
+        """Land this thread's copies."""
+        for dst, di, words, n in getattr(_pending, "copies", ()):
+            flat = dst.reshape(-1) if dst.ndim > 1 else dst
+            flat[di:di + n] = 0 if words is None else words
+        _pending.copies = []
 else:
     _WORDS = (types.float32, types.uint32)    # 4-byte elements: float32, or packed fp16/bf16 pairs
 
@@ -116,3 +150,48 @@ else:
 
         return types.void(a, i, x), codegen
 
+
+    def _cp_async(name, nbytes, cache):
+        """cp.async of nbytes (src-size nbytes, or 0 = zero-fill when not ok); generic
+        addresses made shared-window (32-bit) and global ones in the asm."""
+        text = ("{ .reg .u64 a, g; .reg .u32 s; cvta.to.shared.u64 a, $0; cvt.u32.u64 s, a; "
+                f"cvta.to.global.u64 g, $1; cp.async.{cache}.shared.global [s], [g], {nbytes}, "
+                "$2; }")
+
+        def codegen(context, builder, sig, args):
+            addr = []
+            for n in (0, 2):
+                ary = context.make_array(sig.args[n])(context, builder, args[n])
+                idx = context.cast(builder, args[n + 1], sig.args[n + 1], types.intp)
+                addr.append(builder.ptrtoint(builder.gep(ary.data, [idx]), ir.IntType(64)))
+            ok = context.cast(builder, args[4], sig.args[4], types.boolean)
+            size = builder.select(ok, ir.Constant(ir.IntType(32), nbytes),
+                                  ir.Constant(ir.IntType(32), 0))
+            fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(64), ir.IntType(64),
+                                                   ir.IntType(32)])
+            builder.call(ir.InlineAsm(fnty, text, "l,l,r,~{memory}", side_effect=True),
+                         addr + [size])
+            return context.get_dummy_value()
+
+        def typer(typingctx, dst, di, src, si, ok):
+            if not (isinstance(dst, types.Array) and isinstance(src, types.Array) and
+                    dst.dtype in _WORDS and src.dtype in _WORDS and
+                    isinstance(di, types.Integer) and isinstance(si, types.Integer)):
+                return None
+            return types.void(dst, di, src, si, ok), codegen
+
+        typer.__name__ = name
+        return intrinsic(typer)
+
+    cp_async16 = _cp_async("cp_async16", 16, "cg")   # .cg: L2 only (the tile is used once)
+    cp_async4 = _cp_async("cp_async4", 4, "ca")      # (.cg takes 16 bytes only)
+
+    @intrinsic
+    def cp_async_wait_all(typingctx):
+        """cp.async.wait_all: this thread's copies have landed in shared memory."""
+        def codegen(context, builder, sig, args):
+            fnty = ir.FunctionType(ir.VoidType(), [])
+            builder.call(ir.InlineAsm(fnty, "cp.async.wait_all;", "~{memory}",
+                                      side_effect=True), [])
+            return context.get_dummy_value()
+        return types.void(), codegen

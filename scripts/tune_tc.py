@@ -1,4 +1,4 @@
-"""§37: sweep the tensor-core kernel's tiles (TcConfig: Bc, WARPS, MT, PF) on the GPU, fp16.
+"""§37: sweep the tensor-core kernel's tiles (TcConfig: Bc, WARPS, MT, PF, ASYNC) on the GPU, fp16.
 
 Each config is checked against torch SDPA's float64 math on one head, then timed (CUDA events,
 medians) next to torch SDPA's flash backend in the same process.
@@ -19,12 +19,13 @@ from flashlesson.launch import kernel_resources
 from kernels_numba import attention_tc as KT
 
 SHAPES = [(2, 16, 4096, 64), (1, 16, 8192, 128)]
-CONFIGS = {64: [TcConfig(64, 4, 1, False), TcConfig(64, 4, 1, True), TcConfig(64, 4, 2, False),
-                TcConfig(64, 4, 2, True), TcConfig(128, 4, 1, False), TcConfig(64, 8, 1, False),
-                TcConfig(64, 2, 2, False)],
-           128: [TcConfig(64, 4, 1, False), TcConfig(64, 4, 1, True), TcConfig(32, 4, 1, False),
-                 TcConfig(32, 4, 2, False), TcConfig(64, 8, 1, False), TcConfig(32, 8, 1, False),
-                 TcConfig(32, 8, 1, True), TcConfig(64, 8, 1, True)]}
+A = dict(ASYNC=True)    # cp.async + ldmatrix
+CONFIGS = {64: [TcConfig(64, 4, 1, False), TcConfig(64, 4, 2, False), TcConfig(64, 8, 1, False),
+                TcConfig(64, 4, 2, **A), TcConfig(64, 8, 1, **A), TcConfig(64, 4, 1, **A),
+                TcConfig(128, 4, 1, **A), TcConfig(64, 8, 2, **A)],
+           128: [TcConfig(64, 8, 1, False), TcConfig(32, 8, 1, False), TcConfig(32, 8, 1, True),
+                 TcConfig(64, 8, 1, **A), TcConfig(32, 8, 1, **A), TcConfig(32, 4, 2, **A),
+                 TcConfig(64, 4, 1, **A), TcConfig(128, 8, 1, **A)]}
 
 
 def main():
@@ -46,16 +47,16 @@ def main():
                 err = float(np.max(np.abs(o[0, 0].copy_to_host().astype(np.float64) - ref)))
                 ms = time_gpu_adaptive(lambda: attention(*args, config=cfg))
                 kern = KT.BUILT[("flash_tc_kernel", d, cfg.Bc, cfg.WARPS, False, False, False,
-                                 cfg.MT, cfg.PF)]
+                                 cfg.MT, cfg.PF, cfg.ASYNC)]
                 res = kernel_resources(kern)[-1]
                 rows.append([f"B{b} H{h} N{n} d{d}", cfg.Bc, cfg.WARPS, cfg.MT, cfg.PF,
-                             res["registers"], res["local bytes"], f"{err:.1e}",
+                             cfg.ASYNC, res["registers"], res["local bytes"], f"{err:.1e}",
                              flops / ms / 1e9, flops / ms_t / 1e9, ms_t / ms])
             except Exception as exc:
                 rows.append([f"B{b} H{h} N{n} d{d}", cfg.Bc, cfg.WARPS, cfg.MT, cfg.PF,
-                             "", "", f"{type(exc).__name__}: {str(exc)[:60]}", "", "", ""])
+                             cfg.ASYNC, "", "", f"{type(exc).__name__}: {str(exc)[:60]}", "", "", ""])
             print(rows[-1], flush=True)
-    print(tabulate(rows, headers=["shape", "Bc", "WARPS", "MT", "PF", "regs", "local B",
+    print(tabulate(rows, headers=["shape", "Bc", "WARPS", "MT", "PF", "ASYNC", "regs", "local B",
                                   "max err", "TFLOP/s", "sdpa flash TFLOP/s", "× flash"],
                    floatfmt=".3g"))
 

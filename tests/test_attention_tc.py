@@ -114,18 +114,36 @@ def test_device_arrays_in_device_arrays_out(rng):
     _check(o, lse, *ref_attention(q64, k64, v64, causal=True), "f16")
 
 
-@pytest.mark.parametrize("Bc, warps, mt, pf", by_device(
-    [(32, 1, 1, False), (16, 1, 2, True)],
-    [(32, 1, 1, False), (128, 2, 1, False), (64, 8, 1, False), (64, 4, 2, False),
-     (64, 4, 1, True), (32, 4, 2, True)]))
+@pytest.mark.parametrize("Bc, warps, mt, pf, asy", by_device(
+    [(32, 1, 1, False, False), (16, 1, 2, True, False), (32, 1, 1, False, True),
+     (16, 2, 2, False, True)],
+    [(32, 1, 1, False, False), (128, 2, 1, False, False), (64, 8, 1, False, False),
+     (64, 4, 2, False, False), (64, 4, 1, True, False), (32, 4, 2, True, False),
+     (64, 4, 2, False, True), (64, 8, 1, False, True), (128, 4, 1, False, True),
+     (16, 8, 2, False, True)]))
 @pytest.mark.parametrize("causal", [False, True])
-def test_other_tiles(rng, Bc, warps, mt, pf, causal):
-    """Tiles, warps, two row blocks per warp (MT) and the register prefetch (PF)."""
+def test_other_tiles(rng, Bc, warps, mt, pf, asy, causal):
+    """Tiles, warps, two row blocks per warp (MT), the register prefetch (PF) and cp.async +
+    ldmatrix (ASYNC)."""
     (q, k, v), (q64, k64, v64) = _inputs(rng, 1, 1, by_device(40, 333), by_device(50, 517),
                                          by_device(16, 64), "f16")
     o, lse = attention(q, k, v, causal=causal, return_lse=True,
-                       config=TcConfig(Bc=Bc, WARPS=warps, MT=mt, PF=pf))
+                       config=TcConfig(Bc=Bc, WARPS=warps, MT=mt, PF=pf, ASYNC=asy))
     _check(o, lse, *ref_attention(q64, k64, v64, causal=causal), "f16")
+
+
+@pytest.mark.parametrize("fmt", ["f16", "bf16"])
+@pytest.mark.parametrize("d", by_device([48], [80, 96, 128, 256]))
+def test_async_head_dims_and_padding(rng, d, fmt):
+    """ASYNC (cp.async + ldmatrix) at head dims whose k16 steps are odd (48, 80), with key
+    padding and a batch row that sees no key."""
+    B, nq, nk = 2, by_device(19, 201), by_device(23, 187)
+    (q, k, v), (q64, k64, v64) = _inputs(rng, B, 2, nq, nk, d, fmt)
+    kpm = rng.random((B, nk)) > 0.3
+    kpm[1] = False
+    o, lse = attention(q, k, v, key_padding_mask=kpm, return_lse=True,
+                       config=TcConfig(Bc=by_device(16, 32), WARPS=by_device(1, 4), ASYNC=True))
+    _check(o, lse, *ref_attention(q64, k64, v64, key_padding_mask=kpm), fmt)
 
 
 def test_bad_inputs(rng):

@@ -76,10 +76,13 @@ def test_matches_oracle(rng, shape, causal, fmt):
 
 
 # tiles and warps of the two kernels (TcBwdConfig): several warps per block, tiles that do not
-# divide N, different choices for the dK/dV and the dQ kernel
-CONFIGS = by_device([TcBwdConfig(32, 2, 16, 2), TcBwdConfig(16, 1, 32, 2)],
+# divide N, different choices for the dK/dV and the dQ kernel, cp.async + ldmatrix in either
+# (KV_ASYNC, Q_ASYNC)
+CONFIGS = by_device([TcBwdConfig(32, 2, 16, 2), TcBwdConfig(16, 1, 32, 2),
+                     TcBwdConfig(32, 2, 16, 1, True, True), TcBwdConfig(16, 1, 32, 2, True, False)],
                     [TcBwdConfig(64, 8, 64, 8), TcBwdConfig(32, 8, 32, 8), TcBwdConfig(16, 4, 128, 4),
-                     TcBwdConfig(128, 2, 16, 1)])
+                     TcBwdConfig(128, 2, 16, 1), TcBwdConfig(64, 4, 64, 4, True, True),
+                     TcBwdConfig(64, 8, 64, 8, True, True), TcBwdConfig(32, 8, 128, 4, True, False)])
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -92,13 +95,17 @@ def test_configs(rng, config, causal):
     _check(grads, ref_backward(do64, q64, k64, v64, causal=causal), "f16")
 
 
-def test_padding_and_fully_masked_rows(rng):
-    B, H, nq, nk, d = by_device((2, 1, 19, 33, 16), (3, 4, 300, 257, 64))
+@pytest.mark.parametrize("asy", [False, True])
+def test_padding_and_fully_masked_rows(rng, asy):
+    """Key padding, a batch row that sees no key; ASYNC at a head dim of odd k16 steps (48, 80)."""
+    B, H, nq, nk, d = by_device((2, 1, 19, 33, 48 if asy else 16),
+                                (3, 4, 300, 257, 80 if asy else 64))
     (q, k, v, do), (q64, k64, v64, do64) = _inputs(rng, B, H, nq, nk, d, "f16")
     kpm = rng.random((B, nk)) > 0.4
     kpm[0] = False                             # batch row 0 sees no key: zero gradients
     o, lse = attention(q, k, v, key_padding_mask=kpm, return_lse=True)
-    dq, dk, dv = attention_backward(do, q, k, v, o, lse, key_padding_mask=kpm)
+    cfg = TcBwdConfig(*by_device((16, 1, 16, 1), (32, 4, 32, 4)), True, True) if asy else None
+    dq, dk, dv = attention_backward(do, q, k, v, o, lse, key_padding_mask=kpm, config=cfg)
     _check((dq, dk, dv), ref_backward(do64, q64, k64, v64, key_padding_mask=kpm), "f16")
     assert np.all(dq[0] == 0)                 # and padded keys get no gradient:
     assert np.all(dk.swapaxes(1, 2)[~kpm] == 0) and np.all(dv.swapaxes(1, 2)[~kpm] == 0)

@@ -8,7 +8,10 @@ from conftest import SIM
 
 import flashlesson  # noqa: F401 - picks the device first
 from flashlesson.tc_methods import BFloat16
+from numba import cuda, uint32
+
 from kernels_numba import mma
+from kernels_numba.vector import cp_async4, cp_async16, cp_async_wait_all
 
 
 def _bf16(x):
@@ -69,3 +72,56 @@ def test_simulator_reports_a_partial_warp():
     b, c, d = (np.zeros((16, 8), np.float32) for _ in range(3))
     with pytest.raises(WarpOpError, match="all 32 lanes"):
         mma.mma_f16_kernel[1, 16](a, b, c, d)
+
+
+def test_ldmatrix_x4(rng):
+    """ldsm_x4 / ldsm_x4_trans: lane 4g + t gets (row g, columns 2t, 2t + 1) of each of the four
+    8 × 8 matrices, or with .trans (rows 2t, 2t + 1, column g); the low half first."""
+    halves = rng.integers(0, 2 ** 16, (32, 8)).astype(np.uint16)   # matrix m: rows 8m … 8m+7
+    src = np.ascontiguousarray(halves).view(np.uint32)              # [32, 4] words
+    out, out_t = (np.zeros((32, 4), np.uint32) for _ in range(2))
+    mma.ldsm_kernel[1, 32](src, out, out_t)
+    M = halves.astype(np.uint32).reshape(4, 8, 8)
+    lane = np.arange(32)
+    g, t = lane // 4, lane % 4
+    for m in range(4):
+        np.testing.assert_array_equal(out[:, m], M[m, g, 2 * t] | (M[m, g, 2 * t + 1] << 16))
+        np.testing.assert_array_equal(out_t[:, m], M[m, 2 * t, g] | (M[m, 2 * t + 1, g] << 16))
+
+
+# --- cp.async (kernels_numba/vector.py): global → shared, zero-fill, wait --------------------
+@cuda.jit
+def _cp_async_kernel(src, n_rows, out, early):
+    """src [R, 4] words; thread r copies row r (zeros for r ≥ n_rows) with cp_async16 and
+    word 0 of it again with cp_async4 into a second buffer; early = what the buffer held before
+    the wait (the simulator lands copies only at the wait)."""
+    buf = cuda.shared.array(64 * 4, uint32)
+    one = cuda.shared.array(64, uint32)
+    r = cuda.threadIdx.x
+    buf[4 * r] = 7
+    one[r] = 7
+    cuda.syncthreads()                  # wait: the old contents are everywhere
+    ok = r < n_rows
+    cp_async16(buf, 4 * r, src, 4 * r if ok else 0, ok)
+    cp_async4(one, r, src, 4 * r + 1 if ok else 0, ok)
+    if SIM:
+        early[r] = buf[4 * r]           # (on the GPU a race: not read there)
+    cp_async_wait_all()
+    cuda.syncthreads()                  # wait: every thread's copies are visible
+    for c in range(4):
+        out[r, c] = buf[4 * ((r + 1) % 64) + c]     # a neighbour's row: needs the barrier
+    out[r, 4] = one[(r + 1) % 64]
+
+
+def test_cp_async(rng):
+    src = rng.integers(0, 2 ** 32, (64, 4), dtype=np.uint64).astype(np.uint32)
+    n_rows = 50
+    out = np.full((64, 5), 0xDEAD, np.uint32)
+    early = np.zeros(64, np.uint32)
+    _cp_async_kernel[1, 64](src, n_rows, out, early)
+    want = np.where(np.arange(64)[:, None] < n_rows, src, 0)
+    nxt = np.roll(np.arange(64), -1)
+    np.testing.assert_array_equal(out[:, :4], want[nxt])
+    np.testing.assert_array_equal(out[:, 4], want[nxt, 1])
+    if SIM:                                    # the simulator held the copies back until the
+        assert np.all(early == 7)              # wait: a kernel that forgets it fails its test

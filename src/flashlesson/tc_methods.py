@@ -36,11 +36,13 @@ MAX_HEAD_DIM = 256
 class TcConfig:
     """Tiles of the tensor-core kernels: Bc keys per K/V tile, WARPS warps, MT m16 row blocks
     per warp (Br = 16·MT·WARPS; fp16/bf16 only), PF: prefetch the next K/V tile into
-    registers during the current tile's products (fp16/bf16 only)."""
+    registers during the current tile's products (fp16/bf16 only), ASYNC: the next tile by
+    cp.async instead and B fragments by ldmatrix (fp16/bf16 only; not with PF)."""
     Bc: int = 64
     WARPS: int = 4
     MT: int = 1
     PF: bool = False
+    ASYNC: bool = False
 
     def check(self, tf32):
         if self.Bc < 16 or self.Bc % 16 or self.Bc > 128:
@@ -49,8 +51,11 @@ class TcConfig:
             raise ValueError(f"config: WARPS must be 1, 2, 4 or 8, got {self.WARPS}")
         if self.MT not in (1, 2):
             raise ValueError(f"config: MT must be 1 or 2, got {self.MT}")
-        if tf32 and (self.MT != 1 or self.PF):
-            raise ValueError("config: the 3xTF32 kernel takes MT = 1 and PF = False only")
+        if tf32 and (self.MT != 1 or self.PF or self.ASYNC):
+            raise ValueError("config: the 3xTF32 kernel takes MT = 1, PF = False and ASYNC = "
+                             "False only")
+        if self.PF and self.ASYNC:
+            raise ValueError("config: PF and ASYNC are two ways to prefetch; choose one")
 
     @property
     def Br(self):
@@ -195,12 +200,12 @@ def attention_tc(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dr
         kernel = KT.flash_tf32x3_kernel(d, cfg.Bc, cfg.WARPS, bool(causal), kpm is not None)
     else:
         kernel = KT.flash_tc_kernel(d, cfg.Bc, cfg.WARPS, bool(causal), kpm is not None,
-                                    fq == "bf16", cfg.MT, bool(cfg.PF))
+                                    fq == "bf16", cfg.MT, bool(cfg.PF), bool(cfg.ASYNC))
     tiles = -(-nq // cfg.Br)
     mask = kpm if kpm is not None else _dummy("mask")     # (a copy here would synchronize)
     launch(kernel, (bh, tiles) if causal else (tiles, bh), 32 * cfg.WARPS,
            (q3, k3, v3, o3, lse2, np.float32(scale), nq, nk, H, mask),
-           KT.tc_smem_bytes(d, cfg.Bc, tf32))
+           KT.tc_smem_bytes(d, cfg.Bc, tf32, bool(cfg.ASYNC)))
     o = _unwords(o3, (B, H, nq, d), fq, qo.on_host)
     if not return_lse:
         return o
@@ -233,11 +238,14 @@ def _unwords(o3, shape, fmt, on_host):
 class TcBwdConfig:
     """Tiles of the tensor-core backward: the dK/dV kernel streams Q/dO tiles of Bq queries
     past blocks of 16·KV_WARPS keys; the dQ kernel streams K/V tiles of Bk keys past blocks of
-    16·Q_WARPS queries."""
+    16·Q_WARPS queries. KV_ASYNC / Q_ASYNC: that kernel double-buffers its tiles with
+    cp.async and reads fragments by ldmatrix (no transposed copies)."""
     Bq: int = 64
     KV_WARPS: int = 4
     Bk: int = 64
     Q_WARPS: int = 4
+    KV_ASYNC: bool = False
+    Q_ASYNC: bool = False
 
     def check(self):
         for name, tile in (("Bq", self.Bq), ("Bk", self.Bk)):
@@ -310,13 +318,14 @@ def attention_backward_tc(do, q, k, v, o, lse, *, causal=False, scale=None,
     mask = kpm if kpm is not None else _dummy("mask")
     pad, bf = kpm is not None, fmt == "bf16"
     w = cfg.KV_WARPS
-    kern = KB.flash_tc_bwd_dkdv_kernel(d, cfg.Bq, w, bool(causal), pad, bf)
+    a = bool(cfg.KV_ASYNC)
+    kern = KB.flash_tc_bwd_dkdv_kernel(d, cfg.Bq, w, bool(causal), pad, bf, a)
     launch(kern, (-(-nk // (16 * w)), bh), 32 * w,
            (q3, k3, v3, do3, lse2, dvec, dk, dv, np.float32(scale), nq, nk, H, mask),
-           KB.tc_bwd_smem_bytes(d, cfg.Bq))
-    w = cfg.Q_WARPS
-    kern = KB.flash_tc_bwd_dq_kernel(d, cfg.Bk, w, bool(causal), pad, bf)
+           KB.tc_bwd_smem_bytes(d, cfg.Bq, a))
+    w, a = cfg.Q_WARPS, bool(cfg.Q_ASYNC)
+    kern = KB.flash_tc_bwd_dq_kernel(d, cfg.Bk, w, bool(causal), pad, bf, a)
     launch(kern, (-(-nq // (16 * w)), bh), 32 * w,
            (q3, k3, v3, do3, lse2, dvec, dq, np.float32(scale), nq, nk, H, mask),
-           KB.tc_bwd_smem_bytes(d, cfg.Bk))
+           KB.tc_bwd_smem_bytes(d, cfg.Bk, a))
     return tuple(_unwords(g, (B, H, g.shape[1], d), fmt, qo.on_host) for g in (dq, dk, dv))
