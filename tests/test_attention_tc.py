@@ -146,6 +146,25 @@ def test_async_head_dims_and_padding(rng, d, fmt):
     _check(o, lse, *ref_attention(q64, k64, v64, key_padding_mask=kpm), fmt)
 
 
+def test_torch_dtypes_are_read_from_their_cuda_interface():
+    """np.dtype() cannot read torch.float16: a torch tensor's fp16-ness comes from the typestr
+    of its __cuda_array_interface__ (stand-ins here: torch is optional and the CI has no GPU)."""
+    from flashlesson.tc_methods import low_precision
+
+    def tensor(typestr, dtype):
+        cls = type("Tensor", (), {"__module__": "torch",
+                                  "__cuda_array_interface__": {"typestr": typestr},
+                                  "dtype": dtype})
+        return cls()
+
+    assert low_precision(tensor("<f2", "torch.float16"))
+    assert low_precision(tensor("<f2", "torch.bfloat16"))     # (torch calls bf16 '<f2' too)
+    assert not low_precision(tensor("<f4", "torch.float32"))
+    cpu = type("Tensor", (), {"__module__": "torch", "dtype": "torch.float16"})()
+    assert not low_precision(cpu)              # no CUDA interface: the ordinary checks refuse it
+    assert low_precision(np.zeros(2, np.float16)) and not low_precision(np.zeros(2, np.float32))
+
+
 def test_bad_inputs(rng):
     q = rng.standard_normal((1, 1, 8, 24)).astype(np.float16)
     with pytest.raises(ValueError, match="multiple of 16"):

@@ -29,6 +29,28 @@ def test_autograd_matches_torch_math(causal, shape):
         assert err < 1e-4, f"{name}: relative error {err:.2e}"
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_half_precision_on_tensor_cores(dtype, causal):
+    """fp16 / bf16 tensors take the tensor-core kernels (§37) forward and backward: output and
+    gradients in the input dtype, errors against float64 no more than 2× those of torch's own
+    SDPA in the same dtype (+ a small floor)."""
+    from flashlesson.torch import scaled_dot_product_attention as fl_sdpa
+    F = torch.nn.functional
+    dt = getattr(torch, dtype)
+    q, k, v, do = (torch.randn(2, 3, 150, 64, device="cuda").to(dt) for _ in range(4))
+    got = _grads(lambda a, b, c: fl_sdpa(a, b, c, is_causal=causal), q, k, v, do)
+    theirs = _grads(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=causal),
+                    q, k, v, do)
+    want = _grads(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=causal),
+                  *(t.double() for t in (q, k, v, do)))
+    for g, t, w, name in zip(got, theirs, want, ("o", "dq", "dk", "dv")):
+        assert g.dtype == dt, f"{name}: dtype {g.dtype}"
+        err, err_t = (float((x.double() - w).abs().max()) for x in (g, t))
+        assert err <= 2 * err_t + 1e-3 * float(w.abs().max()), \
+            f"{name}: error {err:.2e} > 2 × torch's {err_t:.2e}"
+
+
 def test_zero_copy_and_dropout_mask_from_seed():
     import flashlesson
     import reference
@@ -50,5 +72,9 @@ def test_refuses_what_it_does_not_do():
     q = torch.randn(1, 1, 8, 16, device="cuda")
     with pytest.raises(ValueError, match="attn_mask: not supported"):
         fl_sdpa(q, q, q, attn_mask=torch.ones(8, 8, dtype=torch.bool, device="cuda"))
-    with pytest.raises(TypeError, match="query: expected a float32 CUDA tensor"):
+    with pytest.raises(TypeError, match="query: expected a float32, float16 or bfloat16 CUDA"):
+        fl_sdpa(q.double(), q, q)
+    with pytest.raises(TypeError, match="query, key, value: expected one dtype"):
         fl_sdpa(q.half(), q, q)
+    with pytest.raises(ValueError, match="dropout_p: the tensor-core kernels"):
+        fl_sdpa(q.half(), q.half(), q.half(), dropout_p=0.1)

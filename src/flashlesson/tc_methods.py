@@ -127,6 +127,11 @@ def low_precision(x):
     if isinstance(x, BFloat16) or is_torch_bf16(x):
         return True
     dtype = getattr(x, "dtype", None)
+    if type(x).__module__.startswith("torch"):  # np.dtype() cannot read torch.float16:
+        try:                                    # the typestr of its CUDA interface can
+            dtype = x.__cuda_array_interface__["typestr"]
+        except Exception:                       # (a CPU tensor, or one that requires grad:
+            return False                        #  the ordinary path names the problem)
     try:
         return np.dtype(dtype) == np.float16
     except TypeError:

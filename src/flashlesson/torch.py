@@ -16,7 +16,9 @@ What differs from ``F.scaled_dot_product_attention``: ``attn_mask`` is refused (
 ``is_causal`` with Nq ≠ Nk aligns bottom-right (flash-attn ≥ 2.1), torch aligns top-left;
 dropout draws its Philox seed from torch's CUDA generator unless ``seed`` is given, and the same
 seed regenerates the same keep-mask in the backward (``flashlesson.dropout_keep_mask`` shows it).
-float32 only; grouped-query attention is not supported.
+float32 runs the CUDA-core kernels (§32, §30); float16 and bfloat16 run the tensor-core kernels
+(§37: ``flash_tc`` forward and backward; no dropout there). Grouped-query attention is not
+supported.
 
 Needs torch with CUDA (``pip install -e ".[torch]"``); importing this module without torch raises
 ImportError.
@@ -26,10 +28,16 @@ import torch
 
 from .attention_methods import attention
 from .backward_methods import attention_backward
+from .tc_methods import BFloat16
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def _tensor(arr, like):
-    """A numba device array as a torch tensor on like's device, without a copy."""
+    """A numba device array (or a BFloat16 over one) as a torch tensor on like's device,
+    without a copy."""
+    if isinstance(arr, BFloat16):               # bf16 travels as its 16-bit patterns
+        return torch.as_tensor(arr.bits, device=like.device).view(torch.bfloat16)
     return torch.as_tensor(arr, device=like.device)
 
 
@@ -62,16 +70,22 @@ class FlashAttentionFunction(torch.autograd.Function):
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, *, key_padding_mask=None,
                                  seed=None):
-    """Drop-in for ``torch.nn.functional.scaled_dot_product_attention`` on float32 CUDA tensors
-    [B, H, N, d] (see the module docstring for the differences)."""
+    """Drop-in for ``torch.nn.functional.scaled_dot_product_attention`` on float32, float16 or
+    bfloat16 CUDA tensors [B, H, N, d] (see the module docstring for the differences)."""
     if attn_mask is not None:
         raise ValueError("attn_mask: not supported; pass key_padding_mask (bool [B, Nk], True = "
                          "the key takes part) and/or is_causal instead")
     for name, t in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(t, torch.Tensor) or not t.is_cuda or t.dtype != torch.float32:
-            raise TypeError(f"{name}: expected a float32 CUDA tensor, got "
+        if not isinstance(t, torch.Tensor) or not t.is_cuda or t.dtype not in DTYPES:
+            raise TypeError(f"{name}: expected a float32, float16 or bfloat16 CUDA tensor, got "
                             f"{getattr(t, 'dtype', type(t).__name__)} on "
                             f"{getattr(t, 'device', '?')}")
+    if not query.dtype == key.dtype == value.dtype:
+        raise TypeError(f"query, key, value: expected one dtype, got {query.dtype}, {key.dtype}, "
+                        f"{value.dtype}")
+    if dropout_p > 0 and query.dtype != torch.float32:
+        raise ValueError(f"dropout_p: the tensor-core kernels ({query.dtype}) have no dropout; "
+                         "use float32 tensors for dropout")
     if dropout_p > 0 and seed is None:          # a fresh mask per call, from torch's generator
         seed = int(torch.randint(0, 2**62, (1,), device="cpu").item())
     if key_padding_mask is not None and isinstance(key_padding_mask, torch.Tensor):
