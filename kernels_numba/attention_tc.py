@@ -3,8 +3,10 @@
 Menu
 | kernel                                            | what                                         |
 |---------------------------------------------------|----------------------------------------------|
-| ``flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16)`` | fp16 or bf16 Q, K, V (fp32 accumulation):  |
-|                                                   | S = Q Kᵀ and O += P V as m16n8k16 mmas        |
+| ``flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, | fp16 or bf16 Q, K, V (fp32 accumulation):  |
+|   MT, PF, ASYNC)``                                | S = Q Kᵀ and O += P V as m16n8k16 mmas;       |
+|                                                   | MT row blocks per warp, PF register prefetch, |
+|                                                   | ASYNC cp.async tiles + ldmatrix fragments     |
 | ``flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD)``| float32 Q, K, V on tensor cores with 3xTF32: |
 |                                                   | x = big + small, a·b ≈ big·big + big·small +  |
 |                                                   | small·big (m16n8k8 tf32), fp32 accuracy       |
@@ -35,6 +37,11 @@ column in one word; ``pair_lo``/``pair_hi`` regroup them). Row strides are padde
 which puts the 8 rows a fragment load touches in 8 different bank groups. fp16/bf16 operands
 arrive as uint32 words (two halves), so every copy is 16-byte ``load4``/``store4``; O is
 written the same way, LSE as float32.
+
+ASYNC (§42 on tensor cores). K and V rows go to shared memory by ``cp.async`` (vector.py), the
+next tile's while this one is computed, with no registers held for them; B fragments come from
+the rows by ``ldmatrix`` (mma.py): K's as they are, V's through ``.trans``, so no Vᵀ copy is
+made. One barrier a tile: wait for my copies, barrier, start the next tile's, compute.
 
 Limits: D a multiple of 16 (64, 80, 96, 128, 256 are used); Bc a multiple of 16; a full-warp
 instruction, so every warp runs every tile even past Nq (its rows are just not written).
@@ -197,6 +204,34 @@ def ldsm_products(NB, KC, MT, BF16, TRANS):
                     acc[y + 4], acc[y + 5], acc[y + 6], acc[y + 7] = mma(
                         frag[x], frag[x + 1], frag[x + 2], frag[x + 3], b2, b3,
                         acc[y + 4], acc[y + 5], acc[y + 6], acc[y + 7])
+    return run
+
+
+@lru_cache(maxsize=None)
+def ldsm_products_a(NB, KC, BF16):
+    """acc += A · Bᵀ over d with both operands in shared memory as rows (the backward's S = Q Kᵀ
+    and kin, when the block's own 16 rows per warp live in shared memory instead of
+    registers): per k16 step one ``ldsm_x4`` gives the A fragment of the warp's 16 rows at a_off
+    (lane 8m + r → row 8(m % 2) + r, words 8kc + 4(m // 2): a0, a1, a2, a3 in the order of
+    mma.py's table), then one per two 8-column blocks of B as in ``ldsm_products``."""
+    mma = mma_bf16 if BF16 else mma_f16
+
+    @cuda.jit(device=True)
+    def run(smem, a_off, b_off, STRIDE, g, t, acc):
+        lane = 4 * g + t
+        m = lane // 8
+        r = lane % 8
+        a_at = a_off + (8 * (m % 2) + r) * STRIDE + 4 * (m // 2)
+        b_at = b_off + (8 * (m // 2) + r) * STRIDE + 4 * (m % 2)
+        for kc in range(KC):
+            a0, a1, a2, a3 = ldsm_x4(smem, a_at + 8 * kc)
+            for nb2 in range(NB // 2):
+                b0, b1, b2, b3 = ldsm_x4(smem, b_at + 16 * nb2 * STRIDE + 8 * kc)
+                y = 8 * nb2
+                acc[y], acc[y + 1], acc[y + 2], acc[y + 3] = mma(
+                    a0, a1, a2, a3, b0, b1, acc[y], acc[y + 1], acc[y + 2], acc[y + 3])
+                acc[y + 4], acc[y + 5], acc[y + 6], acc[y + 7] = mma(
+                    a0, a1, a2, a3, b2, b3, acc[y + 4], acc[y + 5], acc[y + 6], acc[y + 7])
     return run
 
 

@@ -4,10 +4,10 @@ Menu
 | kernel                                               | what                                    |
 |------------------------------------------------------|-----------------------------------------|
 | ``tc_bwd_preprocess(BF16)``                          | D_i = Σ_c dO_ic·O_ic (one thread a row) |
-| ``flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16)`` | one block per 16·WARPS keys, Q   |
-|                                                      | tiles streamed: dV += Pᵀ dO, dK += dSᵀ Q |
-| ``flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16)``   | one block per 16·WARPS queries,  |
-|                                                      | K/V tiles streamed: dQ += dS K          |
+| ``flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL,     | one block per 16·WARPS keys, Q tiles    |
+|   PAD, BF16, ASYNC)``                                | streamed: dV += Pᵀ dO, dK += dSᵀ Q       |
+| ``flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL,       | one block per 16·WARPS queries, K/V     |
+|   PAD, BF16, ASYNC)``                                | tiles streamed: dQ += dS K              |
 
 The same three kernels as the CUDA-core backward (kernels_numba/attention_backward.py): S and P
 recomputed from Q, K and the forward's LSE (nothing N × N stored), no atomics (every gradient
@@ -36,7 +36,13 @@ The dQ kernel, queries as rows::
 
 Shared tiles come from ``attention_tc.kv_loader_tc``: rows as they are (B of a product over d)
 and transposed into key/query pairs (B of a product over keys/queries). Single-buffered: two
-barriers per tile. Limits: D a multiple of 16; no dropout, no varlen (the fp32 backward has
+barriers per tile.
+
+ASYNC: only rows in shared memory, two stages by ``cp.async`` (the next tile's rows, LSE and D
+in flight while this one is computed; one barrier a tile); the transposed operands are read by
+``ldmatrix.trans`` from the rows, and the block's own rows (K and V in the dK/dV kernel, Q
+and dO in the dQ kernel) stay in shared memory, their A fragments read by ``ldmatrix`` at each
+use instead of held in registers. Limits: D a multiple of 16; no dropout, no varlen (the fp32 backward has
 them). Inputs/outputs [BH, N, D/2] uint32 words of two halves; LSE and D [BH, Nq] float32.
 
 How to run: ``pytest tests/test_attention_tc_backward.py``; ``flashlesson bench attention --tc
@@ -48,21 +54,22 @@ from functools import lru_cache
 from numba import cuda, float32, uint32
 
 from .attention import first_q_tile, kv_tiles
-from .attention_tc import BUILT, kv_loader_tc, pack_accumulators, products_for, rows_async, \
-    tc_shapes
+from .attention_tc import BUILT, kv_loader_tc, ldsm_products_a, pack_accumulators, \
+    products_for, rows_async, tc_shapes
 from .jit import pure_device
 from .mma import pack_bf16, pack_f16, unpack_bf16, unpack_f16
 from .reductions import NEG_INF, ZERO, fast_exp
 from .vector import cp_async4, cp_async_wait_all
 
 
-def tc_bwd_smem_bytes(D, B, ASYNC=False):
+def tc_bwd_smem_bytes(D, B, WARPS, ASYNC=False):
     """Two tiles, each rows + transposed (+ two float rows of B for the dK/dV kernel); ASYNC:
     two stages of two row tiles and the two float rows (rows only: ldmatrix.trans reads the
-    transposes)."""
+    transposes), then the block's own two row tiles (16·WARPS rows each: K and V, or Q and
+    dO), read by ldmatrix instead of held in registers."""
     KS, VS = tc_shapes(D, B)
     if ASYNC:
-        return 2 * (2 * B * KS + 2 * B) * 4
+        return (2 * (2 * B * KS + 2 * B) + 2 * 16 * WARPS * KS) * 4
     return 2 * (B * KS + D * VS) * 4 + 2 * B * 4
 
 
@@ -121,6 +128,21 @@ def products(KC, NB, BF16, ASYNC):
 
 
 @lru_cache(maxsize=None)
+def products_a(KC, NB, BF16):
+    """``products`` with A from shared memory too (the ASYNC kernels keep their block's own
+    rows there, not in registers): acc = A · B over d, A = the warp's 16 rows at a_off."""
+    run = ldsm_products_a(NB, KC, BF16)
+
+    @cuda.jit(device=True)
+    def fresh(a_off, smem, off, KS, g, t, acc):
+        for nb in range(NB):
+            for e in range(4):
+                acc[4 * nb + e] = ZERO
+        run(smem, a_off, off, KS, g, t, acc)
+    return fresh
+
+
+@lru_cache(maxsize=None)
 def accumulate(KC2, NBO, NB, BF16, ASYNC):
     """acc += A · B over the tile's keys/queries: A = the accumulators p (NB 8-column blocks,
     packed to 16-bit pairs into pa), B = rows 8nb + g of a transposed shared tile (words at
@@ -155,7 +177,8 @@ def write_rows(NBO, BF16):
 def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
     """dK, dV: one block per 16·WARPS keys; see the module menu. ASYNC: Q/dO rows and LSE/D
     of the next tile travel by cp.async during this one (two stages, one barrier a tile), and
-    the transposed operands are read by ldmatrix.trans from the rows."""
+    the transposed operands are read by ldmatrix.trans from the rows; the block's K and V
+    rows stay in shared memory (A fragments by ldmatrix) instead of registers."""
     Bk = 16 * WARPS                 # keys per block (rows of the transposed problem)
     T = 32 * WARPS
     KC = D // 16                    # k16 steps over d
@@ -172,10 +195,14 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
         FLOATS = 2 * ROWS
         STAGE = FLOATS + 2 * Bq
         DO_AT, QT_AT, DOT_AT, BT = ROWS, 0, ROWS, KS
+    K_AT = 2 * STAGE                # ASYNC: the block's K rows, then its V rows
+    V_AT = K_AT + Bk * KS
     fetch, put, REGS = kv_loader_tc(D, Bq, T)
     rows = rows_async(D, Bq, T)
+    block_rows = rows_async(D, Bk, T)
     frags = a_fragments(KC)
     prod = products(KC, NBQ, BF16, ASYNC)
+    prod_a = products_a(KC, NBQ, BF16)
     acc_tile = accumulate(KC2, NBO, NBQ, BF16, ASYNC)
     write = write_rows(NBO, BF16)
 
@@ -206,12 +233,15 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
         offset = n_k - n_q                      # §34: query i sees key j iff j ≤ i + offset
         smem = cuda.shared.array(0, uint32)     # [Qi rows | Qiᵀ | dOi rows | dOiᵀ | LSE_i, D_i]
         fsm = cuda.shared.array(0, float32)     # (the same memory, seen as float32; ASYNC:
-                                                #  two stages of [Qi | dOi | LSE_i | D_i])
+                                                #  two stages of [Qi | dOi | LSE_i | D_i], then
+                                                #  the block's K rows and V rows)
+        mine = 16 * (tid // 32) * KS            # ASYNC: my warp's 16 rows in those
 
         ka = cuda.local.array(FR, uint32)       # A of Sᵀ = K Qᵀ: my K rows
         va = cuda.local.array(FR, uint32)       # A of dPᵀ = V dOᵀ: my V rows
-        frags(k, bh, key_lo, n_k, t, ka)
-        frags(v, bh, key_lo, n_k, t, va)
+        if not ASYNC:                           # (ASYNC: read from shared memory instead)
+            frags(k, bh, key_lo, n_k, t, ka)
+            frags(v, bh, key_lo, n_k, t, va)
         st = cuda.local.array(SQ, float32)      # Sᵀ, then Pᵀ
         dpt = cuda.local.array(SQ, float32)     # dPᵀ, then dSᵀ
         dk_acc = cuda.local.array(AO, float32)
@@ -230,7 +260,9 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
         first = first_q_tile(CAUSAL, k0, Bq, n_q, n_k)  # (causal: earlier Q tiles see none
                                                         #  of this block's keys)
         n_tiles = (n_q + Bq - 1) // Bq
-        if ASYNC and first < n_tiles:
+        if ASYNC and first < n_tiles:           # (the K, V rows land with the first tile)
+            block_rows(k, bh, n_k, k0, smem, K_AT, tid)
+            block_rows(v, bh, n_k, k0, smem, V_AT, tid)
             issue(q, do, lse, dvec, bh, n_q, first * Bq, smem, fsm, 0, tid)
         for j in range(first, n_tiles):
             q0 = j * Bq
@@ -255,8 +287,12 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
                         fsm[FLOATS + Bq + r] = dvec[bh, q0 + r] if q0 + r < n_q else ZERO
                 cuda.syncthreads()              # wait: the tiles are in shared memory
 
-            prod(ka, smem, at, KS, g, t, st)    # Sᵀ = K Qiᵀ
-            prod(va, smem, at + DO_AT, KS, g, t, dpt)   # dPᵀ = V dOiᵀ
+            if ASYNC:
+                prod_a(K_AT + mine, smem, at, KS, g, t, st)             # Sᵀ = K Qiᵀ
+                prod_a(V_AT + mine, smem, at + DO_AT, KS, g, t, dpt)    # dPᵀ = V dOiᵀ
+            else:
+                prod(ka, smem, at, KS, g, t, st)                        # Sᵀ = K Qiᵀ
+                prod(va, smem, at + DO_AT, KS, g, t, dpt)               # dPᵀ = V dOiᵀ
             for nb in range(NBQ):
                 for e in range(4):
                     col = 8 * nb + 2 * t + (e & 1)  # query q0 + col
@@ -283,7 +319,8 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
 @lru_cache(maxsize=None)
 def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
     """dQ: one block per 16·WARPS queries; see the module menu. ASYNC: as in the dK/dV kernel
-    (K/V rows by cp.async, two stages; Kᵀ read by ldmatrix.trans)."""
+    (K/V rows by cp.async, two stages; Kᵀ read by ldmatrix.trans; the block's Q and dO rows
+    in shared memory, not registers)."""
     Bq = 16 * WARPS
     T = 32 * WARPS
     KC = D // 16
@@ -298,11 +335,15 @@ def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
     if ASYNC:                           # a stage: [Kj rows | Vj rows], two stages
         STAGE = 2 * ROWS
         V_AT, KT_AT, BT = ROWS, 0, KS
+    Q_AT = 2 * STAGE                    # ASYNC: the block's Q rows, then its dO rows
+    DO_AT = Q_AT + Bq * KS
     fetch_kt, put_kt, REGS = kv_loader_tc(D, Bk, T)
     fetch_v, put_v, _ = kv_loader_tc(D, Bk, T, False)
     rows = rows_async(D, Bk, T)
+    block_rows = rows_async(D, Bq, T)
     frags = a_fragments(KC)
     prod = products(KC, NBK, BF16, ASYNC)
+    prod_a = products_a(KC, NBK, BF16)
     acc_tile = accumulate(KC2, NBO, NBK, BF16, ASYNC)
     write = write_rows(NBO, BF16)
 
@@ -315,12 +356,16 @@ def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
         t = tid % 4
         r_lo = q0 + 16 * (tid // 32) + g        # my rows: r_lo, r_lo + 8
         offset = n_k - n_q
-        smem = cuda.shared.array(0, uint32)
+        smem = cuda.shared.array(0, uint32)     # [Kj rows | Kjᵀ | Vj rows]; ASYNC: two stages
+                                                # of [Kj rows | Vj rows], then the block's Q
+                                                # rows and dO rows
+        mine = 16 * (tid // 32) * KS            # ASYNC: my warp's 16 rows in those
 
         qa = cuda.local.array(FR, uint32)       # A of S = Q Kᵀ
         da = cuda.local.array(FR, uint32)       # A of dP = dO Vᵀ
-        frags(q, bh, r_lo, n_q, t, qa)
-        frags(do, bh, r_lo, n_q, t, da)
+        if not ASYNC:                           # (ASYNC: read from shared memory instead)
+            frags(q, bh, r_lo, n_q, t, qa)
+            frags(do, bh, r_lo, n_q, t, da)
         s = cuda.local.array(SK, float32)       # S, then P
         dp = cuda.local.array(SK, float32)      # dP, then dS
         dq_acc = cuda.local.array(AO, float32)
@@ -336,7 +381,9 @@ def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
                 dq_acc[4 * i + e] = ZERO
 
         n_tiles = kv_tiles(CAUSAL, q0, Bq, Bk, n_q, n_k)
-        if ASYNC and n_tiles > 0:
+        if ASYNC and n_tiles > 0:               # (the Q, dO rows land with the first tile)
+            block_rows(q, bh, n_q, q0, smem, Q_AT, tid)
+            block_rows(do, bh, n_q, q0, smem, DO_AT, tid)
             rows(k, bh, n_k, 0, smem, 0, tid)
             rows(v, bh, n_k, 0, smem, ROWS, tid)
         for j in range(n_tiles):
@@ -358,8 +405,12 @@ def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
                 put_v(w, smem, STAGE, STAGE, tid)
                 cuda.syncthreads()              # wait: the tiles are in shared memory
 
-            prod(qa, smem, at, KS, g, t, s)     # S = Qi Kjᵀ
-            prod(da, smem, at + V_AT, KS, g, t, dp)     # dP = dOi Vjᵀ
+            if ASYNC:
+                prod_a(Q_AT + mine, smem, at, KS, g, t, s)              # S = Qi Kjᵀ
+                prod_a(DO_AT + mine, smem, at + V_AT, KS, g, t, dp)     # dP = dOi Vjᵀ
+            else:
+                prod(qa, smem, at, KS, g, t, s)                         # S = Qi Kjᵀ
+                prod(da, smem, at + V_AT, KS, g, t, dp)                 # dP = dOi Vjᵀ
             for nb in range(NBK):
                 for e in range(4):
                     key = k0 + 8 * nb + 2 * t + (e & 1)

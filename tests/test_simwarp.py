@@ -673,3 +673,38 @@ def test_error_unsupported_value_type():
 
     with pytest.raises(TypeError, match="shfl_sync only supports"):
         k[1, 32](np.zeros(32, np.int32))
+
+
+@cuda.jit
+def blocks_butterfly_kernel(values, out):
+    """Each block's first warp: the butterfly sum of its 32 values."""
+    i = cuda.blockIdx.x * 32 + cuda.threadIdx.x
+    s = values[i]
+    offset = 16
+    while offset > 0:
+        s += cuda.shfl_xor_sync(FULL, s, offset)
+        offset //= 2
+    out[i] = s
+
+
+@sim_only
+def test_second_block_waits_for_lanes_still_being_created(monkeypatch):
+    """The simulator creates a block's threads one by one: a lane not created yet counts as
+    starting, never as exited. Here lane 31 of the second block is created 0.4 s late (as on a
+    loaded machine, longer than the waiting lanes' first progress check), and its warp waits
+    for it instead of finishing the shuffle without it."""
+    from numba.cuda.simulator import kernel as sim_kernel
+
+    init = sim_kernel.BlockThread.__init__
+
+    def slow_init(self, f, manager, blockIdx, threadIdx, debug):
+        if tuple(blockIdx)[0] == 1 and tuple(threadIdx)[0] == 31:
+            time.sleep(0.4)                     # > POLL_S: the waiting lanes check progress
+        init(self, f, manager, blockIdx, threadIdx, debug)
+
+    monkeypatch.setattr(sim_kernel.BlockThread, "__init__", slow_init)
+    values = np.arange(64, dtype=np.float64)
+    out = np.full(64, np.nan)
+    blocks_butterfly_kernel[2, 32](values, out)
+    np.testing.assert_array_equal(out[:32], values[:32].sum())
+    np.testing.assert_array_equal(out[32:], values[32:].sum())

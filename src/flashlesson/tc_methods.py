@@ -327,10 +327,10 @@ def attention_backward_tc(do, q, k, v, o, lse, *, causal=False, scale=None,
     kern = KB.flash_tc_bwd_dkdv_kernel(d, cfg.Bq, w, bool(causal), pad, bf, a)
     launch(kern, (-(-nk // (16 * w)), bh), 32 * w,
            (q3, k3, v3, do3, lse2, dvec, dk, dv, np.float32(scale), nq, nk, H, mask),
-           KB.tc_bwd_smem_bytes(d, cfg.Bq, a))
+           KB.tc_bwd_smem_bytes(d, cfg.Bq, w, a))
     w, a = cfg.Q_WARPS, bool(cfg.Q_ASYNC)
     kern = KB.flash_tc_bwd_dq_kernel(d, cfg.Bk, w, bool(causal), pad, bf, a)
     launch(kern, (-(-nq // (16 * w)), bh), 32 * w,
            (q3, k3, v3, do3, lse2, dvec, dq, np.float32(scale), nq, nk, H, mask),
-           KB.tc_bwd_smem_bytes(d, cfg.Bk, a))
+           KB.tc_bwd_smem_bytes(d, cfg.Bk, w, a))
     return tuple(_unwords(g, (B, H, g.shape[1], d), fmt, qo.on_host) for g in (dq, dk, dv))
