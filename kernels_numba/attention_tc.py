@@ -165,6 +165,21 @@ def block_products(NB, KC, MT, BF16):
 
 
 @lru_cache(maxsize=None)
+def two_blocks(BF16):
+    """acc[y … y+3] += A·B(b0, b1) and acc[y+4 … y+7] += A·B(b2, b3): one A fragment, the two
+    8-column blocks of one ``ldsm_x4``."""
+    mma = mma_bf16 if BF16 else mma_f16
+
+    @cuda.jit(device=True)
+    def run(a0, a1, a2, a3, b0, b1, b2, b3, acc, y):
+        acc[y], acc[y + 1], acc[y + 2], acc[y + 3] = mma(
+            a0, a1, a2, a3, b0, b1, acc[y], acc[y + 1], acc[y + 2], acc[y + 3])
+        acc[y + 4], acc[y + 5], acc[y + 6], acc[y + 7] = mma(
+            a0, a1, a2, a3, b2, b3, acc[y + 4], acc[y + 5], acc[y + 6], acc[y + 7])
+    return run
+
+
+@lru_cache(maxsize=None)
 def ldsm_products(NB, KC, MT, BF16, TRANS):
     """``block_products`` with its B fragments fetched by ldmatrix (mma.py): one ``ldsm_x4``
     gives b0, b1 of two 8-column blocks nb, nb + 1 at one k16 step — four mmas' worth per
@@ -176,7 +191,7 @@ def ldsm_products(NB, KC, MT, BF16, TRANS):
         ldsm_x4_trans, lane 8m + r points at row 16kc + 8(m % 2) + r, words 4(nb + m // 2) …
 
     so no transposed copy is ever written (``kv_loader_tc`` writes Vᵀ with prmt instead)."""
-    mma = mma_bf16 if BF16 else mma_f16
+    pair = two_blocks(BF16)
     ldsm = ldsm_x4_trans if TRANS else ldsm_x4
 
     @cuda.jit(device=True)
@@ -197,13 +212,8 @@ def ldsm_products(NB, KC, MT, BF16, TRANS):
                 b0, b1, b2, b3 = ldsm(smem, at)     # (b0, b1): block 2nb2; (b2, b3): 2nb2 + 1
                 for mt in range(MT):
                     x = 4 * (mt * KC + kc)
-                    y = 4 * (mt * NB + 2 * nb2)
-                    acc[y], acc[y + 1], acc[y + 2], acc[y + 3] = mma(
-                        frag[x], frag[x + 1], frag[x + 2], frag[x + 3], b0, b1,
-                        acc[y], acc[y + 1], acc[y + 2], acc[y + 3])
-                    acc[y + 4], acc[y + 5], acc[y + 6], acc[y + 7] = mma(
-                        frag[x], frag[x + 1], frag[x + 2], frag[x + 3], b2, b3,
-                        acc[y + 4], acc[y + 5], acc[y + 6], acc[y + 7])
+                    pair(frag[x], frag[x + 1], frag[x + 2], frag[x + 3], b0, b1, b2, b3, acc,
+                         4 * (mt * NB + 2 * nb2))
     return run
 
 
@@ -213,11 +223,12 @@ def ldsm_products_a(NB, KC, BF16):
     and kin, when the block's own 16 rows per warp live in shared memory instead of
     registers): per k16 step one ``ldsm_x4`` gives the A fragment of the warp's 16 rows at a_off
     (lane 8m + r → row 8(m % 2) + r, words 8kc + 4(m // 2): a0, a1, a2, a3 in the order of
-    mma.py's table), then one per two 8-column blocks of B as in ``ldsm_products``."""
-    mma = mma_bf16 if BF16 else mma_f16
+    mma.py's table), then one per two 8-column blocks of B as in ``ldsm_products``. Called as
+    ``block_products`` is, with a_off where that takes the A fragments."""
+    pair = two_blocks(BF16)
 
     @cuda.jit(device=True)
-    def run(smem, a_off, b_off, STRIDE, g, t, acc):
+    def run(a_off, smem, b_off, STRIDE, g, t, acc):
         lane = 4 * g + t
         m = lane // 8
         r = lane % 8
@@ -227,11 +238,7 @@ def ldsm_products_a(NB, KC, BF16):
             a0, a1, a2, a3 = ldsm_x4(smem, a_at + 8 * kc)
             for nb2 in range(NB // 2):
                 b0, b1, b2, b3 = ldsm_x4(smem, b_at + 16 * nb2 * STRIDE + 8 * kc)
-                y = 8 * nb2
-                acc[y], acc[y + 1], acc[y + 2], acc[y + 3] = mma(
-                    a0, a1, a2, a3, b0, b1, acc[y], acc[y + 1], acc[y + 2], acc[y + 3])
-                acc[y + 4], acc[y + 5], acc[y + 6], acc[y + 7] = mma(
-                    a0, a1, a2, a3, b2, b3, acc[y + 4], acc[y + 5], acc[y + 6], acc[y + 7])
+                pair(a0, a1, a2, a3, b0, b1, b2, b3, acc, 8 * nb2)
     return run
 
 

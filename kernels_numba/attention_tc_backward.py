@@ -113,32 +113,20 @@ def a_fragments(KC):
 
 
 @lru_cache(maxsize=None)
-def products(KC, NB, BF16, ASYNC):
-    """acc = A(frag) · B over d, B = rows 8nb + g of a row-major shared tile (words at
-    off + (8nb + g)·KS + t; ASYNC: by ldmatrix): S = Q Kᵀ and its kin, from zero."""
-    run = products_for(NB, KC, 1, BF16, ASYNC, False)
+def products(KC, NB, BF16, ASYNC, A_SMEM=False):
+    """acc = A · B over d, B = rows 8nb + g of a row-major shared tile (words at
+    off + (8nb + g)·KS + t; ASYNC: by ldmatrix): S = Q Kᵀ and its kin, from zero. A: the
+    fragments a (registers), or with A_SMEM the warp's 16 rows at word a of smem (the ASYNC
+    kernels keep their block's own rows there)."""
+    run = ldsm_products_a(NB, KC, BF16) if A_SMEM else products_for(NB, KC, 1, BF16, ASYNC,
+                                                                    False)
 
     @cuda.jit(device=True)
-    def fresh(frag, smem, off, KS, g, t, acc):
+    def fresh(a, smem, off, KS, g, t, acc):
         for nb in range(NB):
             for e in range(4):
                 acc[4 * nb + e] = ZERO
-        run(frag, smem, off, KS, g, t, acc)
-    return fresh
-
-
-@lru_cache(maxsize=None)
-def products_a(KC, NB, BF16):
-    """``products`` with A from shared memory too (the ASYNC kernels keep their block's own
-    rows there, not in registers): acc = A · B over d, A = the warp's 16 rows at a_off."""
-    run = ldsm_products_a(NB, KC, BF16)
-
-    @cuda.jit(device=True)
-    def fresh(a_off, smem, off, KS, g, t, acc):
-        for nb in range(NB):
-            for e in range(4):
-                acc[4 * nb + e] = ZERO
-        run(smem, a_off, off, KS, g, t, acc)
+        run(a, smem, off, KS, g, t, acc)
     return fresh
 
 
@@ -202,7 +190,7 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
     block_rows = rows_async(D, Bk, T)
     frags = a_fragments(KC)
     prod = products(KC, NBQ, BF16, ASYNC)
-    prod_a = products_a(KC, NBQ, BF16)
+    prod_a = products(KC, NBQ, BF16, True, True)
     acc_tile = accumulate(KC2, NBO, NBQ, BF16, ASYNC)
     write = write_rows(NBO, BF16)
 
@@ -343,7 +331,7 @@ def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
     block_rows = rows_async(D, Bq, T)
     frags = a_fragments(KC)
     prod = products(KC, NBK, BF16, ASYNC)
-    prod_a = products_a(KC, NBK, BF16)
+    prod_a = products(KC, NBK, BF16, True, True)
     acc_tile = accumulate(KC2, NBO, NBK, BF16, ASYNC)
     write = write_rows(NBO, BF16)
 
