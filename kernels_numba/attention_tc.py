@@ -490,6 +490,95 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False
     return flash_tc
 
 
+# --- 3xTF32 pieces (float32 operands on tensor cores), shared with the 3xTF32 backward --------
+@cuda.jit(device=True)
+def mma3(A0, A1, A2, A3, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+    """C += A·B with 3xTF32: A given split (big A0…A3, small a0…a3), B split here;
+    big·big + big·small + small·big (small·small dropped), the small terms first."""
+    B0, B1 = tf32(b0), tf32(b1)
+    c0, c1, c2, c3 = mma_tf32(a0, a1, a2, a3, B0, B1, c0, c1, c2, c3)            # small·big
+    c0, c1, c2, c3 = mma_tf32(A0, A1, A2, A3, tf32(b0 - B0), tf32(b1 - B1),
+                              c0, c1, c2, c3)                                    # big·small
+    return mma_tf32(A0, A1, A2, A3, B0, B1, c0, c1, c2, c3)                      # big·big
+
+
+@cuda.jit(device=True)
+def split(x, big, small, i):
+    """big[i] = tf32(x), small[i] = tf32(x − big[i])."""
+    b = tf32(x)
+    big[i] = b
+    small[i] = tf32(x - b)
+
+
+@lru_cache(maxsize=None)
+def rows_f32(D, B, T):
+    """float32 rows r0 … r0 + B − 1 of x[bh] and of y[bh] ([BH, N, D] each: K and V, or Q and
+    dO) → smem[x_at + row·(D + 4) + c] and smem[y_at + …], 16-byte loads and stores, zeros
+    past n; both loads of a piece are issued before either store."""
+    KS = D + 4
+    ITEMS = B * (D // 4)
+
+    @cuda.jit(device=True)
+    def load(x, y, bh, n, r0, smem, x_at, y_at, tid):
+        for it in range((ITEMS + T - 1) // T):
+            item = it * T + tid
+            if item < ITEMS:
+                r = item // (D // 4)
+                c = (item % (D // 4)) * 4
+                x0 = x1 = x2 = x3 = y0 = y1 = y2 = y3 = ZERO
+                if r0 + r < n:
+                    x0, x1, x2, x3 = load4(x, ((bh * n) + r0 + r) * D + c)
+                    y0, y1, y2, y3 = load4(y, ((bh * n) + r0 + r) * D + c)
+                store4(smem, x_at + r * KS + c, x0, x1, x2, x3)
+                store4(smem, y_at + r * KS + c, y0, y1, y2, y3)
+    return load
+
+
+@lru_cache(maxsize=None)
+def tf32_by_rows(NB, KC):
+    """acc += A · Bᵀ over d with 3xTF32, both from shared float32 rows (stride KS): A = the
+    warp's 16 rows at a_off (a0 = A[g, 8kc + t], a1 = A[g + 8, …], a2, a3 at + 4), B = rows
+    8nb + g at b_off (b0 = B[8nb + g, 8kc + t], b1 at + 4). pa, ps: 4 floats each of the
+    caller's, for one k8 step of A split (big, small)."""
+
+    @cuda.jit(device=True)
+    def run(a_off, smem, b_off, KS, g, t, acc, pa, ps):
+        for kc in range(KC):
+            for r in range(4):
+                split(load1(smem, a_off + (g + 8 * (r & 1)) * KS + 8 * kc + 4 * (r >> 1) + t),
+                      pa, ps, r)
+            for nb in range(NB):
+                at = b_off + (8 * nb + g) * KS + 8 * kc + t
+                acc[4 * nb], acc[4 * nb + 1], acc[4 * nb + 2], acc[4 * nb + 3] = mma3(
+                    pa[0], pa[1], pa[2], pa[3], ps[0], ps[1], ps[2], ps[3],
+                    load1(smem, at), load1(smem, at + 4),
+                    acc[4 * nb], acc[4 * nb + 1], acc[4 * nb + 2], acc[4 * nb + 3])
+    return run
+
+
+@lru_cache(maxsize=None)
+def tf32_by_keys(NB, KC2):
+    """acc += P · B with 3xTF32 over the tile's rows (keys or queries): P = accumulators (KC2
+    8-column blocks), B = shared float32 rows (stride KS) at off. k8 per 8-column block of P:
+    lane t's P(g, 2t), P(g, 2t + 1) serve as k = t and k = t + 4, so B gives rows 2t and
+    2t + 1 for them — Σ_k unchanged. pa, ps: the caller's 4 + 4 floats, as above."""
+
+    @cuda.jit(device=True)
+    def run(p, smem, off, KS, g, t, acc, pa, ps):
+        for kc in range(KC2):
+            split(p[4 * kc], pa, ps, 0)             # a0 = P(g, 2t)      as k = t
+            split(p[4 * kc + 2], pa, ps, 1)         # a1 = P(g + 8, 2t)  as k = t
+            split(p[4 * kc + 1], pa, ps, 2)         # a2 = P(g, 2t + 1)  as k = t + 4
+            split(p[4 * kc + 3], pa, ps, 3)         # a3 = P(g + 8, 2t + 1)
+            at = off + (8 * kc + 2 * t) * KS + g
+            for nb in range(NB):
+                acc[4 * nb], acc[4 * nb + 1], acc[4 * nb + 2], acc[4 * nb + 3] = mma3(
+                    pa[0], pa[1], pa[2], pa[3], ps[0], ps[1], ps[2], ps[3],
+                    load1(smem, at + 8 * nb), load1(smem, at + KS + 8 * nb),
+                    acc[4 * nb], acc[4 * nb + 1], acc[4 * nb + 2], acc[4 * nb + 3])
+    return run
+
+
 @lru_cache(maxsize=None)
 def flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD):
     """float32 FlashAttention forward on tensor cores, 3xTF32 (see the module menu).
@@ -509,43 +598,12 @@ def flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD):
     NBO = D // 8
     QA, SN, AN = 4 * KC, 4 * NBS, 4 * NBO   # registers per lane: Q fragments, S, acc
     KS = D + 4                      # row stride (floats) of the K and V tiles
-    ITEMS = Bc * (D // 4)
     TILE = Bc * KS                  # floats per shared tile; the V tile follows
     assert D % 8 == 0 and Bc % 16 == 0
     update = online_softmax_tc(NBS, NBO)
     mask = mask_scores_tc(NBS, CAUSAL, PAD)
-
-    @cuda.jit(device=True)
-    def load_kv(k, v, bh, n_k, k0, smem, kof, tid):
-        """K and V tile rows k0 … k0 + Bc − 1 → smem[kof + r·KS + c], smem[kof + TILE + …]."""
-        for it in range((ITEMS + T - 1) // T):
-            item = it * T + tid
-            if item < ITEMS:
-                r = item // (D // 4)
-                c = (item % (D // 4)) * 4
-                x0 = x1 = x2 = x3 = y0 = y1 = y2 = y3 = ZERO
-                if k0 + r < n_k:
-                    x0, x1, x2, x3 = load4(k, ((bh * n_k) + k0 + r) * D + c)
-                    y0, y1, y2, y3 = load4(v, ((bh * n_k) + k0 + r) * D + c)
-                store4(smem, kof + r * KS + c, x0, x1, x2, x3)
-                store4(smem, kof + TILE + r * KS + c, y0, y1, y2, y3)
-
-    @cuda.jit(device=True)
-    def mma3(A0, A1, A2, A3, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-        """C += A·B with 3xTF32: A given split (big A0…A3, small a0…a3), B split here;
-        big·big + big·small + small·big (small·small dropped), the small terms first."""
-        B0, B1 = tf32(b0), tf32(b1)
-        c0, c1, c2, c3 = mma_tf32(a0, a1, a2, a3, B0, B1, c0, c1, c2, c3)        # small·big
-        c0, c1, c2, c3 = mma_tf32(A0, A1, A2, A3, tf32(b0 - B0), tf32(b1 - B1),
-                                  c0, c1, c2, c3)                                # big·small
-        return mma_tf32(A0, A1, A2, A3, B0, B1, c0, c1, c2, c3)                  # big·big
-
-    @cuda.jit(device=True)
-    def split(x, big, small, i):
-        """big[i] = tf32(x), small[i] = tf32(x − big[i])."""
-        b = tf32(x)
-        big[i] = b
-        small[i] = tf32(x - b)
+    rows = rows_f32(D, Bc, T)
+    pv = tf32_by_keys(NBO, KC2)
 
     @cuda.jit
     def flash_tf32x3(q, k, v, o, lse, scale, n_q, n_k, heads, kpm):
@@ -583,13 +641,14 @@ def flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD):
 
         n_tiles = kv_tiles(CAUSAL, q0, Br, Bc, n_q, n_k)
         if n_tiles > 0:
-            load_kv(k, v, bh, n_k, 0, smem, 0, tid)
+            rows(k, v, bh, n_k, 0, smem, 0, TILE, tid)
         for j in range(n_tiles):
             k0 = j * Bc
             cuda.syncthreads()                      # wait: tile j is in stage j % 2, and every
                                                     # warp is done with tile j − 1's stage
             if j + 1 < n_tiles:                     # (the same for the whole block)
-                load_kv(k, v, bh, n_k, k0 + Bc, smem, ((j + 1) & 1) * 2 * TILE, tid)
+                nxt = ((j + 1) & 1) * 2 * TILE
+                rows(k, v, bh, n_k, k0 + Bc, smem, nxt, nxt + TILE, tid)
             sK = (j & 1) * 2 * TILE                 # offsets of this tile's K and V in smem
             sV = sK + TILE
 
@@ -610,19 +669,7 @@ def flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD):
                 mask(s, k0, r_lo, 2 * t, n_k, offset, kpm, bh // heads)
             update(s, acc, ml)
 
-            # acc += P Vj, k8 per 8-column block of P: lane t's P(g, 2t), P(g, 2t+1) serve as
-            # k = t and k = t + 4, so B must give V rows 2t and 2t + 1 for them
-            for kc in range(KC2):
-                split(s[4 * kc], pa, ps, 0)         # a0 = P(g, 2t)      as k = t
-                split(s[4 * kc + 2], pa, ps, 1)     # a1 = P(g + 8, 2t)  as k = t
-                split(s[4 * kc + 1], pa, ps, 2)     # a2 = P(g, 2t + 1)  as k = t + 4
-                split(s[4 * kc + 3], pa, ps, 3)     # a3 = P(g + 8, 2t + 1)
-                at = sV + (8 * kc + 2 * t) * KS + g
-                for nb in range(NBO):
-                    acc[4 * nb], acc[4 * nb + 1], acc[4 * nb + 2], acc[4 * nb + 3] = mma3(
-                        pa[0], pa[1], pa[2], pa[3], ps[0], ps[1], ps[2], ps[3],
-                        load1(smem, at + 8 * nb), load1(smem, at + KS + 8 * nb),
-                        acc[4 * nb], acc[4 * nb + 1], acc[4 * nb + 2], acc[4 * nb + 3])
+            pv(s, smem, sV, KS, g, t, acc, pa, ps)  # acc += P Vj (3xTF32, k permuted)
 
         for half in range(2):
             row = r_lo + 8 * half

@@ -100,6 +100,52 @@ def p_and_ds(s, dp, lse_row, d_row, dead, scale):
 
 
 @lru_cache(maxsize=None)
+def ds_transposed(NBQ, Bq, CAUSAL, PAD):
+    """§30 on the dK/dV kernel's Sᵀ, dPᵀ accumulators (rows: the lane's keys key_lo, key_lo + 8;
+    columns: queries q0 + 8nb + 2t (+1)), in place: Pᵀ and dSᵀ. LSE_i and D_i of the tile's
+    queries are at fsm[fl …] and fsm[fl + Bq …]; masked or past N → P = 0."""
+
+    @cuda.jit(device=True)
+    def step(st, dpt, fsm, fl, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t, scale):
+        for nb in range(NBQ):
+            for e in range(4):
+                col = 8 * nb + 2 * t + (e & 1)      # query q0 + col
+                key = key_lo + 8 * (e >> 1)
+                m_i = fsm[fl + col]                 # LSE of that query (−inf: it sees no key)
+                i = 4 * nb + e
+                dead = m_i == NEG_INF or key >= n_k or q0 + col >= n_q
+                if CAUSAL:
+                    dead = dead or key > q0 + col + offset
+                if PAD:
+                    dead = dead or (pad_lo if e < 2 else pad_hi)
+                st[i], dpt[i] = p_and_ds(st[i], dpt[i], m_i, fsm[fl + Bq + col], dead, scale)
+    return step
+
+
+@lru_cache(maxsize=None)
+def ds_rows(NBK, CAUSAL, PAD):
+    """§30 on the dQ kernel's S, dP accumulators (rows: the lane's queries r_lo, r_lo + 8, with
+    LSE and D in stats[0, 1] and stats[2, 3]; columns: keys k0 + 8nb + 2t (+1)), in place: P
+    and dS."""
+
+    @cuda.jit(device=True)
+    def step(s, dp, stats, r_lo, k0, n_k, offset, kpm, b_idx, t, scale):
+        for nb in range(NBK):
+            for e in range(4):
+                key = k0 + 8 * nb + 2 * t + (e & 1)
+                half = e >> 1
+                row = r_lo + 8 * half
+                i = 4 * nb + e
+                dead = stats[half] == NEG_INF or key >= n_k
+                if CAUSAL:
+                    dead = dead or key > row + offset
+                if PAD:
+                    dead = dead or kpm[b_idx, key] == 0
+                s[i], dp[i] = p_and_ds(s[i], dp[i], stats[half], stats[2 + half], dead, scale)
+    return step
+
+
+@lru_cache(maxsize=None)
 def a_fragments(KC):
     """A fragments (m16 × k16 words) of rows r_lo, r_lo + 8 of x[bh] (zeros past n)."""
 
@@ -193,6 +239,7 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
     prod_a = products(KC, NBQ, BF16, True, True)
     acc_tile = accumulate(KC2, NBO, NBQ, BF16, ASYNC)
     write = write_rows(NBO, BF16)
+    ds_t = ds_transposed(NBQ, Bq, CAUSAL, PAD)
 
     @cuda.jit(device=True)
     def issue(q, do, lse, dvec, bh, n_q, q0, smem, fsm, at, tid):
@@ -281,19 +328,8 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
             else:
                 prod(ka, smem, at, KS, g, t, st)                        # Sᵀ = K Qiᵀ
                 prod(va, smem, at + DO_AT, KS, g, t, dpt)               # dPᵀ = V dOiᵀ
-            for nb in range(NBQ):
-                for e in range(4):
-                    col = 8 * nb + 2 * t + (e & 1)  # query q0 + col
-                    key = key_lo + 8 * (e >> 1)
-                    m_i = fsm[at + FLOATS + col]    # LSE of that query (−inf: it sees no key)
-                    i = 4 * nb + e
-                    dead = m_i == NEG_INF or key >= n_k or q0 + col >= n_q
-                    if CAUSAL:
-                        dead = dead or key > q0 + col + offset
-                    if PAD:
-                        dead = dead or (pad_lo if e < 2 else pad_hi)
-                    st[i], dpt[i] = p_and_ds(st[i], dpt[i], m_i, fsm[at + FLOATS + Bq + col],
-                                             dead, scale)         # Pᵀ, dSᵀ = Pᵀ∘(dPᵀ − D)
+            ds_t(st, dpt, fsm, at + FLOATS, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t,
+                 scale)                         # Pᵀ, dSᵀ = Pᵀ∘(dPᵀ − D)
             acc_tile(st, pa, smem, at + DOT_AT, BT, g, t, dv_acc)     # dV += Pᵀ dOi
             acc_tile(dpt, pa, smem, at + QT_AT, BT, g, t, dk_acc)     # dK += dSᵀ Qi
 
@@ -334,6 +370,7 @@ def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
     prod_a = products(KC, NBK, BF16, True, True)
     acc_tile = accumulate(KC2, NBO, NBK, BF16, ASYNC)
     write = write_rows(NBO, BF16)
+    ds = ds_rows(NBK, CAUSAL, PAD)
 
     @cuda.jit
     def dq_kernel(q, k, v, do, lse, dvec, dq, scale, n_q, n_k, heads, kpm):
@@ -399,19 +436,8 @@ def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
             else:
                 prod(qa, smem, at, KS, g, t, s)                         # S = Qi Kjᵀ
                 prod(da, smem, at + V_AT, KS, g, t, dp)                 # dP = dOi Vjᵀ
-            for nb in range(NBK):
-                for e in range(4):
-                    key = k0 + 8 * nb + 2 * t + (e & 1)
-                    half = e >> 1
-                    row = r_lo + 8 * half
-                    i = 4 * nb + e
-                    dead = stats[half] == NEG_INF or key >= n_k
-                    if CAUSAL:
-                        dead = dead or key > row + offset
-                    if PAD:
-                        dead = dead or kpm[bh // heads, key] == 0
-                    s[i], dp[i] = p_and_ds(s[i], dp[i], stats[half], stats[2 + half], dead,
-                                           scale)                 # P, dS = P ∘ (dP − D)
+            ds(s, dp, stats, r_lo, k0, n_k, offset, kpm, bh // heads, t,
+               scale)                           # P, dS = P ∘ (dP − D)
             acc_tile(dp, pa, smem, at + KT_AT, BT, g, t, dq_acc)  # dQ += dS Kj
 
         write(dq, bh, r_lo, n_q, t, dq_acc, scale)        # dQ = scale · Σ dS K

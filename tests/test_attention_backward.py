@@ -18,7 +18,7 @@ from flashlesson import BwdConfig, attention, attention_backward
 from flashlesson import backward_methods as bwd_module
 import reference as R
 
-METHODS = list(bwd_module.METHODS)
+METHODS = list(bwd_module.FP32_METHODS)      # (flash_tc: tests/test_attention_tc_backward.py)
 REL = 1e-4
 
 # (B, H, Nq, Nk, d): N = 1 (d = 1), N not a multiple of any tile, Nq ≠ Nk both ways, odd d

@@ -148,8 +148,17 @@ METHODS = {m.name: m for m in [
                     "dV and one over Q tiles for dQ, S and P recomputed from Q, K and LSE; no "
                     "atomics", "attention_backward.bwd_preprocess, flash_bwd_dkdv_kernel, "
                     "flash_bwd_dq_kernel", "D [B·H, Nq] (nothing N × N)"),
+    AttentionMethod("flash_tc", "30, 37", "the flash backward on tensor cores: fp16/bf16 "
+                    "inputs (m16n8k16, chosen by themselves), float32 inputs with 3xTF32 "
+                    "(three m16n8k8 tf32 mmas a product); no dropout",
+                    "attention_tc_backward.flash_tc_bwd_dkdv_kernel, flash_tc_bwd_dq_kernel, "
+                    "attention_tf32x3_backward.flash_tf32x3_bwd_dkdv_kernel, "
+                    "flash_tf32x3_bwd_dq_kernel", "D [B·H, Nq] (nothing N × N)"),
 ]}
 CHOICES = tuple(METHODS)
+# The float32 CUDA-core methods: tests/test_attention_backward.py runs them all (any d, dropout);
+# "flash_tc" has its own (tests/test_attention_tc_backward.py).
+FP32_METHODS = tuple(m for m in METHODS if m != "flash_tc")
 
 
 def _same_side(op, qo):
@@ -180,9 +189,12 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
     ``flashlesson.dropout_keep_mask(seed, B, H, Nq, Nk, dropout_p)``, regenerated, not stored;
     kept probabilities are scaled by 1/(1 − p)).
 
-    method: "flash" (§30: S and P recomputed tile by tile, nothing N × N stored) or "naive"
-        (§31: P = exp(S − LSE) and dP/dS stored in global memory, GEMM launches).
-    config: a ``BwdConfig`` for method "flash"; default per head dim.
+    method: "flash" (§30: S and P recomputed tile by tile, nothing N × N stored), "naive"
+        (§31: P = exp(S − LSE) and dP/dS stored in global memory, GEMM launches) or
+        "flash_tc" (§37: the flash backward on tensor cores; float32 inputs run 3xTF32 there,
+        no dropout).
+    config: a ``BwdConfig`` for method "flash", a ``TcBwdConfig`` for "flash_tc"; default per
+        head dim.
 
     Dispatch: D = rowsum(dO ∘ O) first (one small kernel), then the method's kernels. Masked
     scores give exact zeros: a padded key gets dk = dv = 0, a row that sees no key dq = 0,
@@ -198,10 +210,10 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
     if method not in CHOICES:
         raise ValueError(f"method: expected one of {', '.join(CHOICES)}; got {method!r}")
     from . import tc_methods
-    if tc_methods.low_precision(q):             # §37: fp16 / bf16 → the tensor-core backward
-        if method != "flash":
-            raise TypeError("method: fp16/bf16 inputs take the tensor-core backward, which has "
-                            f"no method choice (method 'flash'); got {method!r}")
+    if method == "flash_tc" or tc_methods.low_precision(q):    # §37: the tensor-core backward
+        if method not in ("flash", "flash_tc"):
+            raise TypeError("method: fp16/bf16 inputs take the tensor-core backward (method "
+                            f"'flash' or 'flash_tc'); got {method!r}")
         if config is not None and not isinstance(config, tc_methods.TcBwdConfig):
             raise TypeError("config: fp16/bf16 inputs take the tensor-core backward, which "
                             f"takes a TcBwdConfig, not a {type(config).__name__}")

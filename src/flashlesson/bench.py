@@ -481,10 +481,43 @@ def bench_attention_tc(shapes=ATTENTION_SHAPES, causal_modes=(False, True), log=
     return results
 
 
+def _tf32x3_backward_row(row, torch, SDPBackend, sdpa_kernel, sdpa, t16, causal, flops, refs,
+                         err_of, log):
+    """The 3xTF32 backward and torch's fp32 efficient backward on the row's inputs as float32."""
+    from .attention_methods import attention as fl_attention
+    from .backward_methods import attention_backward as fl_backward
+    t32 = [x.float() for x in t16]
+    try:
+        with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+            xs = [x.detach().requires_grad_(True) for x in t32[:3]]
+            out = sdpa(*xs, is_causal=causal)
+            ms = time_gpu_adaptive(lambda: torch.autograd.grad(out, xs, t32[3],
+                                                               retain_graph=True))
+            g = torch.autograd.grad(out, xs, t32[3], retain_graph=True)
+        row["sdpa efficient fp32 bwd TFLOP/s"] = flops / ms / 1e9
+        row["sdpa efficient fp32 bwd err"] = max(float(np.max(np.abs(
+            gi[0, 0].double().cpu().numpy() - r))) for gi, r in zip(g, refs))
+    except RuntimeError as exc:
+        log(f"sdpa efficient fp32 backward: {str(exc)[:80]}")
+    q, k, v, do = (cuda.as_cuda_array(x) for x in t32)
+    o, lse = fl_attention(q, k, v, causal=causal, return_lse=True, method="flash_tc")
+
+    def run():
+        return fl_backward(do, q, k, v, o, lse, causal=causal, method="flash_tc")
+
+    _measure(row, "tf32x3 bwd", "tf32x3 bwd", run, flops, err_of)
+    row["tf32x3 bwd err"] = row.pop("tf32x3 bwd rel err")
+    theirs = row.get("sdpa efficient fp32 bwd TFLOP/s")
+    if theirs:
+        row["tf32x3 bwd / efficient"] = row["tf32x3 bwd TFLOP/s"] / theirs
+
+
 def bench_attention_tc_backward(shapes=ATTENTION_SHAPES, causal_modes=(False, True), log=print):
     """fp16 tensor-core backward (``attention_backward`` on fp16 inputs) against torch SDPA's
-    flash and cuDNN backward in fp16, same process; FLOPs counted as 2.5 × the forward's.
-    Checked first: max |error| of dq, dk, dv on one head against torch's float64 autograd."""
+    flash and cuDNN backward in fp16, and the 3xTF32 backward (float32 inputs, method
+    "flash_tc") against torch's fp32 efficient backward; same process; FLOPs counted as 2.5 ×
+    the forward's. Checked first: max |error| of dq, dk, dv on one head against torch's float64
+    autograd (the fp32 inputs are the fp16 ones, exactly)."""
     from .attention_methods import attention as fl_attention
     from .backward_methods import attention_backward as fl_backward
     torch, SDPBackend, sdpa_kernel, sdpa = _torch_sdpa(
@@ -527,6 +560,8 @@ def bench_attention_tc_backward(shapes=ATTENTION_SHAPES, causal_modes=(False, Tr
                 theirs = row.get(f"sdpa {name} bwd TFLOP/s")
                 if theirs:
                     row[f"tc bwd / {name}"] = row["tc bwd TFLOP/s"] / theirs
+            _tf32x3_backward_row(row, torch, SDPBackend, sdpa_kernel, sdpa, t16, causal, flops,
+                                 refs, err_of, log)
             results.append(row)
             log(" ".join(f"{key}={val:.4g}" if isinstance(val, float) else f"{key}={val}"
                          for key, val in row.items()))

@@ -59,7 +59,9 @@ def _cmd_bench_attention(args):
         kernels = bench.tc_kernel_report()
         cols = ["B", "H", "N", "d", "causal", "tc bwd TFLOP/s", "sdpa flash bwd TFLOP/s",
                 "sdpa cudnn bwd TFLOP/s", "tc bwd / flash", "tc bwd / cudnn", "tc bwd err",
-                "sdpa flash bwd err", "tc bwd MB held"]
+                "sdpa flash bwd err", "tf32x3 bwd TFLOP/s", "sdpa efficient fp32 bwd TFLOP/s",
+                "tf32x3 bwd / efficient", "tf32x3 bwd err", "sdpa efficient fp32 bwd err",
+                "tc bwd MB held"]
     elif args.tc:
         results = bench.bench_attention_tc()
         kernels = bench.tc_kernel_report()

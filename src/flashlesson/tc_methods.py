@@ -262,30 +262,53 @@ class TcBwdConfig:
                 raise ValueError(f"config: {name} must be 1, 2, 4 or 8, got {warps}")
 
 
-def default_tc_bwd_config(d):
+def default_tc_bwd_config(d, tf32=False):
     """4 warps (16 keys or queries each per block), tiles of 64 at d ≤ 64 (248 / 193
     registers, no spills, ptxas sm_90) and 32 above (d = 128: 255 / 237, 84 bytes spilled by
-    dK/dV; d = 256 spills kilobytes)."""
+    dK/dV; d = 256 spills kilobytes); 3xTF32 (float32 operands, twice the registers): tiles of
+    32, and 16 above d = 64."""
     if device.SIMULATOR:
         return TcBwdConfig(16, 1, 16, 1)
+    if tf32:
+        return TcBwdConfig(32, 4, 32, 4) if d <= 64 else TcBwdConfig(16, 4, 16, 4)
     return TcBwdConfig(64, 4, 64, 4) if d <= 64 else TcBwdConfig(32, 4, 32, 4)
+
+
+def _tf32x3_backward(q3, k3, v3, do3, lse2, dvec, dq, dk, dv, d, nq, nk, H, bh, causal, scale,
+                     kpm, cfg):
+    """The 3xTF32 kernels (kernels_numba/attention_tf32x3_backward.py) on float32 [BH, N, d]."""
+    from kernels_numba import attention_tf32x3_backward as K3
+
+    from .attention_methods import _dummy
+    mask = kpm if kpm is not None else _dummy("mask")
+    w = cfg.KV_WARPS
+    kern = K3.flash_tf32x3_bwd_dkdv_kernel(d, cfg.Bq, w, bool(causal), kpm is not None)
+    launch(kern, (-(-nk // (16 * w)), bh), 32 * w,
+           (q3, k3, v3, do3, lse2, dvec, dk, dv, np.float32(scale), nq, nk, H, mask),
+           K3.tf32x3_bwd_smem_bytes(d, cfg.Bq, w))
+    w = cfg.Q_WARPS
+    kern = K3.flash_tf32x3_bwd_dq_kernel(d, cfg.Bk, w, bool(causal), kpm is not None)
+    launch(kern, (-(-nq // (16 * w)), bh), 32 * w,
+           (q3, k3, v3, do3, lse2, dvec, dq, np.float32(scale), nq, nk, H, mask),
+           K3.tf32x3_bwd_smem_bytes(d, cfg.Bk, w))
 
 
 def attention_backward_tc(do, q, k, v, o, lse, *, causal=False, scale=None,
                           key_padding_mask=None, dropout_p=0.0, config=None):
-    """``attention_backward`` for fp16 / bf16 inputs (the forward's ``flash_tc``): gradients in
-    the inputs' format, deterministic (no atomics). No dropout. config: a ``TcBwdConfig``
-    (default per head dim)."""
+    """``attention_backward`` for fp16 / bf16 inputs, or float32 ones with method "flash_tc"
+    (3xTF32; the forward's ``flash_tc``): gradients in the inputs' format, deterministic (no
+    atomics). No dropout. config: a ``TcBwdConfig`` (default per head dim; 3xTF32: no ASYNC)."""
     from kernels_numba import attention_tc_backward as KB
 
     from .attention_methods import _check_padding, _check_scale, _dummy
     ops = [_operand(x, name) for x, name in ((do, "do"), (q, "q"), (k, "k"), (v, "v"),
                                               (o, "o"))]
     fmts = {f for _, f in ops}
-    if len(fmts) != 1 or "tf32" in fmts:
-        raise TypeError("do, q, k, v, o: all five must be fp16 or all bf16 (the tensor-core "
-                        f"backward); got {', '.join(f for _, f in ops)}")
+    if len(fmts) != 1:
+        raise TypeError("do, q, k, v, o: all five must be fp16, all bf16 or all float32 (the "
+                        f"tensor-core backward); got {', '.join(f for _, f in ops)}")
     fmt = fmts.pop()
+    tf32 = fmt == "tf32"
     (doo, _), (qo, _), (ko, _), (vo, _), (oo, _) = ops
     if len({x.on_host for x, _ in ops}) != 1:
         raise TypeError("do, q, k, v, o: all NumPy arrays or all device arrays")
@@ -293,9 +316,10 @@ def attention_backward_tc(do, q, k, v, o, lse, *, causal=False, scale=None,
     for x, name in ((doo, "do"), (oo, "o")):
         if x.shape != qo.shape:
             raise ValueError(f"{name}: expected q's shape {qo.shape}, got {x.shape}")
-    if d % 16 or d > MAX_HEAD_DIM:
-        raise ValueError(f"q: the tensor-core backward needs d a multiple of 16 up to "
-                         f"{MAX_HEAD_DIM}; got d = {d}")
+    step = 8 if tf32 else 16
+    if d % step or d > MAX_HEAD_DIM:
+        raise ValueError(f"q: the tensor-core backward needs d a multiple of {step} up to "
+                         f"{MAX_HEAD_DIM} ({'3xTF32' if tf32 else fmt}); got d = {d}")
     if dropout_p:
         raise ValueError("dropout_p: the tensor-core backward has no dropout")
     lo = Operand(lse, "lse", (np.float32,), ndim=3)
@@ -304,22 +328,35 @@ def attention_backward_tc(do, q, k, v, o, lse, *, causal=False, scale=None,
                          f"q, got {lo.shape}")
     scale = _check_scale(scale, d)
     kpm = _check_padding(key_padding_mask, B, nk)
+    cfg = config or default_tc_bwd_config(d, tf32)
+    if not isinstance(cfg, TcBwdConfig):
+        raise TypeError(f"config: expected a TcBwdConfig, got {type(cfg).__name__}")
+    cfg.check()
+    if tf32 and (cfg.KV_ASYNC or cfg.Q_ASYNC):
+        raise ValueError("config: the 3xTF32 backward has no ASYNC form (KV_ASYNC, Q_ASYNC "
+                         "False)")
     bh = B * H
-    w = d // 2
-    q3, k3, v3, do3, o3 = (_words(x, (bh, x.shape[2], w), np.uint32)
+    w = d if tf32 else d // 2                       # float32 columns, or words of two halves
+    word = np.float32 if tf32 else np.uint32
+    q3, k3, v3, do3, o3 = (_words(x, (bh, x.shape[2], w), word)
                            for x in (qo, ko, vo, doo, oo))
     lse2 = lo.device_view((bh, nq))
     dvec = empty((bh, nq), np.float32)
     rows = bh * nq
-    KB.tc_bwd_preprocess(fmt == "bf16")[min(-(-rows // 128), 4096), 128](
-        o3.reshape((rows, w)), do3.reshape((rows, w)), dvec.reshape(rows))
-    dq = empty((bh, nq, d), np.float16).view(np.uint32)
-    dk = empty((bh, nk, d), np.float16).view(np.uint32)
-    dv = empty((bh, nk, d), np.float16).view(np.uint32)
-    cfg = config or default_tc_bwd_config(d)
-    if not isinstance(cfg, TcBwdConfig):
-        raise TypeError(f"config: expected a TcBwdConfig, got {type(cfg).__name__}")
-    cfg.check()
+    if tf32:
+        from kernels_numba.attention_backward import bwd_preprocess
+        bwd_preprocess[min(-(-rows // 128), 4096), 128](
+            o3.reshape((rows, w)), do3.reshape((rows, w)), dvec.reshape(rows))
+    else:
+        KB.tc_bwd_preprocess(fmt == "bf16")[min(-(-rows // 128), 4096), 128](
+            o3.reshape((rows, w)), do3.reshape((rows, w)), dvec.reshape(rows))
+    grads = [empty((bh, n, d), np.float32) if tf32 else empty((bh, n, d), np.float16).view(word)
+             for n in (nq, nk, nk)]
+    dq, dk, dv = grads
+    if tf32:
+        _tf32x3_backward(q3, k3, v3, do3, lse2, dvec, dq, dk, dv, d, nq, nk, H, bh, causal,
+                         scale, kpm, cfg)
+        return tuple(_unwords(g, (B, H, g.shape[1], d), fmt, qo.on_host) for g in grads)
     mask = kpm if kpm is not None else _dummy("mask")
     pad, bf = kpm is not None, fmt == "bf16"
     w = cfg.KV_WARPS

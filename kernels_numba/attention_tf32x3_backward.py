@@ -1,0 +1,212 @@
+"""§30 + §37 — FlashAttention backward on tensor cores for float32 inputs: 3xTF32.
+
+Menu
+| kernel                                                 | what                                  |
+|--------------------------------------------------------|---------------------------------------|
+| ``flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL,   | one block per 16·WARPS keys, Q tiles  |
+|   PAD)``                                               | streamed: dV += Pᵀ dO, dK += dSᵀ Q     |
+| ``flash_tf32x3_bwd_dq_kernel(D, Bk, WARPS, CAUSAL,     | one block per 16·WARPS queries, K/V   |
+|   PAD)``                                               | tiles streamed: dQ += dS K            |
+
+(D_i = Σ_c dO_ic·O_ic comes from the CUDA-core backward's ``bwd_preprocess``: float32 O, dO.)
+
+The fp16/bf16 tensor-core backward (kernels_numba/attention_tc_backward.py) with float32
+operands: every product is three m16n8k8 tf32 mmas (big·big + big·small + small·big, each
+operand x = big + small with big = tf32(x): ``attention_tc.mma3``), which keeps float32-level
+accuracy — torch's fp32 "efficient" backend computes the same way. The loops, the masks and
+the element step (``ds_transposed``, ``ds_rows``: P = exp(S·scale − LSE), dS = P ∘ (dP − D))
+are those of the fp16 kernels; what differs is only the operand format:
+
+- products over d (Sᵀ = K Qᵀ, dPᵀ = V dOᵀ; S = Q Kᵀ, dP = dO Vᵀ): ``tf32_by_rows``, A from the
+  block's own rows and B from the streamed tile's rows, both float32 in shared memory;
+- products over the tile (dV += Pᵀ dO, dK += dSᵀ Q; dQ += dS K): ``tf32_by_keys``, A = the
+  accumulators with their k index permuted (lane t's columns 2t, 2t + 1 as k = t, t + 4), B
+  the tile's rows read in the same order — no transposed copy.
+
+Shared memory (float32, rows padded to D + 4): the block's two row tiles (K, V or Q, dO), the
+streamed tile's two (Q, dO or K, V), and LSE_i, D_i for the dK/dV kernel. Single-buffered, two
+barriers a tile, plain 16-byte loads. No atomics: bitwise the same from run to run.
+Limits: D a multiple of 8, at most 256 (d = 128 and up spill registers); no dropout, no varlen.
+Inputs q, k, v, do [BH, N, D] float32; LSE, D [BH, Nq] float32; outputs float32.
+
+How to run: ``pytest tests/test_attention_tc_backward.py -k tf32``;
+``attention_backward(..., method="flash_tc")`` on float32 inputs.
+"""
+
+from functools import lru_cache
+
+from numba import cuda, float32
+
+from .attention import first_q_tile, kv_tiles
+from .attention_tc import BUILT, rows_f32, tf32_by_keys, tf32_by_rows
+from .attention_tc_backward import ds_rows, ds_transposed
+from .reductions import NEG_INF, ZERO
+
+
+def tf32x3_bwd_smem_bytes(D, B, WARPS):
+    """The block's two row tiles (16·WARPS rows), the tile's two (B rows), 2·B floats."""
+    return (2 * 16 * WARPS * (D + 4) + 2 * B * (D + 4) + 2 * B) * 4
+
+
+@lru_cache(maxsize=None)
+def write_f32(NBO):
+    """out[bh, row, 8nb + 2t (+1)] = acc of rows r_lo, r_lo + 8 (< n), · factor."""
+
+    @cuda.jit(device=True)
+    def write(out, bh, r_lo, n, t, acc, factor):
+        for half in range(2):
+            row = r_lo + 8 * half
+            if row < n:
+                for nb in range(NBO):
+                    out[bh, row, 8 * nb + 2 * t] = acc[4 * nb + 2 * half] * factor
+                    out[bh, row, 8 * nb + 2 * t + 1] = acc[4 * nb + 2 * half + 1] * factor
+    return write
+
+
+@lru_cache(maxsize=None)
+def zeros(N):
+    @cuda.jit(device=True)
+    def clear(acc):
+        for i in range(N):                  # (≤ 32 · 4: unrolled, so registers)
+            acc[i] = ZERO
+    return clear
+
+
+@lru_cache(maxsize=None)
+def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
+    """dK, dV for float32 inputs, 3xTF32; see the module menu."""
+    Bk = 16 * WARPS                 # keys per block (rows of the transposed problem)
+    T = 32 * WARPS
+    KS = D + 4
+    NBQ, KC2 = Bq // 8, Bq // 8     # 8-column blocks / k8 steps over the Q tile
+    NBO, KC = D // 8, D // 8        # 8-column blocks / k8 steps over d
+    SQ, AO = 4 * NBQ, 4 * NBO       # registers per lane (array sizes: named constants)
+    K_AT, V_AT = 0, Bk * KS         # shared: the block's K rows, V rows, …
+    Q_AT = 2 * Bk * KS              # … the tile's Qi rows, dOi rows, LSE_i, D_i
+    DO_AT = Q_AT + Bq * KS
+    FL = DO_AT + Bq * KS
+    assert D % 8 == 0 and Bq % 16 == 0
+    block_rows = rows_f32(D, Bk, T)
+    rows = rows_f32(D, Bq, T)
+    by_rows = tf32_by_rows(NBQ, KC)
+    by_keys = tf32_by_keys(NBO, KC2)
+    ds_t = ds_transposed(NBQ, Bq, CAUSAL, PAD)
+    clear_s, clear_o = zeros(SQ), zeros(AO)
+    write = write_f32(NBO)
+
+    @cuda.jit
+    def dkdv(q, k, v, do, lse, dvec, dk, dv, scale, n_q, n_k, heads, kpm):
+        bh = cuda.blockIdx.y
+        k0 = cuda.blockIdx.x * Bk
+        tid = cuda.threadIdx.x
+        g = (tid % 32) // 4
+        t = tid % 4
+        key_lo = k0 + 16 * (tid // 32) + g     # my keys: key_lo, key_lo + 8
+        mine = 16 * (tid // 32) * KS            # my warp's 16 rows in the block's tiles
+        offset = n_k - n_q                      # §34: query i sees key j iff j ≤ i + offset
+        smem = cuda.shared.array(0, float32)    # tf32x3_bwd_smem_bytes(D, Bq, WARPS)
+
+        st = cuda.local.array(SQ, float32)      # Sᵀ, then Pᵀ
+        dpt = cuda.local.array(SQ, float32)     # dPᵀ, then dSᵀ
+        dk_acc = cuda.local.array(AO, float32)
+        dv_acc = cuda.local.array(AO, float32)
+        pa = cuda.local.array(4, float32)       # one k8 step of A, split: big …
+        ps = cuda.local.array(4, float32)       # … and small
+        pad_lo = pad_hi = False                 # §35: a padded key gets dk = dv = 0
+        if PAD:
+            pad_lo = key_lo < n_k and kpm[bh // heads, key_lo] == 0
+            pad_hi = key_lo + 8 < n_k and kpm[bh // heads, key_lo + 8] == 0
+        clear_o(dk_acc)
+        clear_o(dv_acc)
+        block_rows(k, v, bh, n_k, k0, smem, K_AT, V_AT, tid)    # (seen after the 1st barrier)
+
+        first = first_q_tile(CAUSAL, k0, Bq, n_q, n_k)
+        for j in range(first, (n_q + Bq - 1) // Bq):
+            q0 = j * Bq
+            cuda.syncthreads()                  # wait: every warp is done with the last tile
+            rows(q, do, bh, n_q, q0, smem, Q_AT, DO_AT, tid)
+            for r in range(tid, Bq, T):         # LSE_i, D_i (−inf/0 past Nq)
+                smem[FL + r] = lse[bh, q0 + r] if q0 + r < n_q else NEG_INF
+                smem[FL + Bq + r] = dvec[bh, q0 + r] if q0 + r < n_q else ZERO
+            cuda.syncthreads()                  # wait: the tile (first time: K, V too) is in
+
+            clear_s(st)
+            clear_s(dpt)
+            by_rows(K_AT + mine, smem, Q_AT, KS, g, t, st, pa, ps)      # Sᵀ = K Qiᵀ
+            by_rows(V_AT + mine, smem, DO_AT, KS, g, t, dpt, pa, ps)    # dPᵀ = V dOiᵀ
+            ds_t(st, dpt, smem, FL, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t,
+                 scale)                         # Pᵀ, dSᵀ = Pᵀ∘(dPᵀ − D)
+            by_keys(st, smem, DO_AT, KS, g, t, dv_acc, pa, ps)          # dV += Pᵀ dOi
+            by_keys(dpt, smem, Q_AT, KS, g, t, dk_acc, pa, ps)          # dK += dSᵀ Qi
+
+        write(dv, bh, key_lo, n_k, t, dv_acc, float32(1.0))
+        write(dk, bh, key_lo, n_k, t, dk_acc, scale)            # dK = scale · Σ dSᵀ Q
+
+    BUILT[("flash_tf32x3_bwd_dkdv_kernel", D, Bq, WARPS, CAUSAL, PAD)] = dkdv
+    return dkdv
+
+
+@lru_cache(maxsize=None)
+def flash_tf32x3_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD):
+    """dQ for float32 inputs, 3xTF32; see the module menu."""
+    Bq = 16 * WARPS
+    T = 32 * WARPS
+    KS = D + 4
+    NBK, KC2 = Bk // 8, Bk // 8
+    NBO, KC = D // 8, D // 8
+    SK, AO = 4 * NBK, 4 * NBO
+    Q_AT, DO_AT = 0, Bq * KS        # shared: the block's Q rows, dO rows, …
+    K_AT = 2 * Bq * KS              # … the tile's Kj rows, Vj rows
+    V_AT = K_AT + Bk * KS
+    assert D % 8 == 0 and Bk % 16 == 0
+    block_rows = rows_f32(D, Bq, T)
+    rows = rows_f32(D, Bk, T)
+    by_rows = tf32_by_rows(NBK, KC)
+    by_keys = tf32_by_keys(NBO, KC2)
+    ds = ds_rows(NBK, CAUSAL, PAD)
+    clear_s, clear_o = zeros(SK), zeros(AO)
+    write = write_f32(NBO)
+
+    @cuda.jit
+    def dq_kernel(q, k, v, do, lse, dvec, dq, scale, n_q, n_k, heads, kpm):
+        bh = cuda.blockIdx.y
+        q0 = cuda.blockIdx.x * Bq
+        tid = cuda.threadIdx.x
+        g = (tid % 32) // 4
+        t = tid % 4
+        r_lo = q0 + 16 * (tid // 32) + g        # my rows: r_lo, r_lo + 8
+        mine = 16 * (tid // 32) * KS
+        offset = n_k - n_q
+        smem = cuda.shared.array(0, float32)    # tf32x3_bwd_smem_bytes(D, Bk, WARPS)
+
+        s = cuda.local.array(SK, float32)       # S, then P
+        dp = cuda.local.array(SK, float32)      # dP, then dS
+        dq_acc = cuda.local.array(AO, float32)
+        pa = cuda.local.array(4, float32)       # one k8 step of A, split: big …
+        ps = cuda.local.array(4, float32)       # … and small
+        stats = cuda.local.array(4, float32)    # LSE and D of my two rows
+        for half in range(2):
+            row = r_lo + 8 * half
+            stats[half] = lse[bh, row] if row < n_q else NEG_INF
+            stats[2 + half] = dvec[bh, row] if row < n_q else ZERO
+        clear_o(dq_acc)
+        block_rows(q, do, bh, n_q, q0, smem, Q_AT, DO_AT, tid)  # (seen after the 1st barrier)
+
+        for j in range(kv_tiles(CAUSAL, q0, Bq, Bk, n_q, n_k)):
+            k0 = j * Bk
+            cuda.syncthreads()                  # wait: every warp is done with the last tile
+            rows(k, v, bh, n_k, k0, smem, K_AT, V_AT, tid)
+            cuda.syncthreads()                  # wait: the tile (first time: Q, dO too) is in
+
+            clear_s(s)
+            clear_s(dp)
+            by_rows(Q_AT + mine, smem, K_AT, KS, g, t, s, pa, ps)       # S = Qi Kjᵀ
+            by_rows(DO_AT + mine, smem, V_AT, KS, g, t, dp, pa, ps)     # dP = dOi Vjᵀ
+            ds(s, dp, stats, r_lo, k0, n_k, offset, kpm, bh // heads, t,
+               scale)                           # P, dS = P ∘ (dP − D)
+            by_keys(dp, smem, K_AT, KS, g, t, dq_acc, pa, ps)           # dQ += dS Kj
+
+        write(dq, bh, r_lo, n_q, t, dq_acc, scale)              # dQ = scale · Σ dS K
+
+    BUILT[("flash_tf32x3_bwd_dq_kernel", D, Bk, WARPS, CAUSAL, PAD)] = dq_kernel
+    return dq_kernel
