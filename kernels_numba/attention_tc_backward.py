@@ -99,6 +99,24 @@ def p_and_ds(s, dp, lse_row, d_row, dead, scale):
     return p, p * (dp - d_row)
 
 
+@cuda.jit(device=True)
+def lane_rows(B):
+    """Who am I, in a backward kernel of 16·WARPS rows (keys or queries) per block, B = 16·WARPS:
+    (bh, r0 = the block's first row, tid, g, t, lo = my first row r0 + 16·warp + g; the other
+    is lo + 8), g and t as in the accumulator layout (kernels_numba/mma.py)."""
+    tid = cuda.threadIdx.x
+    r0 = cuda.blockIdx.x * B
+    g = (tid % 32) // 4
+    return cuda.blockIdx.y, r0, tid, g, tid % 4, r0 + 16 * (tid // 32) + g
+
+
+@cuda.jit(device=True)
+def padded_keys(kpm, b_idx, key_lo, n_k):
+    """§35: whether keys key_lo and key_lo + 8 are padded (their dk = dv = 0)."""
+    return (key_lo < n_k and kpm[b_idx, key_lo] == 0,
+            key_lo + 8 < n_k and kpm[b_idx, key_lo + 8] == 0)
+
+
 @lru_cache(maxsize=None)
 def ds_transposed(NBQ, Bq, CAUSAL, PAD):
     """§30 on the dK/dV kernel's Sᵀ, dPᵀ accumulators (rows: the lane's keys key_lo, key_lo + 8;
@@ -259,12 +277,7 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
 
     @cuda.jit
     def dkdv(q, k, v, do, lse, dvec, dk, dv, scale, n_q, n_k, heads, kpm):
-        bh = cuda.blockIdx.y
-        k0 = cuda.blockIdx.x * Bk
-        tid = cuda.threadIdx.x
-        g = (tid % 32) // 4
-        t = tid % 4
-        key_lo = k0 + 16 * (tid // 32) + g      # my keys: key_lo, key_lo + 8
+        bh, k0, tid, g, t, key_lo = lane_rows(Bk)   # my keys: key_lo, key_lo + 8
         offset = n_k - n_q                      # §34: query i sees key j iff j ≤ i + offset
         smem = cuda.shared.array(0, uint32)     # [Qi rows | Qiᵀ | dOi rows | dOiᵀ | LSE_i, D_i]
         fsm = cuda.shared.array(0, float32)     # (the same memory, seen as float32; ASYNC:
@@ -285,8 +298,7 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
         pa = cuda.local.array(PA, uint32)       # Pᵀ or dSᵀ as A fragments
         pad_lo = pad_hi = False                 # §35: a padded key gets dk = dv = 0
         if PAD:
-            pad_lo = key_lo < n_k and kpm[bh // heads, key_lo] == 0
-            pad_hi = key_lo + 8 < n_k and kpm[bh // heads, key_lo + 8] == 0
+            pad_lo, pad_hi = padded_keys(kpm, bh // heads, key_lo, n_k)
         for i in range(NBO):                    # (loops of ≤ 32: unrolled, so registers)
             for e in range(4):
                 dk_acc[4 * i + e] = ZERO
@@ -374,12 +386,7 @@ def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
 
     @cuda.jit
     def dq_kernel(q, k, v, do, lse, dvec, dq, scale, n_q, n_k, heads, kpm):
-        bh = cuda.blockIdx.y
-        q0 = cuda.blockIdx.x * Bq
-        tid = cuda.threadIdx.x
-        g = (tid % 32) // 4
-        t = tid % 4
-        r_lo = q0 + 16 * (tid // 32) + g        # my rows: r_lo, r_lo + 8
+        bh, q0, tid, g, t, r_lo = lane_rows(Bq)     # my rows: r_lo, r_lo + 8
         offset = n_k - n_q
         smem = cuda.shared.array(0, uint32)     # [Kj rows | Kjᵀ | Vj rows]; ASYNC: two stages
                                                 # of [Kj rows | Vj rows], then the block's Q

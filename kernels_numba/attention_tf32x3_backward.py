@@ -39,7 +39,7 @@ from numba import cuda, float32
 
 from .attention import first_q_tile, kv_tiles
 from .attention_tc import BUILT, rows_f32, tf32_by_keys, tf32_by_rows
-from .attention_tc_backward import ds_rows, ds_transposed
+from .attention_tc_backward import ds_rows, ds_transposed, lane_rows, padded_keys
 from .reductions import NEG_INF, ZERO
 
 
@@ -96,12 +96,7 @@ def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
 
     @cuda.jit
     def dkdv(q, k, v, do, lse, dvec, dk, dv, scale, n_q, n_k, heads, kpm):
-        bh = cuda.blockIdx.y
-        k0 = cuda.blockIdx.x * Bk
-        tid = cuda.threadIdx.x
-        g = (tid % 32) // 4
-        t = tid % 4
-        key_lo = k0 + 16 * (tid // 32) + g     # my keys: key_lo, key_lo + 8
+        bh, k0, tid, g, t, key_lo = lane_rows(Bk)   # my keys: key_lo, key_lo + 8
         mine = 16 * (tid // 32) * KS            # my warp's 16 rows in the block's tiles
         offset = n_k - n_q                      # §34: query i sees key j iff j ≤ i + offset
         smem = cuda.shared.array(0, float32)    # tf32x3_bwd_smem_bytes(D, Bq, WARPS)
@@ -114,8 +109,7 @@ def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
         ps = cuda.local.array(4, float32)       # … and small
         pad_lo = pad_hi = False                 # §35: a padded key gets dk = dv = 0
         if PAD:
-            pad_lo = key_lo < n_k and kpm[bh // heads, key_lo] == 0
-            pad_hi = key_lo + 8 < n_k and kpm[bh // heads, key_lo + 8] == 0
+            pad_lo, pad_hi = padded_keys(kpm, bh // heads, key_lo, n_k)
         clear_o(dk_acc)
         clear_o(dv_acc)
         block_rows(k, v, bh, n_k, k0, smem, K_AT, V_AT, tid)    # (seen after the 1st barrier)
@@ -169,12 +163,7 @@ def flash_tf32x3_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD):
 
     @cuda.jit
     def dq_kernel(q, k, v, do, lse, dvec, dq, scale, n_q, n_k, heads, kpm):
-        bh = cuda.blockIdx.y
-        q0 = cuda.blockIdx.x * Bq
-        tid = cuda.threadIdx.x
-        g = (tid % 32) // 4
-        t = tid % 4
-        r_lo = q0 + 16 * (tid // 32) + g        # my rows: r_lo, r_lo + 8
+        bh, q0, tid, g, t, r_lo = lane_rows(Bq)     # my rows: r_lo, r_lo + 8
         mine = 16 * (tid // 32) * KS
         offset = n_k - n_q
         smem = cuda.shared.array(0, float32)    # tf32x3_bwd_smem_bytes(D, Bk, WARPS)
