@@ -210,8 +210,9 @@ def accumulate(KC2, NBO, NB, BF16, ASYNC):
 
 
 @lru_cache(maxsize=None)
-def write_rows(NBO, BF16):
-    """out[bh, row, 4nb + t] = the packed pair of acc for rows r_lo, r_lo + 8 (< n), · factor."""
+def write_rows(NBO, BF16, F32=False):
+    """out[bh, row, 4nb + t] = the packed pair of acc for rows r_lo, r_lo + 8 (< n), · factor
+    (F32, the 3xTF32 kernels: out[bh, row, 8nb + 2t (+1)] = the two floats)."""
     pack = pack_bf16 if BF16 else pack_f16
 
     @cuda.jit(device=True)
@@ -220,8 +221,13 @@ def write_rows(NBO, BF16):
             row = r_lo + 8 * half
             if row < n:
                 for nb in range(NBO):
-                    out[bh, row, 4 * nb + t] = pack(acc[4 * nb + 2 * half] * factor,
-                                                    acc[4 * nb + 2 * half + 1] * factor)
+                    lo = acc[4 * nb + 2 * half] * factor
+                    hi = acc[4 * nb + 2 * half + 1] * factor
+                    if F32:
+                        out[bh, row, 8 * nb + 2 * t] = lo
+                        out[bh, row, 8 * nb + 2 * t + 1] = hi
+                    else:
+                        out[bh, row, 4 * nb + t] = pack(lo, hi)
     return write
 
 

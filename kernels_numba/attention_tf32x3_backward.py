@@ -39,28 +39,14 @@ from numba import cuda, float32
 
 from .attention import first_q_tile, kv_tiles
 from .attention_tc import BUILT, rows_f32, tf32_by_keys, tf32_by_rows
-from .attention_tc_backward import ds_rows, ds_transposed, lane_rows, padded_keys
+from .attention_tc_backward import ds_rows, ds_transposed, lane_rows, padded_keys, \
+    write_rows
 from .reductions import NEG_INF, ZERO
 
 
 def tf32x3_bwd_smem_bytes(D, B, WARPS):
     """The block's two row tiles (16·WARPS rows), the tile's two (B rows), 2·B floats."""
     return (2 * 16 * WARPS * (D + 4) + 2 * B * (D + 4) + 2 * B) * 4
-
-
-@lru_cache(maxsize=None)
-def write_f32(NBO):
-    """out[bh, row, 8nb + 2t (+1)] = acc of rows r_lo, r_lo + 8 (< n), · factor."""
-
-    @cuda.jit(device=True)
-    def write(out, bh, r_lo, n, t, acc, factor):
-        for half in range(2):
-            row = r_lo + 8 * half
-            if row < n:
-                for nb in range(NBO):
-                    out[bh, row, 8 * nb + 2 * t] = acc[4 * nb + 2 * half] * factor
-                    out[bh, row, 8 * nb + 2 * t + 1] = acc[4 * nb + 2 * half + 1] * factor
-    return write
 
 
 @lru_cache(maxsize=None)
@@ -92,7 +78,7 @@ def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
     by_keys = tf32_by_keys(NBO, KC2)
     ds_t = ds_transposed(NBQ, Bq, CAUSAL, PAD)
     clear_s, clear_o = zeros(SQ), zeros(AO)
-    write = write_f32(NBO)
+    write = write_rows(NBO, False, True)
 
     @cuda.jit
     def dkdv(q, k, v, do, lse, dvec, dk, dv, scale, n_q, n_k, heads, kpm):
@@ -159,7 +145,7 @@ def flash_tf32x3_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD):
     by_keys = tf32_by_keys(NBO, KC2)
     ds = ds_rows(NBK, CAUSAL, PAD)
     clear_s, clear_o = zeros(SK), zeros(AO)
-    write = write_f32(NBO)
+    write = write_rows(NBO, False, True)
 
     @cuda.jit
     def dq_kernel(q, k, v, do, lse, dvec, dq, scale, n_q, n_k, heads, kpm):
