@@ -2,7 +2,8 @@
 
 The lesson's claim: a tile's loads and its products need not take turns. With two buffers,
 tile j+1 can be on its way from HBM while tile j is multiplied; Hopper does the copy in the
-background (cp.async, TMA) and signals its arrival (mbarrier). Numba has neither, so
+background (cp.async, TMA) and signals its arrival (mbarrier). Numba's API has neither (the
+tensor-core kernels bring cp.async in as inline PTX: their ASYNC forms, §37), so
 ``kernels_numba/attention_db.py`` does what plain loads allow: each thread issues tile j+1's
 global loads into registers before computing on tile j, and stores them into the other shared
 buffer after — a load's latency is then hidden behind a product instead of stalling the block,

@@ -14,7 +14,8 @@ one block-wide barrier per tile, the §42 schedule with roles split by warp inst
 What it cannot express: a barrier for the consumers only (the P exchange between consumer warps
 must stop the producers too), a producer running more than one tile ahead (each barrier closes a
 tile for everyone: the ring is two deep and moves in lockstep), fewer registers for producers
-(every warp gets the consumers' allocation), copies that bypass registers (TMA).
+(every warp gets the consumers' allocation), copies that bypass registers (TMA). (Numba's API
+has no cp.async either; the tensor-core kernels' ASYNC forms, §37, issue it as inline PTX.)
 
 What you will see: the scan of numba-cuda for the four mechanisms; the producer/consumer
 variant (1 and 2 producer warps) against the float64 oracle, and its global traffic, counted:
@@ -50,7 +51,8 @@ MECHANISMS = [
     ("TMA (bulk async copy)", "cp.async.bulk", "copies a tile global → shared without "
      "registers", "producers load through their registers"),
     ("cp.async (Ampere)", "cp.async", "a thread's copy runs in the background",
-     "§42: loads issued early into registers"),
+     "§42: loads issued early into registers (§37's ASYNC forms: this project's own "
+     "inline-PTX cp.async, kernels_numba/vector.py)"),
     ("mbarrier", "mbarrier", "per-buffer full/empty signals: producers run ahead",
      "one cuda.syncthreads() per tile: lockstep"),
     ("named barriers", "bar.sync", "sync the consumer warps only (bar.sync id, count)",

@@ -17,8 +17,9 @@ Why. In ``flash_forward_kernel`` a tile's loads and its products take turns: the
 Kj (global → shared), computes S, waits for Vj, computes P Vj; while the loads are in flight the
 FMA units idle, unless another block on the SM has work (occupancy). Hopper has hardware for the
 overlap — cp.async / TMA copies global → shared in the background, mbarriers signal their
-arrival — and FlashAttention-3 uses it with producer warps that only issue TMA copies. Numba has
-none of it (no cp.async, TMA, mbarrier, named barriers ``bar.sync id, count`` or ``setmaxnreg``),
+arrival — and FlashAttention-3 uses it with producer warps that only issue TMA copies. Numba's
+API has none of it (no cp.async, TMA, mbarrier, named barriers ``bar.sync id, count`` or
+``setmaxnreg``; cp.async as inline PTX: ``vector.cp_async16``, used by the tensor-core kernels),
 so this file does what plain loads and ``cuda.syncthreads()`` allow:
 
 §42 (PRODUCERS = 0), tile j, buffers b = j mod 2 (Kᵀ, V and Pᵀ are all double-buffered)::

@@ -201,6 +201,8 @@ else:
     from llvmlite import ir
     from numba.cuda.extending import intrinsic
 
+    from .vector import element_address
+
     _I32, _F32 = ir.IntType(32), ir.FloatType()
 
     def _operand(context, builder, value, fromty, want):
@@ -295,9 +297,7 @@ else:
         ret = types.UniTuple(types.uint32, 4)
 
         def codegen(context, builder, sig, args):
-            ary = context.make_array(sig.args[0])(context, builder, args[0])
-            idx = context.cast(builder, args[1], sig.args[1], types.intp)
-            addr = builder.ptrtoint(builder.gep(ary.data, [idx]), ir.IntType(64))
+            addr = element_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
             fnty = ir.FunctionType(ir.LiteralStructType([_I32] * 4), [ir.IntType(64)])
             asm = ir.InlineAsm(fnty, text, "=r,=r,=r,=r,l,~{memory}", side_effect=True)
             res = builder.call(asm, [addr])

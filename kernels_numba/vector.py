@@ -75,10 +75,20 @@ if cuda.config.ENABLE_CUDASIM:
 else:
     _WORDS = (types.float32, types.uint32)    # 4-byte elements: float32, or packed fp16/bf16 pairs
 
-    def _vector_pointer(context, builder, aryty, ary_value, idx_value, idxty):
+    def element_pointer(context, builder, aryty, ary_value, idx_value, idxty):
+        """LLVM pointer to element idx of the array's data (a flat index, no fix-ups): what every
+        intrinsic here, and mma.py's ldmatrix, loads from or stores to."""
         ary = context.make_array(aryty)(context, builder, ary_value)
         idx = context.cast(builder, idx_value, idxty, types.intp)
-        ptr = builder.gep(ary.data, [idx])
+        return builder.gep(ary.data, [idx])
+
+    def element_address(context, builder, aryty, ary_value, idx_value, idxty):
+        """That pointer as a 64-bit (generic) address, for inline PTX."""
+        return builder.ptrtoint(element_pointer(context, builder, aryty, ary_value, idx_value,
+                                                idxty), ir.IntType(64))
+
+    def _vector_pointer(context, builder, aryty, ary_value, idx_value, idxty):
+        ptr = element_pointer(context, builder, aryty, ary_value, idx_value, idxty)
         elem = ir.FloatType() if aryty.dtype == types.float32 else ir.IntType(32)
         vty = ir.VectorType(elem, 4)
         return builder.bitcast(ptr, vty.as_pointer(ptr.type.addrspace)), vty
@@ -129,9 +139,8 @@ else:
             return None
 
         def codegen(context, builder, sig, args):
-            ary = context.make_array(sig.args[0])(context, builder, args[0])
-            idx = context.cast(builder, args[1], sig.args[1], types.intp)
-            return builder.load(builder.gep(ary.data, [idx]))
+            return builder.load(element_pointer(context, builder, sig.args[0], args[0],
+                                                args[1], sig.args[1]))
 
         return a.dtype(a, i), codegen
 
@@ -142,10 +151,9 @@ else:
             return None
 
         def codegen(context, builder, sig, args):
-            ary = context.make_array(sig.args[0])(context, builder, args[0])
-            idx = context.cast(builder, args[1], sig.args[1], types.intp)
             val = context.cast(builder, args[2], sig.args[2], sig.args[0].dtype)
-            builder.store(val, builder.gep(ary.data, [idx]))
+            builder.store(val, element_pointer(context, builder, sig.args[0], args[0], args[1],
+                                               sig.args[1]))
             return context.get_dummy_value()
 
         return types.void(a, i, x), codegen
@@ -159,11 +167,8 @@ else:
                 "$2; }")
 
         def codegen(context, builder, sig, args):
-            addr = []
-            for n in (0, 2):
-                ary = context.make_array(sig.args[n])(context, builder, args[n])
-                idx = context.cast(builder, args[n + 1], sig.args[n + 1], types.intp)
-                addr.append(builder.ptrtoint(builder.gep(ary.data, [idx]), ir.IntType(64)))
+            addr = [element_address(context, builder, sig.args[n], args[n], args[n + 1],
+                                    sig.args[n + 1]) for n in (0, 2)]
             ok = context.cast(builder, args[4], sig.args[4], types.boolean)
             size = builder.select(ok, ir.Constant(ir.IntType(32), nbytes),
                                   ir.Constant(ir.IntType(32), 0))

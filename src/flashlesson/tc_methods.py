@@ -27,7 +27,7 @@ from kernels_numba import attention_tc as KT
 
 from . import device
 from .arrays import Operand, empty, is_device_array
-from .launch import launch
+from .launch import launch, stride_grid
 
 MAX_HEAD_DIM = 256
 
@@ -274,30 +274,12 @@ def default_tc_bwd_config(d, tf32=False):
     return TcBwdConfig(64, 4, 64, 4) if d <= 64 else TcBwdConfig(32, 4, 32, 4)
 
 
-def _tf32x3_backward(q3, k3, v3, do3, lse2, dvec, dq, dk, dv, d, nq, nk, H, bh, causal, scale,
-                     kpm, cfg):
-    """The 3xTF32 kernels (kernels_numba/attention_tf32x3_backward.py) on float32 [BH, N, d]."""
-    from kernels_numba import attention_tf32x3_backward as K3
-
-    from .attention_methods import _dummy
-    mask = kpm if kpm is not None else _dummy("mask")
-    w = cfg.KV_WARPS
-    kern = K3.flash_tf32x3_bwd_dkdv_kernel(d, cfg.Bq, w, bool(causal), kpm is not None)
-    launch(kern, (-(-nk // (16 * w)), bh), 32 * w,
-           (q3, k3, v3, do3, lse2, dvec, dk, dv, np.float32(scale), nq, nk, H, mask),
-           K3.tf32x3_bwd_smem_bytes(d, cfg.Bq, w))
-    w = cfg.Q_WARPS
-    kern = K3.flash_tf32x3_bwd_dq_kernel(d, cfg.Bk, w, bool(causal), kpm is not None)
-    launch(kern, (-(-nq // (16 * w)), bh), 32 * w,
-           (q3, k3, v3, do3, lse2, dvec, dq, np.float32(scale), nq, nk, H, mask),
-           K3.tf32x3_bwd_smem_bytes(d, cfg.Bk, w))
-
-
 def attention_backward_tc(do, q, k, v, o, lse, *, causal=False, scale=None,
                           key_padding_mask=None, dropout_p=0.0, config=None):
     """``attention_backward`` for fp16 / bf16 inputs, or float32 ones with method "flash_tc"
     (3xTF32; the forward's ``flash_tc``): gradients in the inputs' format, deterministic (no
     atomics). No dropout. config: a ``TcBwdConfig`` (default per head dim; 3xTF32: no ASYNC)."""
+    from kernels_numba import attention_backward as KBF
     from kernels_numba import attention_tc_backward as KB
 
     from .attention_methods import _check_padding, _check_scale, _dummy
@@ -343,31 +325,27 @@ def attention_backward_tc(do, q, k, v, o, lse, *, causal=False, scale=None,
     lse2 = lo.device_view((bh, nq))
     dvec = empty((bh, nq), np.float32)
     rows = bh * nq
-    if tf32:
-        from kernels_numba.attention_backward import bwd_preprocess
-        bwd_preprocess[min(-(-rows // 128), 4096), 128](
-            o3.reshape((rows, w)), do3.reshape((rows, w)), dvec.reshape(rows))
-    else:
-        KB.tc_bwd_preprocess(fmt == "bf16")[min(-(-rows // 128), 4096), 128](
-            o3.reshape((rows, w)), do3.reshape((rows, w)), dvec.reshape(rows))
+    pre = KBF.bwd_preprocess if tf32 else KB.tc_bwd_preprocess(fmt == "bf16")
+    pre[stride_grid(rows)](o3.reshape((rows, w)), do3.reshape((rows, w)), dvec.reshape(rows))
     grads = [empty((bh, n, d), np.float32) if tf32 else empty((bh, n, d), np.float16).view(word)
              for n in (nq, nk, nk)]
     dq, dk, dv = grads
-    if tf32:
-        _tf32x3_backward(q3, k3, v3, do3, lse2, dvec, dq, dk, dv, d, nq, nk, H, bh, causal,
-                         scale, kpm, cfg)
-        return tuple(_unwords(g, (B, H, g.shape[1], d), fmt, qo.on_host) for g in grads)
     mask = kpm if kpm is not None else _dummy("mask")
     pad, bf = kpm is not None, fmt == "bf16"
-    w = cfg.KV_WARPS
-    a = bool(cfg.KV_ASYNC)
-    kern = KB.flash_tc_bwd_dkdv_kernel(d, cfg.Bq, w, bool(causal), pad, bf, a)
-    launch(kern, (-(-nk // (16 * w)), bh), 32 * w,
-           (q3, k3, v3, do3, lse2, dvec, dk, dv, np.float32(scale), nq, nk, H, mask),
-           KB.tc_bwd_smem_bytes(d, cfg.Bq, w, a))
-    w, a = cfg.Q_WARPS, bool(cfg.Q_ASYNC)
-    kern = KB.flash_tc_bwd_dq_kernel(d, cfg.Bk, w, bool(causal), pad, bf, a)
-    launch(kern, (-(-nq // (16 * w)), bh), 32 * w,
-           (q3, k3, v3, do3, lse2, dvec, dq, np.float32(scale), nq, nk, H, mask),
-           KB.tc_bwd_smem_bytes(d, cfg.Bk, w, a))
-    return tuple(_unwords(g, (B, H, g.shape[1], d), fmt, qo.on_host) for g in (dq, dk, dv))
+    wk, wq = cfg.KV_WARPS, cfg.Q_WARPS
+    if tf32:                                        # 3xTF32 (attention_tf32x3_backward.py)
+        from kernels_numba import attention_tf32x3_backward as K3
+        kv = K3.flash_tf32x3_bwd_dkdv_kernel(d, cfg.Bq, wk, bool(causal), pad)
+        qk = K3.flash_tf32x3_bwd_dq_kernel(d, cfg.Bk, wq, bool(causal), pad)
+        kv_smem = K3.tf32x3_bwd_smem_bytes(d, cfg.Bq, wk)
+        q_smem = K3.tf32x3_bwd_smem_bytes(d, cfg.Bk, wq)
+    else:
+        kv = KB.flash_tc_bwd_dkdv_kernel(d, cfg.Bq, wk, bool(causal), pad, bf, cfg.KV_ASYNC)
+        qk = KB.flash_tc_bwd_dq_kernel(d, cfg.Bk, wq, bool(causal), pad, bf, cfg.Q_ASYNC)
+        kv_smem = KB.tc_bwd_smem_bytes(d, cfg.Bq, wk, cfg.KV_ASYNC)
+        q_smem = KB.tc_bwd_smem_bytes(d, cfg.Bk, wq, cfg.Q_ASYNC)
+    launch(kv, (-(-nk // (16 * wk)), bh), 32 * wk,
+           (q3, k3, v3, do3, lse2, dvec, dk, dv, np.float32(scale), nq, nk, H, mask), kv_smem)
+    launch(qk, (-(-nq // (16 * wq)), bh), 32 * wq,
+           (q3, k3, v3, do3, lse2, dvec, dq, np.float32(scale), nq, nk, H, mask), q_smem)
+    return tuple(_unwords(g, (B, H, g.shape[1], d), fmt, qo.on_host) for g in grads)
