@@ -15,14 +15,14 @@ The same loop as ``flash_forward_kernel`` (kernels_numba/attention.py, §32), wi
 products moved to the tensor cores (§37)::
 
     for each K/V tile j:
-        S = Qi Kjᵀ · scale          ← mma: A = Q fragment (registers), B = K rows (shared memory)
+        S = Qi Kjᵀ · scale·log2e    ← mma: A = Q fragment (registers), B = K rows (shared memory)
         masked → −inf               ← CUDA cores, from here …
         new_m = max(m, rowmax(S))   ← a row's 4 lanes (one quad) agree with 2 shuffles
-        correction = exp(m − new_m)
-        P = exp(S − new_m);  l = correction·l + rowsum(P)
+        correction = 2^(m − new_m)  ← base 2: one ex2 each (mma.ex2), = e^(·) of the lesson's
+        P = 2^(S − new_m);  l = correction·l + rowsum(P)        m, S in natural units
         acc = correction·acc        ← … to here
         acc += P Vj                 ← mma: A = P straight from S's accumulators, B = Vᵀ (shared)
-    O = acc / l;  LSE = m + log l
+    O = acc / l;  LSE = m·ln2 + ln l
 
 Who holds what. A block is WARPS warps; warp w owns query rows q0 + 16w … q0 + 16w + 15 (Br =
 16·WARPS). In the m16n8 accumulator layout (kernels_numba/mma.py) lane 4g + t holds rows g and
@@ -60,13 +60,14 @@ from functools import lru_cache
 from numba import cuda, float32, uint32
 
 from .attention import block_tile, kv_tiles
-from .mma import ldsm_x4, ldsm_x4_trans, mma_bf16, mma_f16, mma_tf32, pack_bf16, pack_f16, \
-    pair_hi, pair_lo, tf32
-from .reductions import NEG_INF, ZERO, fast_exp, lanes_max, lanes_sum, safe_max, \
-    safe_reciprocal
+from .mma import ex2, ldsm_x4, ldsm_x4_trans, mma_bf16, mma_f16, mma_tf32, pack_bf16, \
+    pack_f16, pair_hi, pair_lo, tf32
+from .reductions import NEG_INF, ZERO, lanes_max, lanes_sum, safe_max, safe_reciprocal
 from .vector import cp_async16, cp_async_wait_all, load1, load4, store1, store4
 
 QUAD = 4        # lanes sharing a row in the accumulator layout
+LOG2E = float32(1.4426950408889634)     # log2 e: e^x = 2^(x·log2e), one ex2 (mma.ex2)
+LN2 = float32(0.6931471805599453)       # ln 2: back from base 2 (LSE = m·ln2 + ln l)
 BUILT = {}      # (factory, *arguments) → kernel: every kernel built, for resource reports
 
 
@@ -89,7 +90,9 @@ def tc_smem_bytes(D, Bc, TF32, ASYNC=False):
 @lru_cache(maxsize=None)
 def online_softmax_tc(NBS, NBO, MT=1):
     """The CUDA-core part of one K/V tile, on the accumulator layout: masked S → P in place,
-    m/l/acc of the lane's 2·MT rows updated. Row (mt, half) = rows g + 16·mt + 8·half of the
+    m/l/acc of the lane's 2·MT rows updated. In base 2 (FlashAttention-2's trick): S arrives
+    as Q Kᵀ·scale·log2e and m with it, so each exponential is one ex2 (2^(S − m) = e^(S·scale
+    − m·ln2)), and LSE = m·ln2 + ln l at the end. Row (mt, half) = rows g + 16·mt + 8·half of the
     warp's 16·MT: elements 2·half, 2·half + 1 of each 4 in S block mt (s[4·(mt·NBS + nb) + …])
     and in acc block mt; ml = [m of the 2·MT rows …, l of the 2·MT rows …]."""
 
@@ -104,12 +107,12 @@ def online_softmax_tc(NBS, NBO, MT=1):
                     row_max = max(row_max, max(s[i], s[i + 1]))
                 new_m = max(ml[r], lanes_max(row_max, QUAD))      # new_m = max(m, rowmax(S))
                 m_safe = safe_max(new_m)                          # (0 while the row saw no key)
-                correction = fast_exp(ml[r] - m_safe)             # correction = exp(m − new_m)
+                correction = ex2(ml[r] - m_safe)                  # correction = 2^(m − new_m)
                 row_sum = ZERO
                 for nb in range(NBS):
                     for e in range(2):
                         i = 4 * (mt * NBS + nb) + 2 * half + e
-                        s[i] = fast_exp(s[i] - m_safe)            # P = exp(S − new_m)
+                        s[i] = ex2(s[i] - m_safe)                 # P = 2^(S − new_m)
                         row_sum += s[i]
                 ml[2 * MT + r] = correction * ml[2 * MT + r] + row_sum  # l = correction·l + …
                 for nb in range(NBO):                             # (l: this lane's part of it)
@@ -399,6 +402,7 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False
         t = lane % 4                                # column pair 2t, 2t + 1 of each 8
         r_lo = q0 + 16 * MT * warp + g              # my first row; the others: + 8, + 16, …
         offset = n_k - n_q                          # §34: query i sees key j iff j ≤ i + offset
+        scale2 = scale * LOG2E                      # S in base 2 (online_softmax_tc)
 
         # dynamic, tc_smem_bytes(D, Bc, False, ASYNC): two stages of [K tile: sK[key·KS +
         # word] | Vᵀ tile: sVt[c·VS + key pair] (ASYNC: V rows, sVt[key·KS + word])]; tile j
@@ -460,7 +464,7 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False
             qk(qa, smem, sK, KS, g, t, s)           # S = Qi Kjᵀ
             for i in range(MT * NBS):
                 for e in range(4):
-                    s[4 * i + e] *= scale           # S = Qi Kjᵀ · scale
+                    s[4 * i + e] *= scale2          # S = Qi Kjᵀ · scale · log2e
             if PAD or k0 + Bc > n_k or (CAUSAL and k0 + Bc - 1 > q0 + offset):
                 mask(s, k0, r_lo, 2 * t, n_k, offset, kpm, bh // heads)
             update(s, acc, ml)                      # online softmax on the CUDA cores (§32)
@@ -484,7 +488,8 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False
                         y = 4 * (mt * NBO + nb) + 2 * half
                         o[bh, row, 4 * nb + t] = pack(acc[y] * inv_l, acc[y + 1] * inv_l)
                     if t == 0:
-                        lse[bh, row] = NEG_INF if l_row == ZERO else ml[r] + math.log(l_row)
+                        lse[bh, row] = NEG_INF if l_row == ZERO else \
+                            ml[r] * LN2 + math.log(l_row)       # LSE = m·ln2 + ln l
 
     BUILT[("flash_tc_kernel", D, Bc, WARPS, CAUSAL, PAD, BF16, MT, PF, ASYNC)] = flash_tc
     return flash_tc
@@ -616,6 +621,7 @@ def flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD):
         t = lane % 4
         r_lo = q0 + 16 * warp + g
         offset = n_k - n_q
+        scale2 = scale * LOG2E
 
         # dynamic, tc_smem_bytes(D, Bc, True): two stages of [K tile | V tile], rows as they
         # are (row stride KS); tile j in stage j % 2
@@ -661,10 +667,10 @@ def flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD):
                     c0, c1, c2, c3 = mma3(pa[0], pa[1], pa[2], pa[3], ps[0], ps[1], ps[2], ps[3],
                                           load1(smem, at + 8 * kc), load1(smem, at + 8 * kc + 4),
                                           c0, c1, c2, c3)
-                s[4 * nb] = c0 * scale
-                s[4 * nb + 1] = c1 * scale
-                s[4 * nb + 2] = c2 * scale
-                s[4 * nb + 3] = c3 * scale
+                s[4 * nb] = c0 * scale2
+                s[4 * nb + 1] = c1 * scale2
+                s[4 * nb + 2] = c2 * scale2
+                s[4 * nb + 3] = c3 * scale2
             if PAD or k0 + Bc > n_k or (CAUSAL and k0 + Bc - 1 > q0 + offset):
                 mask(s, k0, r_lo, 2 * t, n_k, offset, kpm, bh // heads)
             update(s, acc, ml)
@@ -680,7 +686,8 @@ def flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD):
                     o[bh, row, 8 * nb + 2 * t] = acc[4 * nb + 2 * half] * inv_l
                     o[bh, row, 8 * nb + 2 * t + 1] = acc[4 * nb + 2 * half + 1] * inv_l
                 if t == 0:
-                    lse[bh, row] = NEG_INF if l_row == ZERO else ml[half] + math.log(l_row)
+                    lse[bh, row] = NEG_INF if l_row == ZERO else \
+                        ml[half] * LN2 + math.log(l_row)        # LSE = m·ln2 + ln l
 
     BUILT[("flash_tf32x3_kernel", D, Bc, WARPS, CAUSAL, PAD)] = flash_tf32x3
     return flash_tf32x3

@@ -20,7 +20,8 @@ their mmas already as the A operands of dV and dK::
 
     for each Q tile i (queries q0 … q0 + Bq − 1):     K, V rows of the block: A fragments in registers
         Sᵀ  = K Qiᵀ                     B = Qi rows (shared)
-        Pᵀ  = exp(Sᵀ·scale − LSE_i)     per column (query); masked → 0
+        Pᵀ  = exp(Sᵀ·scale − LSE_i)     per column (query); masked → 0 (as 2^(Sᵀ·scale·log2e −
+                                        LSE_i·log2e): one FFMA and one ex2, mma.ex2)
         dPᵀ = V dOiᵀ                    B = dOi rows (shared)
         dSᵀ = Pᵀ ∘ (dPᵀ − D_i)
         dV += Pᵀ dOi                    B = dOiᵀ (shared, transposed)
@@ -42,8 +43,10 @@ ASYNC: only rows in shared memory, two stages by ``cp.async`` (the next tile's r
 in flight while this one is computed; one barrier a tile); the transposed operands are read by
 ``ldmatrix.trans`` from the rows, and the block's own rows (K and V in the dK/dV kernel, Q
 and dO in the dQ kernel) stay in shared memory, their A fragments read by ``ldmatrix`` at each
-use instead of held in registers. Limits: D a multiple of 16; no dropout, no varlen (the fp32 backward has
-them). Inputs/outputs [BH, N, D/2] uint32 words of two halves; LSE and D [BH, Nq] float32.
+use instead of held in registers (the defaults on the H200: README, "Attention on tensor
+cores"). Causal grids run their heaviest blocks first (lane_rows). Limits: D a multiple of 16;
+no dropout, no varlen (the fp32 backward has them). Inputs/outputs [BH, N, D/2] uint32 words of
+two halves; LSE and D [BH, Nq] float32.
 
 How to run: ``pytest tests/test_attention_tc_backward.py``; ``flashlesson bench attention --tc
 --backward`` (GPU).
@@ -53,12 +56,13 @@ from functools import lru_cache
 
 from numba import cuda, float32, uint32
 
-from .attention import first_q_tile, kv_tiles
-from .attention_tc import BUILT, kv_loader_tc, ldsm_products_a, pack_accumulators, \
-    products_for, rows_async, tc_shapes
+from .attention import block_tile, first_q_tile, kv_tiles
+from .attention_backward import POS_INF
+from .attention_tc import BUILT, LOG2E, kv_loader_tc, ldsm_products_a, \
+    pack_accumulators, products_for, rows_async, tc_shapes
 from .jit import pure_device
-from .mma import pack_bf16, pack_f16, unpack_bf16, unpack_f16
-from .reductions import NEG_INF, ZERO, fast_exp
+from .mma import ex2, pack_bf16, pack_f16, unpack_bf16, unpack_f16
+from .reductions import NEG_INF, ZERO
 from .vector import cp_async4, cp_async_wait_all
 
 
@@ -93,21 +97,39 @@ def tc_bwd_preprocess(BF16):
 
 
 @pure_device
-def p_and_ds(s, dp, lse_row, d_row, dead, scale):
-    """§30, one element: P = exp(S·scale − LSE) (0 where masked), dS = P ∘ (dP − D)."""
-    p = ZERO if dead else fast_exp(s * scale - lse_row)
-    return p, p * (dp - d_row)
+def lse2_of(lse, live):
+    """The exponent's offset in base 2: LSE·log2e, so that P = 2^(S·scale·log2e − LSE·log2e)
+    is one FFMA and one ex2 (FlashAttention-2's trick). A query that sees no key (LSE = −inf)
+    or lies past Nq (live False) gets +inf: its P = 2^(−inf) = 0 with no test per element."""
+    return POS_INF if lse == NEG_INF or not live else lse * LOG2E
 
 
 @cuda.jit(device=True)
-def lane_rows(B):
-    """Who am I, in a backward kernel of 16·WARPS rows (keys or queries) per block, B = 16·WARPS:
-    (bh, r0 = the block's first row, tid, g, t, lo = my first row r0 + 16·warp + g; the other
-    is lo + 8), g and t as in the accumulator layout (kernels_numba/mma.py)."""
+def row_stats(lse, dvec, bh, r_lo, n_q, stats):
+    """The dQ kernels' two rows r_lo, r_lo + 8: stats = [LSE·log2e (lse2_of) of each, D of
+    each (0 past Nq)]."""
+    for half in range(2):
+        row = r_lo + 8 * half
+        live = row < n_q
+        stats[half] = lse2_of(lse[bh, row] if live else NEG_INF, live)
+        stats[2 + half] = dvec[bh, row] if live else ZERO
+
+
+@cuda.jit(device=True)
+def lane_rows(B, CAUSAL, KEYS):
+    """Who am I, in a backward kernel of B = 16·WARPS rows (keys or queries) per block: (bh,
+    r0 = the block's first row, tid, g, t, lo = my first row r0 + 16·warp + g; the other is
+    lo + 8), g and t as in the accumulator layout (kernels_numba/mma.py). Causal grids are
+    (B·H, row blocks), heaviest first as in the forward (attention.block_tile, §34): the dQ
+    kernel's last query blocks see the most keys, the dK/dV kernel's (KEYS) first key blocks
+    see the most queries."""
+    if CAUSAL and KEYS:
+        bh, r0 = cuda.blockIdx.x, cuda.blockIdx.y * B
+    else:
+        bh, r0 = block_tile(CAUSAL, B)
     tid = cuda.threadIdx.x
-    r0 = cuda.blockIdx.x * B
     g = (tid % 32) // 4
-    return cuda.blockIdx.y, r0, tid, g, tid % 4, r0 + 16 * (tid // 32) + g
+    return bh, r0, tid, g, tid % 4, r0 + 16 * (tid // 32) + g
 
 
 @cuda.jit(device=True)
@@ -121,45 +143,63 @@ def padded_keys(kpm, b_idx, key_lo, n_k):
 def ds_transposed(NBQ, Bq, CAUSAL, PAD):
     """§30 on the dK/dV kernel's Sᵀ, dPᵀ accumulators (rows: the lane's keys key_lo, key_lo + 8;
     columns: queries q0 + 8nb + 2t (+1)), in place: Pᵀ and dSᵀ. LSE_i and D_i of the tile's
-    queries are at fsm[fl …] and fsm[fl + Bq …]; masked or past N → P = 0."""
+    queries are at fsm[fl …] and fsm[fl + Bq …].
+
+    Per element only P = 2^(Sᵀ·scale·log2e − LSE·log2e) and dS = P ∘ (dP − D): a query that
+    sees no key or lies past Nq has LSE·log2e = +inf (lse2_of, once per column), a key past Nk
+    or padded gets P = 0 (two flags per lane), and the causal test (§34) runs only in lanes
+    whose keys reach above this tile's diagonal."""
 
     @cuda.jit(device=True)
     def step(st, dpt, fsm, fl, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t, scale):
+        scale2 = scale * LOG2E
+        kill_lo = key_lo >= n_k or pad_lo
+        kill_hi = key_lo + 8 >= n_k or pad_hi
+        diag = CAUSAL and key_lo + 8 > q0 + offset          # some key > some query + offset
         for nb in range(NBQ):
+            c0 = 8 * nb + 2 * t                             # my columns: queries q0 + c0 (+1)
+            l0 = lse2_of(fsm[fl + c0], q0 + c0 < n_q)
+            l1 = lse2_of(fsm[fl + c0 + 1], q0 + c0 + 1 < n_q)
+            d0 = fsm[fl + Bq + c0]
+            d1 = fsm[fl + Bq + c0 + 1]
             for e in range(4):
-                col = 8 * nb + 2 * t + (e & 1)      # query q0 + col
-                key = key_lo + 8 * (e >> 1)
-                m_i = fsm[fl + col]                 # LSE of that query (−inf: it sees no key)
                 i = 4 * nb + e
-                dead = m_i == NEG_INF or key >= n_k or q0 + col >= n_q
-                if CAUSAL:
-                    dead = dead or key > q0 + col + offset
-                if PAD:
-                    dead = dead or (pad_lo if e < 2 else pad_hi)
-                st[i], dpt[i] = p_and_ds(st[i], dpt[i], m_i, fsm[fl + Bq + col], dead, scale)
+                x = st[i] * scale2 - (l0 if e % 2 == 0 else l1)     # (S·scale − LSE)·log2e
+                if CAUSAL and diag:
+                    if key_lo + 8 * (e // 2) > q0 + c0 + e % 2 + offset:
+                        x = NEG_INF                                 # above the diagonal
+                p = ZERO if (kill_lo if e < 2 else kill_hi) else ex2(x)     # Pᵀ
+                st[i] = p
+                dpt[i] = p * (dpt[i] - (d0 if e % 2 == 0 else d1))          # dSᵀ = Pᵀ∘(dPᵀ − D)
     return step
 
 
 @lru_cache(maxsize=None)
 def ds_rows(NBK, CAUSAL, PAD):
     """§30 on the dQ kernel's S, dP accumulators (rows: the lane's queries r_lo, r_lo + 8, with
-    LSE and D in stats[0, 1] and stats[2, 3]; columns: keys k0 + 8nb + 2t (+1)), in place: P
-    and dS."""
+    LSE·log2e and D in stats[0, 1] and stats[2, 3] (row_stats); columns: keys k0 + 8nb + 2t
+    (+1)), in place: P and dS. Masks (keys past Nk, §34 causal, §35 padding) set S = −inf, and
+    only on the tiles that need them: the last one, or, causal, those reaching above the
+    diagonal of the lane's rows."""
+    Bk = 8 * NBK
 
     @cuda.jit(device=True)
     def step(s, dp, stats, r_lo, k0, n_k, offset, kpm, b_idx, t, scale):
+        scale2 = scale * LOG2E
+        edge = k0 + Bk > n_k or (CAUSAL and k0 + Bk - 1 > r_lo + offset)
         for nb in range(NBK):
             for e in range(4):
-                key = k0 + 8 * nb + 2 * t + (e & 1)
-                half = e >> 1
-                row = r_lo + 8 * half
+                half = e // 2
                 i = 4 * nb + e
-                dead = stats[half] == NEG_INF or key >= n_k
-                if CAUSAL:
-                    dead = dead or key > row + offset
-                if PAD:
-                    dead = dead or kpm[b_idx, key] == 0
-                s[i], dp[i] = p_and_ds(s[i], dp[i], stats[half], stats[2 + half], dead, scale)
+                x = s[i] * scale2 - stats[half]                     # (S·scale − LSE)·log2e
+                if PAD or edge:
+                    key = k0 + 8 * nb + 2 * t + e % 2
+                    if key >= n_k or (CAUSAL and key > r_lo + 8 * half + offset) or \
+                            (PAD and kpm[b_idx, key] == 0):
+                        x = NEG_INF
+                p = ex2(x)                                          # P
+                s[i] = p
+                dp[i] = p * (dp[i] - stats[2 + half])               # dS = P ∘ (dP − D)
     return step
 
 
@@ -283,7 +323,7 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
 
     @cuda.jit
     def dkdv(q, k, v, do, lse, dvec, dk, dv, scale, n_q, n_k, heads, kpm):
-        bh, k0, tid, g, t, key_lo = lane_rows(Bk)   # my keys: key_lo, key_lo + 8
+        bh, k0, tid, g, t, key_lo = lane_rows(Bk, CAUSAL, True)     # my keys: key_lo, + 8
         offset = n_k - n_q                      # §34: query i sees key j iff j ≤ i + offset
         smem = cuda.shared.array(0, uint32)     # [Qi rows | Qiᵀ | dOi rows | dOiᵀ | LSE_i, D_i]
         fsm = cuda.shared.array(0, float32)     # (the same memory, seen as float32; ASYNC:
@@ -392,7 +432,7 @@ def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
 
     @cuda.jit
     def dq_kernel(q, k, v, do, lse, dvec, dq, scale, n_q, n_k, heads, kpm):
-        bh, q0, tid, g, t, r_lo = lane_rows(Bq)     # my rows: r_lo, r_lo + 8
+        bh, q0, tid, g, t, r_lo = lane_rows(Bq, CAUSAL, False)    # my rows: r_lo, r_lo + 8
         offset = n_k - n_q
         smem = cuda.shared.array(0, uint32)     # [Kj rows | Kjᵀ | Vj rows]; ASYNC: two stages
                                                 # of [Kj rows | Vj rows], then the block's Q
@@ -409,11 +449,8 @@ def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
         dq_acc = cuda.local.array(AO, float32)
         w = cuda.local.array(REGS, uint32)
         pa = cuda.local.array(PA, uint32)       # dS as A fragments
-        stats = cuda.local.array(4, float32)    # LSE and D of my two rows
-        for half in range(2):
-            row = r_lo + 8 * half
-            stats[half] = lse[bh, row] if row < n_q else NEG_INF
-            stats[2 + half] = dvec[bh, row] if row < n_q else ZERO
+        stats = cuda.local.array(4, float32)    # LSE·log2e and D of my two rows
+        row_stats(lse, dvec, bh, r_lo, n_q, stats)
         for i in range(NBO):
             for e in range(4):
                 dq_acc[4 * i + e] = ZERO

@@ -40,7 +40,7 @@ from numba import cuda, float32
 from .attention import first_q_tile, kv_tiles
 from .attention_tc import BUILT, rows_f32, tf32_by_keys, tf32_by_rows
 from .attention_tc_backward import ds_rows, ds_transposed, lane_rows, padded_keys, \
-    write_rows
+    row_stats, write_rows
 from .reductions import NEG_INF, ZERO
 
 
@@ -82,7 +82,7 @@ def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
 
     @cuda.jit
     def dkdv(q, k, v, do, lse, dvec, dk, dv, scale, n_q, n_k, heads, kpm):
-        bh, k0, tid, g, t, key_lo = lane_rows(Bk)   # my keys: key_lo, key_lo + 8
+        bh, k0, tid, g, t, key_lo = lane_rows(Bk, CAUSAL, True)   # my keys: key_lo, key_lo + 8
         mine = 16 * (tid // 32) * KS            # my warp's 16 rows in the block's tiles
         offset = n_k - n_q                      # §34: query i sees key j iff j ≤ i + offset
         smem = cuda.shared.array(0, float32)    # tf32x3_bwd_smem_bytes(D, Bq, WARPS)
@@ -149,7 +149,7 @@ def flash_tf32x3_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD):
 
     @cuda.jit
     def dq_kernel(q, k, v, do, lse, dvec, dq, scale, n_q, n_k, heads, kpm):
-        bh, q0, tid, g, t, r_lo = lane_rows(Bq)     # my rows: r_lo, r_lo + 8
+        bh, q0, tid, g, t, r_lo = lane_rows(Bq, CAUSAL, False)     # my rows: r_lo, r_lo + 8
         mine = 16 * (tid // 32) * KS
         offset = n_k - n_q
         smem = cuda.shared.array(0, float32)    # tf32x3_bwd_smem_bytes(D, Bk, WARPS)
@@ -159,11 +159,8 @@ def flash_tf32x3_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD):
         dq_acc = cuda.local.array(AO, float32)
         pa = cuda.local.array(4, float32)       # one k8 step of A, split: big …
         ps = cuda.local.array(4, float32)       # … and small
-        stats = cuda.local.array(4, float32)    # LSE and D of my two rows
-        for half in range(2):
-            row = r_lo + 8 * half
-            stats[half] = lse[bh, row] if row < n_q else NEG_INF
-            stats[2 + half] = dvec[bh, row] if row < n_q else ZERO
+        stats = cuda.local.array(4, float32)    # LSE·log2e and D of my two rows
+        row_stats(lse, dvec, bh, r_lo, n_q, stats)
         clear_o(dq_acc)
         block_rows(q, do, bh, n_q, q0, smem, Q_AT, DO_AT, tid)  # (seen after the 1st barrier)
 

@@ -18,6 +18,11 @@ Menu (the warp computes D = A·B + C; every lane passes its fragment registers):
     pack_f16(lo, hi) / pack_bf16(lo, hi) -> uint32   two float32 → one register of two halves,
                                                      round to nearest even (cvt.rn.*x2.f32)
     tf32(x) -> float32                  x rounded to tf32 (10 mantissa bits; cvt.rna.tf32.f32)
+    ex2(x) -> float32                   2^x on the special-function unit, denormal results
+                                        flushed to 0 (ex2.approx.ftz.f32): one instruction,
+                                        where e^x (__expf) costs a multiply and a denormal
+                                        fix-up around it; the backward's P = 2^(S·scale·log2e
+                                        − LSE·log2e) = e^(S·scale − LSE), as FlashAttention-2
     pair_lo(a, b) / pair_hi(a, b) -> uint32   (low half of a, low half of b) / (high, high):
                                               regroups two rows of half pairs into two columns
     unpack_f16(w) / unpack_bf16(w) -> (lo, hi)   one register of two halves → two float32
@@ -150,6 +155,11 @@ if cuda.config.ENABLE_CUDASIM:
             b = (b + 0x1000) & 0xFFFFE000  # cvt.rna: nearest, ties away from zero
         return np.array([b & FULL], np.uint32).view(np.float32)[0]
 
+    def ex2(x):
+        with np.errstate(over="ignore", invalid="ignore"):
+            r = np.exp2(np.float32(x))
+        return np.float32(0) if r < np.finfo(np.float32).tiny else r   # .ftz
+
     def pair_lo(a, b):
         return _u32((int(a) & 0xFFFF) | ((int(b) & 0xFFFF) << 16))
 
@@ -201,7 +211,7 @@ else:
     from llvmlite import ir
     from numba.cuda.extending import intrinsic
 
-    from .vector import element_address
+    from .vector import shared_address
 
     _I32, _F32 = ir.IntType(32), ir.FloatType()
 
@@ -267,6 +277,13 @@ else:
     pack_f16 = _to_register("pack_f16", "cvt.rn.f16x2.f32 $0, $2, $1;", "ff")
     pack_bf16 = _to_register("pack_bf16", "cvt.rn.bf16x2.f32 $0, $2, $1;", "ff")
     tf32 = _to_register("tf32", "cvt.rna.tf32.f32 $0, $1;", "f", types.float32)
+
+    @intrinsic
+    def ex2(typingctx, x):
+        def codegen(context, builder, sig, args):
+            return _asm(context, builder, sig, args, "ex2.approx.ftz.f32 $0, $1;", "f", "f")
+        return types.float32(x), codegen
+
     def _to_two_floats(name, text):
         ret = types.UniTuple(types.float32, 2)
 
@@ -288,18 +305,17 @@ else:
     pair_hi = _to_register("pair_hi", "prmt.b32 $0, $1, $2, 0x7632;", "rr")
 
     def _ldsm(name, trans):
-        """ldmatrix x4 from a shared uint32 array: the element's generic address, made a
-        32-bit shared-window address (cvta.to.shared), four registers out. The memory clobber
-        keeps LLVM from moving it across the barriers and stores around it."""
-        text = ("{ .reg .u64 a; .reg .u32 s; cvta.to.shared.u64 a, $4; cvt.u32.u64 s, a; "
-                f"ldmatrix.sync.aligned.m8n8.x4{'.trans' if trans else ''}.shared.b16 "
-                "{$0, $1, $2, $3}, [s]; }")
+        """ldmatrix x4 from a shared uint32 array: the element's 32-bit shared-window address
+        (vector.shared_address), four registers out. The memory clobber keeps LLVM from moving
+        it across the barriers and stores around it."""
+        text = (f"ldmatrix.sync.aligned.m8n8.x4{'.trans' if trans else ''}.shared.b16 "
+                "{$0, $1, $2, $3}, [$4];")
         ret = types.UniTuple(types.uint32, 4)
 
         def codegen(context, builder, sig, args):
-            addr = element_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-            fnty = ir.FunctionType(ir.LiteralStructType([_I32] * 4), [ir.IntType(64)])
-            asm = ir.InlineAsm(fnty, text, "=r,=r,=r,=r,l,~{memory}", side_effect=True)
+            addr = shared_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+            fnty = ir.FunctionType(ir.LiteralStructType([_I32] * 4), [_I32])
+            asm = ir.InlineAsm(fnty, text, "=r,=r,=r,=r,r,~{memory}", side_effect=True)
             res = builder.call(asm, [addr])
             return context.make_tuple(builder, ret,
                                       [builder.extract_value(res, n) for n in range(4)])
@@ -372,6 +388,14 @@ def pack_kernel(x, f16, bf16, lo, hi, t32):
         hi[i] = pair_hi(f16[i], bf16[i])
         t32[2 * i] = tf32(x[2 * i])
         t32[2 * i + 1] = tf32(x[2 * i + 1])
+
+
+@cuda.jit
+def ex2_kernel(x, y):
+    """y[i] = ex2(x[i]), so tests can compare it with NumPy's 2^x."""
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        y[i] = ex2(x[i])
 
 
 @cuda.jit

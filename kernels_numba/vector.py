@@ -87,6 +87,22 @@ else:
         return builder.ptrtoint(element_pointer(context, builder, aryty, ary_value, idx_value,
                                                 idxty), ir.IntType(64))
 
+    def shared_address(context, builder, aryty, ary_value, idx_value, idxty):
+        """Element idx of a shared array as a 32-bit shared-window address, for inline PTX
+        (ldmatrix, cp.async's destination): the array's base converted once (cvta.to.shared,
+        no side effects, so LLVM computes it once), the offset added in 32 bits, so that
+        ptxas folds constant offsets into the instruction ([R + imm]) instead of a 64-bit add
+        per access."""
+        ary = context.make_array(aryty)(context, builder, ary_value)
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        base = builder.call(ir.InlineAsm(ir.FunctionType(i32, [i64]),
+                                         "{ .reg .u64 a; cvta.to.shared.u64 a, $1; "
+                                         "cvt.u32.u64 $0, a; }", "=r,l", side_effect=False),
+                            [builder.ptrtoint(ary.data, i64)])
+        idx = builder.trunc(context.cast(builder, idx_value, idxty, types.intp), i32)
+        size = context.get_abi_sizeof(context.get_data_type(aryty.dtype))
+        return builder.add(base, builder.mul(idx, ir.Constant(i32, size)))
+
     def _vector_pointer(context, builder, aryty, ary_value, idx_value, idxty):
         ptr = element_pointer(context, builder, aryty, ary_value, idx_value, idxty)
         elem = ir.FloatType() if aryty.dtype == types.float32 else ir.IntType(32)
@@ -160,22 +176,22 @@ else:
 
 
     def _cp_async(name, nbytes, cache):
-        """cp.async of nbytes (src-size nbytes, or 0 = zero-fill when not ok); generic
-        addresses made shared-window (32-bit) and global ones in the asm."""
-        text = ("{ .reg .u64 a, g; .reg .u32 s; cvta.to.shared.u64 a, $0; cvt.u32.u64 s, a; "
-                f"cvta.to.global.u64 g, $1; cp.async.{cache}.shared.global [s], [g], {nbytes}, "
-                "$2; }")
+        """cp.async of nbytes (src-size nbytes, or 0 = zero-fill when not ok): the destination
+        a 32-bit shared-window address (shared_address), the source's generic address made a
+        global one in the asm."""
+        text = ("{ .reg .u64 g; cvta.to.global.u64 g, $1; "
+                f"cp.async.{cache}.shared.global [$0], [g], {nbytes}, $2; }}")
 
         def codegen(context, builder, sig, args):
-            addr = [element_address(context, builder, sig.args[n], args[n], args[n + 1],
-                                    sig.args[n + 1]) for n in (0, 2)]
+            dst = shared_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+            src = element_address(context, builder, sig.args[2], args[2], args[3], sig.args[3])
             ok = context.cast(builder, args[4], sig.args[4], types.boolean)
             size = builder.select(ok, ir.Constant(ir.IntType(32), nbytes),
                                   ir.Constant(ir.IntType(32), 0))
-            fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(64), ir.IntType(64),
+            fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(32), ir.IntType(64),
                                                    ir.IntType(32)])
-            builder.call(ir.InlineAsm(fnty, text, "l,l,r,~{memory}", side_effect=True),
-                         addr + [size])
+            builder.call(ir.InlineAsm(fnty, text, "r,l,r,~{memory}", side_effect=True),
+                         [dst, src, size])
             return context.get_dummy_value()
 
         def typer(typingctx, dst, di, src, si, ok):

@@ -21,15 +21,11 @@ from kernels_numba import attention_tc_backward as KB
 
 SHAPES = [(2, 16, 4096, 64), (1, 16, 8192, 128)]
 # (Bq, KV_WARPS, KV_ASYNC) and (Bk, Q_WARPS, Q_ASYNC); the first of each is the default
-DKDV = {64: [(64, 4, False), (64, 8, False), (32, 8, False), (32, 4, False), (64, 4, True),
-             (64, 8, True), (32, 8, True), (32, 4, True)],
-        128: [(32, 4, False), (32, 8, False), (16, 8, False), (32, 4, True), (32, 8, True),
-              (16, 8, True), (16, 4, True)]}
-DQ = {64: [(64, 4, False), (64, 8, False), (128, 4, False), (64, 4, True), (64, 8, True),
-           (32, 8, True), (128, 8, True)],
-      128: [(32, 4, False), (32, 8, False), (64, 8, False), (32, 4, True), (32, 8, True),
-            (16, 8, True), (64, 8, True)]}
-
+DKDV = {64: [(64, 8, True), (64, 4, True), (32, 8, True), (32, 4, True), (64, 8, False),
+             (64, 4, False)],
+        128: [(32, 8, True), (32, 4, True), (16, 8, True), (64, 8, True), (32, 8, False)]}
+DQ = {64: [(64, 8, True), (64, 4, True), (32, 8, True), (128, 8, True), (64, 8, False)],
+      128: [(64, 8, True), (32, 8, True), (32, 4, True), (16, 8, True), (64, 8, False)]}
 
 def regs(name, d, tile, warps, asy):
     kern = KB.BUILT.get((name, d, tile, warps, False, False, False, asy))

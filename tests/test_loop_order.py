@@ -9,7 +9,7 @@ head (small tiles), FA1's blocks-per-head knob, the producer warps, and the traf
 
 import numpy as np
 import pytest
-from conftest import check_attention
+from conftest import SIM, check_attention
 from numba import cuda
 
 from flashlesson import FlashConfig, attention, loop_order
@@ -20,6 +20,8 @@ from reference import attention as ref_attention
 from reference.philox import dropout_keep_mask
 
 REL = 1e-5
+needs_sim = pytest.mark.skipif(not SIM, reason="the traffic counter runs kernels in the "
+                               "simulator (on a GPU it refuses: test_traffic.py)")
 # small tiles so that tiny shapes have several Q and K/V tiles (T = 32 or 64 threads)
 SMALL = FlashConfig(Br=16, Bc=32, TR=4, TC=8)
 WARPS2 = FlashConfig(Br=64, Bc=16, TR=16, TC=4)
@@ -104,6 +106,7 @@ def test_bad_arguments(rng):
 
 
 # --- the IO model against the counter ------------------------------------------------------
+@needs_sim
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("q_blocks", [1, 2])
 def test_fa1_model_equals_counter(q_blocks, causal):
@@ -121,6 +124,7 @@ def test_fa1_model_equals_counter(q_blocks, causal):
     assert all(r[-1] == "yes" for r in rows), rows
 
 
+@needs_sim
 def test_fa1_and_db_models_equal_counter_through_the_api():
     """``count_attention`` (the library call as users make it) vs ``attention_traffic``."""
     for method, shape, causal in (("flash_fa1", (1, 1, 40, 24, 5), True),

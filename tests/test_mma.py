@@ -65,6 +65,19 @@ def test_packing_helpers(rng):
     np.testing.assert_array_equal(t32.view(np.uint32), _tf32(x).view(np.uint32))
 
 
+def test_ex2(rng):
+    """ex2.approx.ftz.f32: 2^x to ~2 ulp; −inf → 0, +inf → inf, results below float32's
+    smallest normal (2^−126) flushed to 0."""
+    x = rng.uniform(-30, 30, 64).astype(np.float32)
+    x[:8] = [-np.inf, np.inf, 0.0, -100.0, -126.5, -140.0, 1.0, 127.5]
+    y = np.full_like(x, np.nan)
+    mma.ex2_kernel[2, 32](x, y)
+    want = np.exp2(x.astype(np.float64))
+    want[want < 2.0 ** -126] = 0.0
+    assert y[0] == 0.0 and y[1] == np.inf and y[4] == 0.0 and y[5] == 0.0
+    np.testing.assert_allclose(y, want, rtol=4e-7, atol=0)
+
+
 @pytest.mark.skipif(not SIM, reason="the simulator's own check (on a GPU it would hang)")
 def test_simulator_reports_a_partial_warp():
     from kernels_numba.simwarp import WarpOpError

@@ -67,14 +67,16 @@ def default_tc_config(d, tf32):
         return TcConfig(Bc=16, WARPS=2)
     if tf32:
         return TcConfig(Bc=64 if d <= 64 else 32, WARPS=4)
-    # scripts/tune_tc.py on the H200 (2026-11-30), fp16, TFLOP/s: B2 H16 N4096 d64 — MT = 2
-    # (two row blocks per warp: each K/V fragment feeds two mmas) 176 vs 115 for MT = 1, 168
-    # with 8 warps; B1 H16 N8192 d128 — 8 warps 169, MT = 2 (Bc 32) 164, 4 warps 147; the
-    # register prefetch (PF) lost at both (107, 111): its registers cost more than it hides
+    # scripts/tune_tc.py on the H200 (2026-11-30), fp16, × SDPA flash in the same process:
+    # B2 H16 N4096 d64 — ASYNC (cp.async stages, ldmatrix), MT = 2 (each K/V fragment feeds
+    # two mmas), 8 warps 0.80, 4 warps 0.74; the register-staged MT = 2 0.59; B1 H16 N8192
+    # d128 — ASYNC, Bc 128, 8 warps 0.66; Bc 64 0.52; register-staged 8 warps 0.47; the
+    # register prefetch (PF) lost at both. (With mma.ex2 and 32-bit shared addresses since:
+    # 0.90 and 0.77 in the README's bench.)
     if d <= 64:
-        return TcConfig(Bc=64, WARPS=4, MT=2)
+        return TcConfig(Bc=64, WARPS=8, MT=2, ASYNC=True)
     if d <= 128:
-        return TcConfig(Bc=64, WARPS=8)
+        return TcConfig(Bc=128, WARPS=8, ASYNC=True)
     return TcConfig(Bc=32, WARPS=4)
 
 
@@ -263,15 +265,22 @@ class TcBwdConfig:
 
 
 def default_tc_bwd_config(d, tf32=False):
-    """4 warps (16 keys or queries each per block), tiles of 64 at d ≤ 64 (248 / 193
-    registers, no spills, ptxas sm_90) and 32 above (d = 128: 255 / 237, 84 bytes spilled by
-    dK/dV; d = 256 spills kilobytes); 3xTF32 (float32 operands, twice the registers): tiles of
-    32, and 16 above d = 64."""
+    """fp16/bf16: scripts/tune_tc_bwd.py on the H200 (2026-11-30), × SDPA flash backward in the
+    same process: both kernels ASYNC with 8 warps; Q tiles of 64 (d ≤ 64) or 32 (d ≤ 128), K/V
+    tiles of 64: 0.63 / 0.62 non-causal in the README's bench (the register-staged 4-warp
+    kernels: 0.32 / 0.29). A later sweep had dQ tiles of 32 at 0.68 for d = 64 (log:
+    docs/logs/tune_tc_bwd_h200.log), not adopted without a full bench. Above d = 128: the
+    register-staged kernels with tiles of 32 (they spill). 3xTF32 (float32 operands, twice
+    the registers): tiles of 32, and 16 above d = 64."""
     if device.SIMULATOR:
         return TcBwdConfig(16, 1, 16, 1)
     if tf32:
         return TcBwdConfig(32, 4, 32, 4) if d <= 64 else TcBwdConfig(16, 4, 16, 4)
-    return TcBwdConfig(64, 4, 64, 4) if d <= 64 else TcBwdConfig(32, 4, 32, 4)
+    if d <= 64:
+        return TcBwdConfig(64, 8, 64, 8, KV_ASYNC=True, Q_ASYNC=True)
+    if d <= 128:
+        return TcBwdConfig(32, 8, 64, 8, KV_ASYNC=True, Q_ASYNC=True)
+    return TcBwdConfig(32, 4, 32, 4)
 
 
 def attention_backward_tc(do, q, k, v, o, lse, *, causal=False, scale=None,
@@ -344,8 +353,8 @@ def attention_backward_tc(do, q, k, v, o, lse, *, causal=False, scale=None,
         qk = KB.flash_tc_bwd_dq_kernel(d, cfg.Bk, wq, bool(causal), pad, bf, cfg.Q_ASYNC)
         kv_smem = KB.tc_bwd_smem_bytes(d, cfg.Bq, wk, cfg.KV_ASYNC)
         q_smem = KB.tc_bwd_smem_bytes(d, cfg.Bk, wq, cfg.Q_ASYNC)
-    launch(kv, (-(-nk // (16 * wk)), bh), 32 * wk,
-           (q3, k3, v3, do3, lse2, dvec, dk, dv, np.float32(scale), nq, nk, H, mask), kv_smem)
-    launch(qk, (-(-nq // (16 * wq)), bh), 32 * wq,
-           (q3, k3, v3, do3, lse2, dvec, dq, np.float32(scale), nq, nk, H, mask), q_smem)
+    for kern, blocks, warps, out, smem in ((kv, -(-nk // (16 * wk)), wk, (dk, dv), kv_smem),
+                                           (qk, -(-nq // (16 * wq)), wq, (dq,), q_smem)):
+        launch(kern, (bh, blocks) if causal else (blocks, bh), 32 * warps,    # lane_rows's
+               (q3, k3, v3, do3, lse2, dvec, *out, np.float32(scale), nq, nk, H, mask), smem)
     return tuple(_unwords(g, (B, H, g.shape[1], d), fmt, qo.on_host) for g in grads)
