@@ -91,8 +91,8 @@ def tc_smem_bytes(D, Bc, TF32, ASYNC=False):
 def online_softmax_tc(NBS, NBO, MT=1):
     """The CUDA-core part of one K/V tile, on the accumulator layout: masked S → P in place,
     m/l/acc of the lane's 2·MT rows updated. In base 2 (FlashAttention-2's trick): S arrives
-    as Q Kᵀ·scale·log2e and m with it, so each exponential is one ex2 (2^(S − m) = e^(S·scale
-    − m·ln2)), and LSE = m·ln2 + ln l at the end. Row (mt, half) = rows g + 16·mt + 8·half of the
+    as S₂ = Q Kᵀ·scale·log2e and m with it (m₂ = m·log2e), so each exponential is one ex2
+    (2^(S₂ − m₂) = e^(Q Kᵀ·scale − m)), and LSE = m₂·ln2 + ln l at the end. Row (mt, half) = rows g + 16·mt + 8·half of the
     warp's 16·MT: elements 2·half, 2·half + 1 of each 4 in S block mt (s[4·(mt·NBS + nb) + …])
     and in acc block mt; ml = [m of the 2·MT rows …, l of the 2·MT rows …]."""
 
@@ -421,7 +421,8 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False
 
         s = cuda.local.array(SN, float32)           # S, then P, of this tile (accumulators)
         acc = cuda.local.array(AN, float32)         # un-normalized output   (§32: acc)
-        ml = cuda.local.array(ML, float32)          # m of my 2·MT rows, then l (§32: m, l)
+        ml = cuda.local.array(ML, float32)          # m of my 2·MT rows (base 2: m·log2e),
+                                                    # then l (§32: m, l)
         w = cuda.local.array(REGS, uint32)          # the next tile's words, in flight
         pa = cuda.local.array(PA, uint32)           # P as A fragments (16-bit pairs)
         for i in range(MT * NBO):                   # (loops of at most 32: LLVM unrolls

@@ -31,7 +31,7 @@ their mmas already as the A operands of dV and dK::
 The dQ kernel, queries as rows::
 
     for each K/V tile j:                Q, dO rows of the block: A fragments in registers
-        S = Qi Kjᵀ;  P = exp(S·scale − LSE);  dP = dOi Vjᵀ;  dS = P ∘ (dP − D)
+        S = Qi Kjᵀ;  P = exp(S·scale − LSE) (by ex2, as above);  dP = dOi Vjᵀ;  dS = P∘(dP − D)
         dQ += dS Kj                     B = Kjᵀ (shared, transposed)
     dQ ·= scale
 
@@ -178,9 +178,9 @@ def ds_transposed(NBQ, Bq, CAUSAL, PAD):
 def ds_rows(NBK, CAUSAL, PAD):
     """§30 on the dQ kernel's S, dP accumulators (rows: the lane's queries r_lo, r_lo + 8, with
     LSE·log2e and D in stats[0, 1] and stats[2, 3] (row_stats); columns: keys k0 + 8nb + 2t
-    (+1)), in place: P and dS. Masks (keys past Nk, §34 causal, §35 padding) set S = −inf, and
-    only on the tiles that need them: the last one, or, causal, those reaching above the
-    diagonal of the lane's rows."""
+    (+1)), in place: P and dS. The masks (keys past Nk, §34 causal, §35 padding) set the
+    exponent (S·scale − LSE)·log2e to −inf (P = 0): with padding on every tile, otherwise only
+    on the last one and, causal, on those reaching above the diagonal of the lane's rows."""
     Bk = 8 * NBK
 
     @cuda.jit(device=True)

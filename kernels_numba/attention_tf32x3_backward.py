@@ -14,7 +14,8 @@ The fp16/bf16 tensor-core backward (kernels_numba/attention_tc_backward.py) with
 operands: every product is three m16n8k8 tf32 mmas (big·big + big·small + small·big, each
 operand x = big + small with big = tf32(x): ``attention_tc.mma3``), which keeps float32-level
 accuracy — torch's fp32 "efficient" backend computes the same way. The loops, the masks and
-the element step (``ds_transposed``, ``ds_rows``: P = exp(S·scale − LSE), dS = P ∘ (dP − D))
+the element step (``ds_transposed``, ``ds_rows``: P = exp(S·scale − LSE) as 2^((S·scale − LSE)·
+log2e) by ``mma.ex2``, dS = P ∘ (dP − D))
 are those of the fp16 kernels; what differs is only the operand format:
 
 - products over d (Sᵀ = K Qᵀ, dPᵀ = V dOᵀ; S = Q Kᵀ, dP = dO Vᵀ): ``tf32_by_rows``, A from the

@@ -123,6 +123,26 @@ def test_bitwise_identical_runs(rng):
             np.testing.assert_array_equal(a.view(np.uint16), b.copy_to_host().view(np.uint16))
 
 
+@pytest.mark.parametrize("limit_kb", [227, 99])
+def test_default_configs_fit_the_device(monkeypatch, limit_kb):
+    """The GPU defaults (tc_methods) are the H200's (227 KB of shared memory a block); on a GPU
+    allowing 99 KB (sm_86/89) they step down to configs that fit, forward and backward."""
+    from flashlesson import tc_methods
+    from kernels_numba.attention_tc import tc_smem_bytes
+    from kernels_numba.attention_tc_backward import tc_bwd_smem_bytes
+    monkeypatch.setattr(tc_methods.device, "SIMULATOR", False)
+    monkeypatch.setattr(tc_methods, "max_shared_bytes", lambda: limit_kb * 1024)
+    for d in (64, 80, 128, 256):
+        f = tc_methods.default_tc_config(d, False)
+        b = tc_methods.default_tc_bwd_config(d)
+        need = [tc_smem_bytes(d, f.Bc, False, f.ASYNC),
+                tc_bwd_smem_bytes(d, b.Bq, b.KV_WARPS, b.KV_ASYNC),
+                tc_bwd_smem_bytes(d, b.Bk, b.Q_WARPS, b.Q_ASYNC)]
+        assert max(need) <= limit_kb * 1024, (d, f, b, need)
+        if limit_kb == 227 and d == 128:        # the H200's: the tuned ones
+            assert (f.Bc, f.WARPS, b.Bk, b.Q_WARPS) == (128, 8, 64, 8)
+
+
 def test_bad_inputs(rng):
     q = rng.standard_normal((1, 1, 8, 16)).astype(np.float16)
     o, lse = attention(q, q, q, return_lse=True)
@@ -192,6 +212,32 @@ def test_tf32x3_padding_configs_and_bitwise_runs(rng):
                                        method="flash_tc")
             for a, b in zip(first, again):
                 np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("fmt, config", [
+    ("f16", None), ("f16", by_device(TcBwdConfig(16, 1, 16, 1, True, True),
+                                     TcBwdConfig(64, 8, 64, 8, True, True))),
+    ("tf32", None)], ids=["f16", "f16-async", "tf32x3"])
+def test_very_negative_scores(rng, fmt, config, causal):
+    """Every score ≈ −256 (q·k = 256·(−√d) in column 0, S = that · 1/√d, plus ordinary
+    scores from the other columns), so LSE ≈ −256 and, for a key past Nk (a zero row of a
+    partial tile: S = 0), 2^((S − LSE)·log2e) = 2^369 = inf: only the masks keep it out of
+    dS and dq (NaN otherwise). Nk not a multiple of any tile."""
+    B, H, nq, nk, d = by_device((1, 1, 19, 21, 16), (1, 2, 100, 75, 64))
+    q, k, v, do = (rng.standard_normal((B, H, n, d)) for n in (nq, nk, nk, nq))
+    q[..., 0], k[..., 0] = 256.0, -np.sqrt(d)
+    x = [a.astype(np.float16 if fmt == "f16" else np.float32) for a in (q, k, v, do)]
+    method = "flash_tc"                         # (what fp16 inputs get anyway)
+    o, lse = attention(*x[:3], causal=causal, return_lse=True, method=method)
+    assert np.max(lse.copy_to_host() if hasattr(lse, "copy_to_host") else lse) < -200
+    grads = attention_backward(x[3], *x[:3], o, lse, causal=causal, method=method,
+                               config=config)
+    refs = ref_backward(*(a.astype(np.float64) for a in (x[3], *x[:3])), causal=causal)
+    if fmt == "f16":
+        _check(grads, refs, fmt)
+    else:   # (the exponent (S − LSE)·log2e is a difference of two numbers near 369, each
+        check_grads(grads, refs, 5e-4)  # rounded to float32 (ulp 3e-5): P moves by ~2e-5)
 
 
 def test_tf32x3_bad_inputs(rng):

@@ -27,7 +27,7 @@ from kernels_numba import attention_tc as KT
 
 from . import device
 from .arrays import Operand, empty, is_device_array
-from .launch import launch, stride_grid
+from .launch import launch, max_shared_bytes, stride_grid
 
 MAX_HEAD_DIM = 256
 
@@ -75,8 +75,10 @@ def default_tc_config(d, tf32):
     # 0.90 and 0.77 in the README's bench.)
     if d <= 64:
         return TcConfig(Bc=64, WARPS=8, MT=2, ASYNC=True)
-    if d <= 128:
-        return TcConfig(Bc=128, WARPS=8, ASYNC=True)
+    if d <= 128:                # 136 KB of shared memory at d = 128; on a GPU allowing less
+        if KT.tc_smem_bytes(d, 128, False, True) <= max_shared_bytes():   # (99 KB: sm_86/89)
+            return TcConfig(Bc=128, WARPS=8, ASYNC=True)
+        return TcConfig(Bc=64, WARPS=8, ASYNC=True)                      # 68 KB
     return TcConfig(Bc=32, WARPS=4)
 
 
@@ -277,9 +279,12 @@ def default_tc_bwd_config(d, tf32=False):
     if tf32:
         return TcBwdConfig(32, 4, 32, 4) if d <= 64 else TcBwdConfig(16, 4, 16, 4)
     if d <= 64:
-        return TcBwdConfig(64, 8, 64, 8, KV_ASYNC=True, Q_ASYNC=True)
-    if d <= 128:
-        return TcBwdConfig(32, 8, 64, 8, KV_ASYNC=True, Q_ASYNC=True)
+        return TcBwdConfig(64, 8, 64, 8, KV_ASYNC=True, Q_ASYNC=True)        # 73 KB each
+    if d <= 128:                # 103 / 137 KB; on a GPU allowing less (99 KB: sm_86/89) …
+        from kernels_numba.attention_tc_backward import tc_bwd_smem_bytes
+        if tc_bwd_smem_bytes(d, 64, 8, True) <= max_shared_bytes():
+            return TcBwdConfig(32, 8, 64, 8, KV_ASYNC=True, Q_ASYNC=True)
+        return TcBwdConfig(32, 4, 32, 4, KV_ASYNC=True, Q_ASYNC=True)    # … 69 KB each
     return TcBwdConfig(32, 4, 32, 4)
 
 
@@ -353,8 +358,9 @@ def attention_backward_tc(do, q, k, v, o, lse, *, causal=False, scale=None,
         qk = KB.flash_tc_bwd_dq_kernel(d, cfg.Bk, wq, bool(causal), pad, bf, cfg.Q_ASYNC)
         kv_smem = KB.tc_bwd_smem_bytes(d, cfg.Bq, wk, cfg.KV_ASYNC)
         q_smem = KB.tc_bwd_smem_bytes(d, cfg.Bk, wq, cfg.Q_ASYNC)
+    # grids as the kernels' lane_rows reads them: causal (B·H, row blocks), else (blocks, B·H)
     for kern, blocks, warps, out, smem in ((kv, -(-nk // (16 * wk)), wk, (dk, dv), kv_smem),
                                            (qk, -(-nq // (16 * wq)), wq, (dq,), q_smem)):
-        launch(kern, (bh, blocks) if causal else (blocks, bh), 32 * warps,    # lane_rows's
+        launch(kern, (bh, blocks) if causal else (blocks, bh), 32 * warps,
                (q3, k3, v3, do3, lse2, dvec, *out, np.float32(scale), nq, nk, H, mask), smem)
     return tuple(_unwords(g, (B, H, g.shape[1], d), fmt, qo.on_host) for g in grads)
