@@ -305,12 +305,19 @@ def rows_writer(RM, DN, W):
 
 
 @pure_device
+def lse_or_inf(x, live):
+    """The LSE a backward subtracts, P = e^{S − LSE}: +inf for a row that sees no key (saved
+    −inf) or that is not there (live False: past n_q), so that its P = e^{S − ∞} = 0 with no
+    test per element."""
+    return POS_INF if x == NEG_INF or not live else x
+
+
+@pure_device
 def row_stats(lse, dvec, lse_base, lse_stride, row, n_q):
-    """(LSE, D) of query row: LSE = +inf for a row that sees no key (saved −inf) and for a row
-    past n_q, so that its P = e^{S − ∞} = 0; D = 0 past n_q."""
-    x = lse[lse_base + row * lse_stride] if row < n_q else NEG_INF
-    return (POS_INF if x == NEG_INF else x,
-            dvec[lse_base + row * lse_stride] if row < n_q else ZERO)
+    """(LSE, D) of query row: LSE as lse_or_inf gives it, D = 0 past n_q."""
+    live = row < n_q
+    return (lse_or_inf(lse[lse_base + row * lse_stride] if live else NEG_INF, live),
+            dvec[lse_base + row * lse_stride] if live else ZERO)
 
 
 @pure_device
@@ -611,7 +618,7 @@ def naive_probs_kernel(PAD):
             bh = row // n_q
             i = row - bh * n_q
             x = lse[bh, i]
-            p = fast_exp(s[bh, i, j] - (POS_INF if x == NEG_INF else x))    # P = e^{S − LSE}
+            p = fast_exp(s[bh, i, j] - lse_or_inf(x, True))             # P = e^{S − LSE}
             if PAD:
                 if kpm[bh // heads, j] == 0:
                     p = ZERO

@@ -88,6 +88,17 @@ def tc_smem_bytes(D, Bc, TF32, ASYNC=False):
 
 
 @lru_cache(maxsize=None)
+def zeros(N):
+    """clear(acc): acc[0 … N − 1] = 0 (N ≤ 32 · 4: a loop LLVM unrolls, so the array stays in
+    registers)."""
+    @cuda.jit(device=True)
+    def clear(acc):
+        for i in range(N):
+            acc[i] = ZERO
+    return clear
+
+
+@lru_cache(maxsize=None)
 def online_softmax_tc(NBS, NBO, MT=1):
     """The CUDA-core part of one K/V tile, on the accumulator layout: masked S → P in place,
     m/l/acc of the lane's 2·MT rows updated. In base 2 (FlashAttention-2's trick): S arrives
@@ -389,6 +400,7 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False
     qk = products_for(NBS, KC, MT, BF16, ASYNC, False)
     pv = products_for(NBO, KC2, MT, BF16, ASYNC, True)
     to_a = pack_accumulators(KC2, MT, NBS, BF16)
+    clear_acc, clear_s = zeros(AN), zeros(SN)
 
     @cuda.jit
     def flash_tc(q, k, v, o, lse, scale, n_q, n_k, heads, kpm):
@@ -425,9 +437,7 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False
                                                     # then l (§32: m, l)
         w = cuda.local.array(REGS, uint32)          # the next tile's words, in flight
         pa = cuda.local.array(PA, uint32)           # P as A fragments (16-bit pairs)
-        for i in range(MT * NBO):                   # (loops of at most 32: LLVM unrolls
-            for e in range(4):                      #  them, and the arrays stay registers)
-                acc[4 * i + e] = ZERO
+        clear_acc(acc)
         for r in range(2 * MT):
             ml[r] = NEG_INF
             ml[2 * MT + r] = ZERO
@@ -459,9 +469,7 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False
 
             # S = Qi Kjᵀ on the tensor cores: each B fragment (two words of K row 8nb + g)
             # is read once and used by the MT row blocks
-            for i in range(MT * NBS):
-                for e in range(4):
-                    s[4 * i + e] = ZERO
+            clear_s(s)
             qk(qa, smem, sK, KS, g, t, s)           # S = Qi Kjᵀ
             for i in range(MT * NBS):
                 for e in range(4):
@@ -585,6 +593,15 @@ def tf32_by_keys(NB, KC2):
     return run
 
 
+def tf32x3_tiles(D, B, WARPS):
+    """The 3xTF32 kernels' sizes (forward and backward): (16·WARPS rows of the block, T
+    threads, KS = the row stride of a shared float32 tile (D + 4), NB = 8-column blocks and
+    k8 steps over the streamed tile of B rows, NBO = the same over d, then the registers per
+    lane of a B-wide and a d-wide accumulator: 4·NB, 4·NBO)."""
+    NB, NBO = B // 8, D // 8
+    return 16 * WARPS, 32 * WARPS, D + 4, NB, NBO, 4 * NB, 4 * NBO
+
+
 @lru_cache(maxsize=None)
 def flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD):
     """float32 FlashAttention forward on tensor cores, 3xTF32 (see the module menu).
@@ -596,20 +613,17 @@ def flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD):
     with its k index permuted (lane t holds keys 2t, 2t+1, taken as k = t and t + 4), and the
     B rows of V are read in the same permuted order, so Σ_k is unchanged.
     """
-    Br = 16 * WARPS
-    T = 32 * WARPS
-    KC = D // 8                     # k-steps of S (k8 each)
-    NBS = Bc // 8
-    KC2 = Bc // 8                   # k-steps of P V
-    NBO = D // 8
-    QA, SN, AN = 4 * KC, 4 * NBS, 4 * NBO   # registers per lane: Q fragments, S, acc
-    KS = D + 4                      # row stride (floats) of the K and V tiles
+    # NBS 8-column blocks of S = k8 steps of P V; NBO 8-column blocks of O = k8 steps of S;
+    # registers per lane: S (SN), acc and the Q fragments (AN); KS: row stride of K, V tiles
+    Br, T, KS, NBS, NBO, SN, AN = tf32x3_tiles(D, Bc, WARPS)
+    KC, QA = NBO, AN                # k8 steps of S over d; registers of the Q fragments
     TILE = Bc * KS                  # floats per shared tile; the V tile follows
     assert D % 8 == 0 and Bc % 16 == 0
     update = online_softmax_tc(NBS, NBO)
     mask = mask_scores_tc(NBS, CAUSAL, PAD)
     rows = rows_f32(D, Bc, T)
-    pv = tf32_by_keys(NBO, KC2)
+    pv = tf32_by_keys(NBO, NBS)
+    clear_acc = zeros(AN)
 
     @cuda.jit
     def flash_tf32x3(q, k, v, o, lse, scale, n_q, n_k, heads, kpm):
@@ -639,8 +653,7 @@ def flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD):
         s = cuda.local.array(SN, float32)
         acc = cuda.local.array(AN, float32)
         ml = cuda.local.array(4, float32)
-        for i in range(4 * NBO):
-            acc[i] = ZERO
+        clear_acc(acc)
         ml[0] = NEG_INF
         ml[1] = NEG_INF
         ml[2] = ZERO

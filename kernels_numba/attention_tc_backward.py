@@ -57,9 +57,9 @@ from functools import lru_cache
 from numba import cuda, float32, uint32
 
 from .attention import block_tile, first_q_tile, kv_tiles
-from .attention_backward import POS_INF
+from .attention_backward import lse_or_inf
 from .attention_tc import BUILT, LOG2E, kv_loader_tc, ldsm_products_a, \
-    pack_accumulators, products_for, rows_async, tc_shapes
+    pack_accumulators, products_for, rows_async, tc_shapes, zeros
 from .jit import pure_device
 from .mma import ex2, pack_bf16, pack_f16, unpack_bf16, unpack_f16
 from .reductions import NEG_INF, ZERO
@@ -99,15 +99,15 @@ def tc_bwd_preprocess(BF16):
 @pure_device
 def lse2_of(lse, live):
     """The exponent's offset in base 2: LSE·log2e, so that P = 2^(S·scale·log2e − LSE·log2e)
-    is one FFMA and one ex2 (FlashAttention-2's trick). A query that sees no key (LSE = −inf)
-    or lies past Nq (live False) gets +inf: its P = 2^(−inf) = 0 with no test per element."""
-    return POS_INF if lse == NEG_INF or not live else lse * LOG2E
+    is one FFMA and one ex2 (FlashAttention-2's trick); +inf (P = 0) for a query that sees no
+    key or lies past Nq (live False), as attention_backward.lse_or_inf says."""
+    return lse_or_inf(lse, live) * LOG2E
 
 
 @cuda.jit(device=True)
-def row_stats(lse, dvec, bh, r_lo, n_q, stats):
-    """The dQ kernels' two rows r_lo, r_lo + 8: stats = [LSE·log2e (lse2_of) of each, D of
-    each (0 past Nq)]."""
+def lane_row_stats(lse, dvec, bh, r_lo, n_q, stats):
+    """The dQ kernels' two rows r_lo, r_lo + 8 (attention_backward.row_stats in base 2):
+    stats = [LSE·log2e (lse2_of) of each, D of each (0 past Nq)]."""
     for half in range(2):
         row = r_lo + 8 * half
         live = row < n_q
@@ -225,11 +225,11 @@ def products(KC, NB, BF16, ASYNC, A_SMEM=False):
     run = ldsm_products_a(NB, KC, BF16) if A_SMEM else products_for(NB, KC, 1, BF16, ASYNC,
                                                                     False)
 
+    clear = zeros(4 * NB)
+
     @cuda.jit(device=True)
     def fresh(a, smem, off, KS, g, t, acc):
-        for nb in range(NB):
-            for e in range(4):
-                acc[4 * nb + e] = ZERO
+        clear(acc)
         run(a, smem, off, KS, g, t, acc)
     return fresh
 
@@ -303,6 +303,7 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
     prod_a = products(KC, NBQ, BF16, True, True)
     acc_tile = accumulate(KC2, NBO, NBQ, BF16, ASYNC)
     write = write_rows(NBO, BF16)
+    clear_o = zeros(AO)
     ds_t = ds_transposed(NBQ, Bq, CAUSAL, PAD)
 
     @cuda.jit(device=True)
@@ -345,10 +346,8 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
         pad_lo = pad_hi = False                 # §35: a padded key gets dk = dv = 0
         if PAD:
             pad_lo, pad_hi = padded_keys(kpm, bh // heads, key_lo, n_k)
-        for i in range(NBO):                    # (loops of ≤ 32: unrolled, so registers)
-            for e in range(4):
-                dk_acc[4 * i + e] = ZERO
-                dv_acc[4 * i + e] = ZERO
+        clear_o(dk_acc)
+        clear_o(dv_acc)
 
         first = first_q_tile(CAUSAL, k0, Bq, n_q, n_k)  # (causal: earlier Q tiles see none
                                                         #  of this block's keys)
@@ -428,6 +427,7 @@ def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
     prod_a = products(KC, NBK, BF16, True, True)
     acc_tile = accumulate(KC2, NBO, NBK, BF16, ASYNC)
     write = write_rows(NBO, BF16)
+    clear_o = zeros(AO)
     ds = ds_rows(NBK, CAUSAL, PAD)
 
     @cuda.jit
@@ -450,10 +450,8 @@ def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
         w = cuda.local.array(REGS, uint32)
         pa = cuda.local.array(PA, uint32)       # dS as A fragments
         stats = cuda.local.array(4, float32)    # LSE·log2e and D of my two rows
-        row_stats(lse, dvec, bh, r_lo, n_q, stats)
-        for i in range(NBO):
-            for e in range(4):
-                dq_acc[4 * i + e] = ZERO
+        lane_row_stats(lse, dvec, bh, r_lo, n_q, stats)
+        clear_o(dq_acc)
 
         n_tiles = kv_tiles(CAUSAL, q0, Bq, Bk, n_q, n_k)
         if ASYNC and n_tiles > 0:               # (the Q, dO rows land with the first tile)

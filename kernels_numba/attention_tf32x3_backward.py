@@ -39,9 +39,9 @@ from functools import lru_cache
 from numba import cuda, float32
 
 from .attention import first_q_tile, kv_tiles
-from .attention_tc import BUILT, rows_f32, tf32_by_keys, tf32_by_rows
-from .attention_tc_backward import ds_rows, ds_transposed, lane_rows, padded_keys, \
-    row_stats, write_rows
+from .attention_tc import BUILT, rows_f32, tf32_by_keys, tf32_by_rows, tf32x3_tiles
+from .attention_tc_backward import ds_rows, ds_transposed, lane_row_stats, lane_rows, \
+    padded_keys, write_rows, zeros
 from .reductions import NEG_INF, ZERO
 
 
@@ -51,23 +51,11 @@ def tf32x3_bwd_smem_bytes(D, B, WARPS):
 
 
 @lru_cache(maxsize=None)
-def zeros(N):
-    @cuda.jit(device=True)
-    def clear(acc):
-        for i in range(N):                  # (≤ 32 · 4: unrolled, so registers)
-            acc[i] = ZERO
-    return clear
-
-
-@lru_cache(maxsize=None)
 def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
     """dK, dV for float32 inputs, 3xTF32; see the module menu."""
-    Bk = 16 * WARPS                 # keys per block (rows of the transposed problem)
-    T = 32 * WARPS
-    KS = D + 4
-    NBQ, KC2 = Bq // 8, Bq // 8     # 8-column blocks / k8 steps over the Q tile
-    NBO, KC = D // 8, D // 8        # 8-column blocks / k8 steps over d
-    SQ, AO = 4 * NBQ, 4 * NBO       # registers per lane (array sizes: named constants)
+    # Bk keys per block (rows of the transposed problem); NBQ 8-column blocks and k8 steps
+    # over the Q tile, NBO over d; SQ, AO registers per lane (array sizes: named constants)
+    Bk, T, KS, NBQ, NBO, SQ, AO = tf32x3_tiles(D, Bq, WARPS)
     K_AT, V_AT = 0, Bk * KS         # shared: the block's K rows, V rows, …
     Q_AT = 2 * Bk * KS              # … the tile's Qi rows, dOi rows, LSE_i, D_i
     DO_AT = Q_AT + Bq * KS
@@ -75,8 +63,8 @@ def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
     assert D % 8 == 0 and Bq % 16 == 0
     block_rows = rows_f32(D, Bk, T)
     rows = rows_f32(D, Bq, T)
-    by_rows = tf32_by_rows(NBQ, KC)
-    by_keys = tf32_by_keys(NBO, KC2)
+    by_rows = tf32_by_rows(NBQ, NBO)
+    by_keys = tf32_by_keys(NBO, NBQ)
     ds_t = ds_transposed(NBQ, Bq, CAUSAL, PAD)
     clear_s, clear_o = zeros(SQ), zeros(AO)
     write = write_rows(NBO, False, True)
@@ -130,20 +118,15 @@ def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
 @lru_cache(maxsize=None)
 def flash_tf32x3_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD):
     """dQ for float32 inputs, 3xTF32; see the module menu."""
-    Bq = 16 * WARPS
-    T = 32 * WARPS
-    KS = D + 4
-    NBK, KC2 = Bk // 8, Bk // 8
-    NBO, KC = D // 8, D // 8
-    SK, AO = 4 * NBK, 4 * NBO
+    Bq, T, KS, NBK, NBO, SK, AO = tf32x3_tiles(D, Bk, WARPS)     # (as in the dK/dV kernel)
     Q_AT, DO_AT = 0, Bq * KS        # shared: the block's Q rows, dO rows, …
     K_AT = 2 * Bq * KS              # … the tile's Kj rows, Vj rows
     V_AT = K_AT + Bk * KS
     assert D % 8 == 0 and Bk % 16 == 0
     block_rows = rows_f32(D, Bq, T)
     rows = rows_f32(D, Bk, T)
-    by_rows = tf32_by_rows(NBK, KC)
-    by_keys = tf32_by_keys(NBO, KC2)
+    by_rows = tf32_by_rows(NBK, NBO)
+    by_keys = tf32_by_keys(NBO, NBK)
     ds = ds_rows(NBK, CAUSAL, PAD)
     clear_s, clear_o = zeros(SK), zeros(AO)
     write = write_rows(NBO, False, True)
@@ -161,7 +144,7 @@ def flash_tf32x3_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD):
         pa = cuda.local.array(4, float32)       # one k8 step of A, split: big …
         ps = cuda.local.array(4, float32)       # … and small
         stats = cuda.local.array(4, float32)    # LSE·log2e and D of my two rows
-        row_stats(lse, dvec, bh, r_lo, n_q, stats)
+        lane_row_stats(lse, dvec, bh, r_lo, n_q, stats)
         clear_o(dq_acc)
         block_rows(q, do, bh, n_q, q0, smem, Q_AT, DO_AT, tid)  # (seen after the 1st barrier)
 

@@ -18,6 +18,10 @@ flashlesson.arrays.POISON = True
 
 SIM = flashlesson.SIMULATOR
 GPU = not SIM
+# flashlesson.traffic's counter runs kernels in the simulator; on a GPU it refuses
+# (test_traffic.py::test_counter_refuses_the_gpu)
+needs_sim = pytest.mark.skipif(not SIM, reason="the traffic counter runs kernels in the "
+                               "simulator")
 
 
 def by_device(sim, gpu):

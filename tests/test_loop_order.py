@@ -9,7 +9,7 @@ head (small tiles), FA1's blocks-per-head knob, the producer warps, and the traf
 
 import numpy as np
 import pytest
-from conftest import SIM, check_attention
+from conftest import check_attention, needs_sim
 from numba import cuda
 
 from flashlesson import FlashConfig, attention, loop_order
@@ -20,8 +20,6 @@ from reference import attention as ref_attention
 from reference.philox import dropout_keep_mask
 
 REL = 1e-5
-needs_sim = pytest.mark.skipif(not SIM, reason="the traffic counter runs kernels in the "
-                               "simulator (on a GPU it refuses: test_traffic.py)")
 # small tiles so that tiny shapes have several Q and K/V tiles (T = 32 or 64 threads)
 SMALL = FlashConfig(Br=16, Bc=32, TR=4, TC=8)
 WARPS2 = FlashConfig(Br=64, Bc=16, TR=16, TC=4)

@@ -8,7 +8,7 @@ of 4 (scalar tile loads instead of load4), a causal Q tile that sees no key at a
 
 import numpy as np
 import pytest
-from conftest import SIM
+from conftest import SIM, needs_sim
 from numba import cuda
 
 from flashlesson import FlashConfig, SOFTMAX_METHODS, attention, traffic
@@ -18,7 +18,6 @@ from kernels_numba.vector import load4, store4
 from reference.attention import attention as attention_oracle
 from reference.attention import flash_attention_bytes, naive_attention_bytes
 
-needs_sim = pytest.mark.skipif(not SIM, reason="the counter runs kernels in the simulator")
 
 
 def same(model, counted):
