@@ -50,6 +50,16 @@ def tf32x3_bwd_smem_bytes(D, B, WARPS):
     return (2 * 16 * WARPS * (D + 4) + 2 * B * (D + 4) + 2 * B) * 4
 
 
+def parts(D, B, WARPS):
+    """The device functions both kernels build, for a block of 16·WARPS rows (its own K, V or
+    Q, dO) and streamed tiles of B rows: (block_rows, rows: loaders of two row tiles; by_rows:
+    products over d, S-like; by_keys: products over the tile, into d-wide accumulators;
+    clear_s, clear_o: zero a B-wide or d-wide accumulator; write: the gradient rows)."""
+    R, T, _, NB, NBO, S, AO = tf32x3_tiles(D, B, WARPS)
+    return (rows_f32(D, R, T), rows_f32(D, B, T), tf32_by_rows(NB, NBO),
+            tf32_by_keys(NBO, NB), zeros(S), zeros(AO), write_rows(NBO, False, True))
+
+
 @lru_cache(maxsize=None)
 def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
     """dK, dV for float32 inputs, 3xTF32; see the module menu."""
@@ -61,13 +71,8 @@ def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
     DO_AT = Q_AT + Bq * KS
     FL = DO_AT + Bq * KS
     assert D % 8 == 0 and Bq % 16 == 0
-    block_rows = rows_f32(D, Bk, T)
-    rows = rows_f32(D, Bq, T)
-    by_rows = tf32_by_rows(NBQ, NBO)
-    by_keys = tf32_by_keys(NBO, NBQ)
+    block_rows, rows, by_rows, by_keys, clear_s, clear_o, write = parts(D, Bq, WARPS)
     ds_t = ds_transposed(NBQ, Bq, CAUSAL, PAD)
-    clear_s, clear_o = zeros(SQ), zeros(AO)
-    write = write_rows(NBO, False, True)
 
     @cuda.jit
     def dkdv(q, k, v, do, lse, dvec, dk, dv, scale, n_q, n_k, heads, kpm):
@@ -123,13 +128,8 @@ def flash_tf32x3_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD):
     K_AT = 2 * Bq * KS              # … the tile's Kj rows, Vj rows
     V_AT = K_AT + Bk * KS
     assert D % 8 == 0 and Bk % 16 == 0
-    block_rows = rows_f32(D, Bq, T)
-    rows = rows_f32(D, Bk, T)
-    by_rows = tf32_by_rows(NBK, NBO)
-    by_keys = tf32_by_keys(NBO, NBK)
+    block_rows, rows, by_rows, by_keys, clear_s, clear_o, write = parts(D, Bk, WARPS)
     ds = ds_rows(NBK, CAUSAL, PAD)
-    clear_s, clear_o = zeros(SK), zeros(AO)
-    write = write_rows(NBO, False, True)
 
     @cuda.jit
     def dq_kernel(q, k, v, do, lse, dvec, dq, scale, n_q, n_k, heads, kpm):
