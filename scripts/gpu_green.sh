@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One call on the H200: the whole test suite (pytest -n 8, which includes the tour as
+# tests/test_tour.py) and, beside it in a second process, `flashlesson tour`, each with its own
+# seed, so that a run checks two fresh draws of every random input. Logs under $OUT.
+#   device run: bash scripts/gpu_green.sh SEED_TESTS SEED_TOUR   (carry .whl)
+# Optional third step: SANITIZE=1 runs scripts/gpu_sanitize.sh after both (compute-sanitizer).
+set -uo pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD/src:$PWD PYTHONUNBUFFERED=1 FLASHLESSON_DEVICE=gpu
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+seed_tests=${1:-$RANDOM$RANDOM}; seed_tour=${2:-$RANDOM$RANDOM}
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u +%FT%TZ
+  python3 -m flashlesson info; } > "$OUT/gpu.txt" 2>&1
+start=$(date +%s)
+FLASHLESSON_SEED=$seed_tests timeout 560 python3 -m pytest -q -n ${WORKERS:-8} -p no:cacheprovider \
+  ${TESTS:-} > "$OUT/pytest.log" 2>&1 &
+p_tests=$!
+FLASHLESSON_SEED=$seed_tour timeout 540 python3 -m flashlesson tour > "$OUT/tour.log" 2>&1 &
+p_tour=$!
+wait $p_tour; rc_tour=$?
+wait $p_tests; rc_tests=$?
+rc_san=skipped
+if [ "${SANITIZE:-0}" = 1 ] && [ -f scripts/gpu_sanitize.sh ]; then
+  timeout $((590 - $(date +%s) + start)) bash scripts/gpu_sanitize.sh > "$OUT/sanitize.log" 2>&1; rc_san=$?
+fi
+cat "$OUT/gpu.txt"
+echo "--- pytest (FLASHLESSON_SEED=$seed_tests), rc=$rc_tests"; grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -30; tail -3 "$OUT/pytest.log"
+echo "--- tour (FLASHLESSON_SEED=$seed_tour), rc=$rc_tour"; grep -E -i "fail|error|Traceback" "$OUT/tour.log" | head -30; tail -6 "$OUT/tour.log"
+echo "--- sanitize: $rc_san"; [ -f "$OUT/sanitize.log" ] && tail -15 "$OUT/sanitize.log"
+echo "wall $(( $(date +%s) - start )) s"
+[ "$rc_tests" = 0 ] && [ "$rc_tour" = 0 ]
