@@ -243,6 +243,7 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
     if method not in CHOICES:
         raise ValueError(f"method: expected one of {', '.join(CHOICES)}; got {method!r}")
     if method == "flash_tc" or tc_methods.low_precision(q):     # §37: tensor cores
+        checks.integer(seed, "seed", 0, 2**64)      # (no dropout there, but a seed is a seed)
         if method not in ("flash", "flash_tc"):
             raise TypeError(f"q: method {method!r} takes float32 inputs; fp16/bf16 run on "
                             "method 'flash_tc' (the default for them)")
@@ -261,10 +262,10 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
     p, dropout = checks.dropout(dropout_p, seed)
     kpm = checks.key_padding_mask(key_padding_mask, B, nk)
     if config is not None:
-        if method == "naive":
-            raise ValueError("config: only method 'flash' takes a configuration")
         if not isinstance(config, FlashConfig):
             raise TypeError(f"config: expected a FlashConfig, got {type(config).__name__}")
+        if method == "naive":
+            raise ValueError("config: only method 'flash' takes a configuration")
         config.check(d)
     if B * H * nq == 0 or nk == 0:      # empty: no launch; a row with no key gives 0, −inf
         o = checks.filled((B, H, nq, d), np.float32, 0.0, qo.on_host)

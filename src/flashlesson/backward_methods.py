@@ -214,6 +214,7 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
         raise ValueError(f"method: expected one of {', '.join(CHOICES)}; got {method!r}")
     from . import tc_methods
     if method == "flash_tc" or tc_methods.low_precision(q):    # §37: the tensor-core backward
+        checks.integer(seed, "seed", 0, 2**64)      # (no dropout there, but a seed is a seed)
         if method not in ("flash", "flash_tc"):
             raise TypeError("method: fp16/bf16 inputs take the tensor-core backward (method "
                             f"'flash' or 'flash_tc'); got {method!r}")
