@@ -81,10 +81,10 @@ def test_producer_consumer_warps(producers, rng):
     if producers == 1:                 # §35, §36 through the producer/consumer kernel
         kpm = rng.random((B, nk)) > 0.3
         mask = dropout_keep_mask(7, B, H, nq, nk, 0.2)
-        from flashlesson.attention_methods import _check_dropout, _check_padding
-        _, drop = _check_dropout(0.2, 7)
+        from flashlesson import checks
+        _, drop = checks.dropout(0.2, 7)
         o, lse = _launch(loop_order.launch_db, q, k, v, True, SMALL, producers=1,
-                         kpm=_check_padding(kpm, B, nk), dropout=drop)
+                         kpm=checks.key_padding_mask(kpm, B, nk), dropout=drop)
         check_attention(o, lse, *ref_attention(q, k, v, causal=True, key_padding_mask=kpm,
                                                dropout_mask=mask, dropout_p=0.2), REL)
 

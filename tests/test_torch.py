@@ -70,7 +70,7 @@ def test_zero_copy_and_dropout_mask_from_seed():
 def test_refuses_what_it_does_not_do():
     from flashlesson.torch import scaled_dot_product_attention as fl_sdpa
     q = torch.randn(1, 1, 8, 16, device="cuda")
-    with pytest.raises(ValueError, match="attn_mask: not supported"):
+    with pytest.raises(ValueError, match="attn_mask: only a key padding mask is taken"):
         fl_sdpa(q, q, q, attn_mask=torch.ones(8, 8, dtype=torch.bool, device="cuda"))
     with pytest.raises(TypeError, match="query: expected a float32, float16 or bfloat16 CUDA"):
         fl_sdpa(q.double(), q, q)

@@ -49,11 +49,13 @@ def _packed(rng, lens_q, lens_k, H, d):
     return q, k, v, do, cu_q, cu_k
 
 
-def _forward_backward(q, k, v, do, cu_q, cu_k, lens_q, lens_k, *, extra=0, **kw):
+def _forward_backward(q, k, v, do, cu_q, cu_k, lens_q, lens_k, *, longest=False, **kw):
     """o, lse of the varlen forward, then the varlen backward with the same keywords; device
-    arrays in, device arrays out, back to NumPy. ``extra``: max_seqlen past the longest."""
+    arrays in, device arrays out, back to NumPy. ``longest=True``: max_seqlen = the packed
+    total (the most allowed), past the longest sequence."""
     config = kw.pop("config", None)
-    sizes = dict(max_seqlen_q=max(lens_q) + extra, max_seqlen_k=max(lens_k) + extra)
+    pick = sum if longest else max
+    sizes = dict(max_seqlen_q=pick(lens_q), max_seqlen_k=pick(lens_k))
     o, lse = varlen_attention(q, k, v, cu_q, cu_k, return_lse=True, **sizes, **kw)
     grads = varlen_attention_backward(*(cuda.to_device(a) for a in (do, q, k, v, o, lse,
                                                                     cu_q, cu_k)),
@@ -133,12 +135,14 @@ def test_dropout(causal, rng):
     [BwdConfig(Bc=64, Br=32, TR=16, TC=8, dq_Br=128, dq_Bc=32, dq_TR=32, dq_TC=8),
      BwdConfig(Bc=32, Br=64, TR=8, TC=16, dq_Br=32, dq_Bc=64, dq_TR=8, dq_TC=16)]), ids=str)
 def test_other_config_and_longer_max_seqlen(config, rng):
-    """Other tiles and several warps; max_seqlen past the longest sequence (more blocks, all
-    of them past every sequence: they must leave without writing)."""
-    lens_q, lens_k, H, d = by_device(([18, 3], [70, 2], 1, 24), ([500, 3], [700, 2], 2, 96))
+    """Other tiles and several warps; max_seqlen = the packed total, past the longest sequence
+    by more than a tile (more blocks, the last ones past every sequence: they must leave
+    without writing)."""
+    lens_q, lens_k, H, d = by_device(([18, 3, 16], [70, 2, 64], 1, 24),
+                                     ([500, 3, 300], [700, 2, 300], 2, 96))
     q, k, v, do, cu_q, cu_k = _packed(rng, lens_q, lens_k, H, d)
     _, _, grads = _forward_backward(q, k, v, do, cu_q, cu_k, lens_q, lens_k, causal=True,
-                                    extra=by_device(70, 300), config=config)
+                                    longest=True, config=config)
     _check(grads, ref_varlen_backward(do, q, k, v, cu_q, cu_k, causal=True))
 
 

@@ -6,8 +6,8 @@ Rules (the same for softmax and attention):
   ``__cuda_array_interface__`` (a torch CUDA tensor, a CuPy array) — → a Numba device array out,
   with no host copy (the input is viewed, not copied). DLPack-only objects are taken through
   CuPy or torch when one of them is installed.
-- Anything else, a wrong dtype, a wrong rank or an empty axis raises an error naming the
-  argument and what was expected. Nothing is converted silently except Python sequences, which
+- Anything else, a wrong dtype or a wrong rank raises an error naming the argument and what
+  was expected (empty axes are allowed: the public functions return empty results for them). Nothing is converted silently except Python sequences, which
   are turned into NumPy arrays (and then follow the NumPy rule).
 """
 
@@ -83,6 +83,8 @@ class Operand:
 
 
 def _is_c_contiguous(arr):
+    if 0 in tuple(arr.shape):           # an empty array has no layout to get wrong
+        return True
     expected = arr.dtype.itemsize
     for extent, stride in zip(reversed(arr.shape), reversed(arr.strides)):
         if extent > 1 and stride != expected:

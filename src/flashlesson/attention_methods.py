@@ -13,9 +13,8 @@ from numba import cuda
 from kernels_numba import attention as KA
 from kernels_numba import gemm as KG
 
-from . import device, tc_methods
+from . import checks, device, tc_methods
 from .arrays import Operand, empty
-from .dropout import attention_args
 from .launch import launch, max_shared_bytes, stride_grid
 from .softmax_methods import softmax as _softmax
 
@@ -32,6 +31,9 @@ class FlashConfig:
     TC: int          # threads sharing a row (lanes of one warp, a power of 2 ≤ 32)
     KU: int = 1      # inner product loops unrolled KU times
     GROUP: int = 4   # 16-byte tile loads in flight per thread before they are stored
+
+    def __post_init__(self):
+        checks.config_fields(self)      # every field a positive int, named if not
 
     @property
     def threads(self):
@@ -86,6 +88,10 @@ GPU_CONFIGS = (
     (256, FlashConfig(Br=64, Bc=64, TR=16, TC=16, KU=2, GROUP=4)),
 )
 SIM_CONFIG = FlashConfig(Br=32, Bc=16, TR=8, TC=4)
+# Above d = 144, SIM_CONFIG's threads would hold more than the 160 floats ``check`` allows: two
+# warps with 8 lanes a row (4 rows × (4 + 256/8) floats at d = 256), so every d of 1 … 256 runs
+# with the default tiles.
+SIM_WIDE_CONFIG = FlashConfig(Br=32, Bc=32, TR=8, TC=8)
 # The naive path's GEMM tiles (BM, BN, TY, TX): 64×64 with 256 threads; 16×16 with 64 threads
 # in the simulator.
 GEMM_TILES = (16, 16, 8, 8) if device.SIMULATOR else (64, 64, 16, 16)
@@ -104,10 +110,10 @@ SMALL_GRID_CONFIGS = (
 
 def default_config(d, nq=None, bh=None):
     """The tile configuration for head dimension d (and, given nq and B·H, the grid size)."""
-    if device.SIMULATOR:
-        return SIM_CONFIG
     if not 1 <= d <= MAX_HEAD_DIM:
         raise ValueError(f"head dimension d = {d}: at most {MAX_HEAD_DIM} is supported")
+    if device.SIMULATOR:
+        return SIM_CONFIG if d <= 144 else SIM_WIDE_CONFIG
     cfg = next(c for limit, c in GPU_CONFIGS if d <= limit)
     if nq is not None and bh is not None:
         sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
@@ -152,19 +158,9 @@ CHOICES = tuple(METHODS)
 FP32_METHODS = tuple(m for m in METHODS if m != "flash_tc")
 
 
-def _check_scale(scale, d):
-    if scale is None:
-        return 1.0 / math.sqrt(d)
-    try:
-        value = float(scale)
-    except (TypeError, ValueError):
-        raise TypeError(f"scale: expected a real number or None, got {type(scale).__name__}")
-    if not math.isfinite(value):
-        raise ValueError(f"scale: expected a finite number, got {scale!r}")
-    return value
-
-
-def _operands(q, k, v):
+def operands(q, k, v):
+    """Validate attention's q [B, H, Nq, d], k and v [B, H, Nk, d] (float32, one side, matching
+    shapes, 1 ≤ d ≤ 256; B, H, Nq, Nk may be 0: an empty problem). Returns three Operands."""
     qo = Operand(q, "q", (np.float32,), ndim=4)
     ko = Operand(k, "k", (np.float32,), ndim=4)
     vo = Operand(v, "v", (np.float32,), ndim=4)
@@ -179,9 +175,6 @@ def _operands(q, k, v):
                          f"v {vo.shape}")
     if vo.shape[2] != ko.shape[2]:
         raise ValueError(f"v: must have as many keys as k ({ko.shape[2]}); got {vo.shape[2]}")
-    if nq < 1 or ko.shape[2] < 1:
-        raise ValueError(f"q, k: need at least one query and one key; got Nq = {nq}, "
-                         f"Nk = {ko.shape[2]}")
     if not 1 <= d <= MAX_HEAD_DIM:
         raise ValueError(f"q: head dimension d = {d} is not supported (1 … {MAX_HEAD_DIM})")
     if B * H > 65535:
@@ -189,35 +182,10 @@ def _operands(q, k, v):
     return qo, ko, vo
 
 
-def _check_dropout(dropout_p, seed, noun="probability"):
-    """(p, (seed_lo, seed_hi, threshold, inv_keep)) for the kernels; p = 0 means no dropout.
-    ``noun`` words the range error (the backward says "drop probability")."""
-    if isinstance(dropout_p, (bool, np.bool_)) or not isinstance(
-            dropout_p, (int, float, np.integer, np.floating)):
-        raise TypeError(f"dropout_p: expected a real number in [0, 1), got "
-                        f"{type(dropout_p).__name__}")
-    p = float(dropout_p)
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"dropout_p: expected a {noun} in [0, 1), got {dropout_p!r}")
-    return p, attention_args(seed, p)           # (checks seed: an int in [0, 2^64))
-
-
-def _check_padding(key_padding_mask, batch, nk):
-    """The key padding mask as a device array of bool/uint8 [B, Nk] (True/1 = the key takes
-    part), or None."""
-    if key_padding_mask is None:
-        return None
-    mo = Operand(key_padding_mask, "key_padding_mask", (np.bool_, np.uint8), ndim=2)
-    if mo.shape != (batch, nk):
-        raise ValueError(f"key_padding_mask: expected shape (B, Nk) = {(batch, nk)}, got "
-                         f"{mo.shape}")
-    return mo.device_view(mo.shape)
-
-
 _DUMMIES = {}
 
 
-def _dummy(kind):
+def dummy(kind):
     """Placeholders for the arguments a kernel specialization does not use."""
     if kind not in _DUMMIES:
         _DUMMIES[kind] = cuda.to_device(np.zeros((1, 1), np.uint8) if kind == "mask"
@@ -239,11 +207,14 @@ def _flash(q, k, v, o, lse, *, d, n_q, n_k, heads, grid_bh, max_q, causal, scale
                                      dropout is not None, cu is not None)
     seed_lo, seed_hi, threshold, inv_keep = dropout or (np.uint32(0), np.uint32(0),
                                                         np.uint32(0), np.float32(1))
-    cu_q, cu_k = cu or (_dummy("cu"), _dummy("cu"))
+    cu_q, cu_k = cu or (dummy("cu"), dummy("cu"))
     tiles = -(-max_q // cfg.Br)
-    launch(kernel, (grid_bh, tiles) if causal else (tiles, grid_bh), cfg.threads,
+    grid = (grid_bh, tiles) if causal else (tiles, grid_bh)
+    checks.grid(grid, f"q: {max_q} queries in tiles of Br = {cfg.Br}"
+                + (" (causal: query tiles on the grid's y axis)" if causal else ""))
+    launch(kernel, grid, cfg.threads,
            (q, k, v, o, lse, np.float32(scale), d, n_q, n_k, heads, cu_q, cu_k,
-            _dummy("mask") if kpm is None else kpm, seed_lo, seed_hi, threshold, inv_keep),
+            dummy("mask") if kpm is None else kpm, seed_lo, seed_hi, threshold, inv_keep),
            cfg.smem_bytes(d))
 
 
@@ -272,6 +243,7 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
     if method not in CHOICES:
         raise ValueError(f"method: expected one of {', '.join(CHOICES)}; got {method!r}")
     if method == "flash_tc" or tc_methods.low_precision(q):     # §37: tensor cores
+        checks.integer(seed, "seed", 0, 2**64)      # (no dropout there, but a seed is a seed)
         if method not in ("flash", "flash_tc"):
             raise TypeError(f"q: method {method!r} takes float32 inputs; fp16/bf16 run on "
                             "method 'flash_tc' (the default for them)")
@@ -281,13 +253,24 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
         return tc_methods.attention_tc(q, k, v, causal=causal, scale=scale,
                                        key_padding_mask=key_padding_mask, dropout_p=dropout_p,
                                        return_lse=return_lse, config=config)
-    qo, ko, vo = _operands(q, k, v)
+    qo, ko, vo = operands(q, k, v)
     B, H, nq, d = qo.shape
     nk = ko.shape[2]
-    scale = _check_scale(scale, d)
-    causal = bool(causal)
-    p, dropout = _check_dropout(dropout_p, seed)
-    kpm = _check_padding(key_padding_mask, B, nk)
+    scale = checks.scale(scale, d)
+    causal = checks.flag(causal, "causal")
+    return_lse = checks.flag(return_lse, "return_lse")
+    p, dropout = checks.dropout(dropout_p, seed)
+    kpm = checks.key_padding_mask(key_padding_mask, B, nk)
+    if config is not None:
+        if not isinstance(config, FlashConfig):
+            raise TypeError(f"config: expected a FlashConfig, got {type(config).__name__}")
+        if method == "naive":
+            raise ValueError("config: only method 'flash' takes a configuration")
+        config.check(d)
+    if B * H * nq == 0 or nk == 0:      # empty: no launch; a row with no key gives 0, −inf
+        o = checks.filled((B, H, nq, d), np.float32, 0.0, qo.on_host)
+        lse = checks.filled((B, H, nq), np.float32, -np.inf, qo.on_host)
+        return (o, lse) if return_lse else o
     bh = B * H
     q3 = qo.device_view((bh, nq, d))
     k3 = ko.device_view((bh, nk, d))
@@ -304,8 +287,6 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
                     causal=causal, scale=scale, config=config, kpm=kpm,
                     dropout=dropout if p > 0 else None)
     else:
-        if config is not None:
-            raise ValueError("config: only method 'flash' takes a configuration")
         _naive(q3, k3, v3, o3, lse2, scale, causal, return_lse, H, kpm,
                dropout if p > 0 else None)
     shape = (B, H, nq, d)
@@ -374,13 +355,16 @@ def varlen_operands(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
                          "grid's y dimension")
     cu_q, len_q = _check_cu(cu_seqlens_q, "cu_seqlens_q", batch, total_q)
     cu_k, len_k = _check_cu(cu_seqlens_k, "cu_seqlens_k", batch, total_k)
-    for name, value, lengths in (("max_seqlen_q", max_seqlen_q, len_q),
-                                 ("max_seqlen_k", max_seqlen_k, len_k)):
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
-        if value < max(int(lengths.max()), 1):
+    for name, value, lengths, total in (("max_seqlen_q", max_seqlen_q, len_q, total_q),
+                                        ("max_seqlen_k", max_seqlen_k, len_k, total_k)):
+        value = checks.integer(value, name, 0, 2**31)
+        longest = int(lengths.max())
+        if value < longest:
             raise ValueError(f"{name}: {value} is shorter than the longest sequence "
-                             f"({int(lengths.max())})")
+                             f"({longest})")
+        if value > max(total, 1):
+            raise ValueError(f"{name}: {value} is longer than the packed total ({total} rows): "
+                             "no sequence can be that long")
     return qo, ko, vo, batch, cu_q, cu_k
 
 
@@ -399,15 +383,24 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q, max_s
     qo, ko, vo, batch, cu_q, cu_k = varlen_operands(q, k, v, cu_seqlens_q, cu_seqlens_k,
                                                     max_seqlen_q, max_seqlen_k)
     total_q, H, d = qo.shape
-    scale = _check_scale(scale, d)
-    p, dropout = _check_dropout(dropout_p, seed)
+    scale = checks.scale(scale, d)
+    causal = checks.flag(causal, "causal")
+    return_lse = checks.flag(return_lse, "return_lse")
+    p, dropout = checks.dropout(dropout_p, seed)
+    if config is not None and not isinstance(config, FlashConfig):
+        raise TypeError(f"config: expected a FlashConfig, got {type(config).__name__}")
+    if config is not None:
+        config.check(d)
+    if total_q * H == 0 or ko.shape[0] == 0:    # nothing to launch: O = 0, LSE = −inf
+        o = checks.filled((total_q, H, d), np.float32, 0.0, qo.on_host)
+        lse = checks.filled((total_q, H), np.float32, -np.inf, qo.on_host)
+        return (o, lse) if return_lse else o
     o = empty((total_q, H, d), np.float32)
     lse = empty((total_q, H), np.float32)
-    if total_q:
-        _flash(qo.device_view(-1), ko.device_view(-1), vo.device_view(-1), o.reshape(-1),
-               lse.reshape(-1), d=d, n_q=0, n_k=0, heads=H, grid_bh=batch * H,
-               max_q=int(max_seqlen_q), causal=bool(causal), scale=scale, config=config,
-               dropout=dropout if p > 0 else None, cu=(cu_q, cu_k))
+    _flash(qo.device_view(-1), ko.device_view(-1), vo.device_view(-1), o.reshape(-1),
+           lse.reshape(-1), d=d, n_q=0, n_k=0, heads=H, grid_bh=batch * H,
+           max_q=int(max_seqlen_q), causal=causal, scale=scale, config=config,
+           dropout=dropout if p > 0 else None, cu=(cu_q, cu_k))
     if qo.on_host:
         o, lse = o.copy_to_host(), lse.copy_to_host()
     return (o, lse) if return_lse else o
@@ -430,6 +423,8 @@ def gemm(a, b, c, alpha, *, trans_a=False, trans_b=False, causal=False, offset=0
     bm, bn, ty, tx = tiles
     kernel = KG.matmul_kernel(trans_b, causal, bm, bn, ty, tx, trans_a)
     m, n = c.shape[1], c.shape[2]
+    checks.grid((-(-n // bn), -(-m // bm), c.shape[0]), f"the naive path's GEMM ({m} × {n} "
+                f"per head, tiles of {bm} × {bn})")
     kernel[(-(-n // bn), -(-m // bm), c.shape[0]), ty * tx](a, b, c, np.float32(alpha), offset)
 
 
@@ -457,7 +452,9 @@ def merge_attention(o_parts, lse_parts):
 
     o_parts [P, ..., d] float32 and lse_parts [P, ...] float32 (natural-log LSE of each part);
     returns (o [..., d], lse [...]) as if attention had seen all the keys at once. A part with
-    LSE = −inf (it saw no key) contributes nothing. NumPy in → NumPy out; device → device.
+    LSE = −inf (it saw no key) contributes nothing; every part −inf gives o = 0, lse = −inf.
+    An LSE of +inf or NaN is refused (ValueError naming lse_parts; device inputs' LSEs are
+    copied to the host for this check). NumPy in → NumPy out; device → device.
     """
     oo = Operand(o_parts, "o_parts", (np.float32,), min_ndim=2)
     lo = Operand(lse_parts, "lse_parts", (np.float32,), min_ndim=1)
@@ -469,6 +466,8 @@ def merge_attention(o_parts, lse_parts):
     n_parts, d = oo.shape[0], oo.shape[-1]
     if n_parts < 1 or d < 1:
         raise ValueError(f"o_parts: need at least one part and d ≥ 1; got shape {oo.shape}")
+    host_lse = lo.obj if lo.on_host else lo.obj.copy_to_host()    # (P × rows floats)
+    checks.lse_parts_values(host_lse)
     rows = int(np.prod(oo.shape[1:-1], dtype=np.int64))
     o = empty((rows, d), np.float32)
     lse = empty(rows, np.float32)

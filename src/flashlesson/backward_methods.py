@@ -20,10 +20,10 @@ from numba import cuda
 
 from kernels_numba import attention_backward as KB
 
-from . import device
+from . import checks, device
 from .arrays import Operand, empty
 from .attention_methods import GEMM_TILES, MAX_HEAD_DIM, WARP, AttentionMethod, \
-    _aligned16, _check_dropout, _check_scale, _dummy, _operands, gemm, varlen_operands
+    _aligned16, dummy, gemm, operands, varlen_operands
 from .launch import launch, max_shared_bytes, stride_grid
 
 # Registers: a coarse guard on the floats a thread keeps live in its inner loops (gradient
@@ -48,6 +48,9 @@ class BwdConfig:
     dq_Bc: int       # dQ kernel: keys per streamed K/V tile
     dq_TR: int       # dQ kernel: thread rows; each thread owns dq_Br/dq_TR queries
     dq_TC: int       # dQ kernel: threads sharing a query row (a power of 2 ≤ 32)
+
+    def __post_init__(self):
+        checks.config_fields(self)      # every field a positive int, named if not
 
     @property
     def threads(self):
@@ -211,6 +214,7 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
         raise ValueError(f"method: expected one of {', '.join(CHOICES)}; got {method!r}")
     from . import tc_methods
     if method == "flash_tc" or tc_methods.low_precision(q):    # §37: the tensor-core backward
+        checks.integer(seed, "seed", 0, 2**64)      # (no dropout there, but a seed is a seed)
         if method not in ("flash", "flash_tc"):
             raise TypeError("method: fp16/bf16 inputs take the tensor-core backward (method "
                             f"'flash' or 'flash_tc'); got {method!r}")
@@ -220,7 +224,7 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
         return tc_methods.attention_backward_tc(do, q, k, v, o, lse, causal=causal, scale=scale,
                                                 key_padding_mask=key_padding_mask,
                                                 dropout_p=dropout_p, config=config)
-    qo, ko, vo = _operands(q, k, v)
+    qo, ko, vo = operands(q, k, v)
     B, H, nq, d = qo.shape
     nk = ko.shape[2]
     doo = _like_q(do, "do", qo)
@@ -229,17 +233,10 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
     _same_side(lo, qo)
     if lo.shape != (B, H, nq):
         raise ValueError(f"lse: expected shape {(B, H, nq)} ([B, H, Nq]), got {lo.shape}")
-    pad = None
-    if key_padding_mask is not None:
-        mo = Operand(key_padding_mask, "key_padding_mask", (np.bool_,), ndim=2)
-        _same_side(mo, qo)
-        if mo.shape != (B, nk):
-            raise ValueError(f"key_padding_mask: expected shape {(B, nk)} ([B, Nk]), got "
-                             f"{mo.shape}")
-        pad = cuda.to_device(mo.obj.view(np.uint8)) if mo.on_host else mo.obj.view(np.uint8)
-    p, drop_args = _check_dropout(dropout_p, seed, "drop probability")   # (and the seed)
-    scale = _check_scale(scale, d)
-    causal = bool(causal)
+    pad = checks.key_padding_mask(key_padding_mask, B, nk, on_host=qo.on_host)
+    p, drop_args = checks.dropout(dropout_p, seed, "drop probability")   # (and the seed)
+    scale = checks.scale(scale, d)
+    causal = checks.flag(causal, "causal")
     if method == "flash":
         cfg = config or default_config(d)
         if not isinstance(cfg, BwdConfig):
@@ -247,6 +244,8 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
         cfg.check(d)
     elif config is not None:
         raise ValueError("config: only method 'flash' takes a configuration")
+    if B * H * nq == 0 or nk == 0:      # empty: no launch; what no query or no key reaches is 0
+        return tuple(checks.filled(x.shape, np.float32, 0.0, qo.on_host) for x in (qo, ko, vo))
 
     bh = B * H
     q3 = qo.device_view((bh, nq, d))
@@ -310,12 +309,15 @@ def varlen_attention_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, *
     _same_side(lo, qo)
     if lo.shape != (total_q, H):
         raise ValueError(f"lse: expected shape {(total_q, H)} ([total_q, H]), got {lo.shape}")
-    p, drop_args = _check_dropout(dropout_p, seed, "drop probability")   # (and the seed)
-    scale = _check_scale(scale, d)
+    p, drop_args = checks.dropout(dropout_p, seed, "drop probability")   # (and the seed)
+    scale = checks.scale(scale, d)
+    causal = checks.flag(causal, "causal")
     cfg = config or default_config(d)
     if not isinstance(cfg, BwdConfig):
         raise TypeError(f"config: expected a BwdConfig, got {type(cfg).__name__}")
     cfg.check(d)
+    if total_q * H == 0 or total_k == 0:    # empty: no launch
+        return tuple(checks.filled(x.shape, np.float32, 0.0, qo.on_host) for x in (qo, ko, vo))
 
     dq = empty((total_q, H, d), np.float32)     # (NaN-filled when arrays.POISON: the tests)
     dk = empty((total_k, H, d), np.float32)
@@ -326,7 +328,7 @@ def varlen_attention_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, *
     _flash(qo.device_view(-1), ko.device_view(-1), vo.device_view(-1), doo.device_view(-1),
            lo.device_view(-1), dvec.reshape(rows), dq.reshape(-1), dk.reshape(-1),
            dv.reshape(-1), d=d, n_q=0, n_k=0, heads=H, grid_bh=batch * H,
-           max_q=int(max_seqlen_q), max_k=int(max_seqlen_k), causal=bool(causal), scale=scale,
+           max_q=int(max_seqlen_q), max_k=int(max_seqlen_k), causal=causal, scale=scale,
            cfg=cfg, drop_args=drop_args if p > 0.0 else None,
            cu=(cu_q, cu_k))
     if qo.on_host:
@@ -340,19 +342,22 @@ def _flash(qf, kf, vf, dof, lsef, dvecf, dqf, dkf, dvf, *, d, n_q, n_k, heads, g
     ``attention_geometry``; ``cu`` = (cu_q, cu_k) selects VARLEN, the grids then sized by the
     longest sequences max_q, max_k). D = rowsum(dO∘O) must already be in dvecf."""
     vec = d % 4 == 0 and _aligned16(qf, kf, vf, dof)
-    cu_q, cu_k = cu or (_dummy("cu"), _dummy("cu"))
+    cu_q, cu_k = cu or (dummy("cu"), dummy("cu"))
     args = (np.float32(scale), d, n_q, n_k, heads, cu_q, cu_k,
-            _dummy("mask") if kpm is None else kpm) + \
+            dummy("mask") if kpm is None else kpm) + \
         (drop_args or (np.uint32(0), np.uint32(0), np.uint32(0), np.float32(1)))
     flags = (causal, kpm is not None, drop_args is not None, vec, cu is not None)
     D1, D2 = cfg.head_dims(d)
     smem_kv, smem_q = cfg.smem_bytes(d)
     if max_k > 0 and dkf.size:
         kernel = KB.flash_bwd_dkdv_kernel(D1, cfg.Bc, cfg.Br, cfg.TR, cfg.TC, *flags)
+        checks.grid((-(-max_k // cfg.Bc), grid_bh), f"k: {max_k} keys in tiles of {cfg.Bc}")
         launch(kernel, (-(-max_k // cfg.Bc), grid_bh), cfg.TR * cfg.TC,
                (qf, kf, vf, dof, lsef, dvecf, dkf, dvf) + args, smem_kv)
     if max_q > 0 and dqf.size:
         kernel = KB.flash_bwd_dq_kernel(D2, cfg.dq_Br, cfg.dq_Bc, cfg.dq_TR, cfg.dq_TC, *flags)
+        checks.grid((-(-max_q // cfg.dq_Br), grid_bh), f"q: {max_q} queries in tiles of "
+                    f"{cfg.dq_Br}")
         launch(kernel, (-(-max_q // cfg.dq_Br), grid_bh), cfg.dq_TR * cfg.dq_TC,
                (qf, kf, vf, dof, lsef, dvecf, dqf) + args, smem_q)
 
@@ -374,7 +379,7 @@ def _naive(q3, k3, v3, do3, lse2, dvec, dq3, dk3, dv3, scale, causal, pad, heads
     p = cuda.device_array((bh, nq, nk), np.float32)             # S, then P, then P∘Z
     gemm(q3, k3, p, scale, trans_b=True, causal=causal, offset=nk - nq,    # S = Q Kᵀ · scale
          tiles=tiles)                                                       # (−inf masked)
-    kpm = pad if pad is not None else _dummy("mask")
+    kpm = pad if pad is not None else dummy("mask")
     KB.naive_probs_kernel(pad is not None)[grid](p, lse2, kpm, heads)
     dp = cuda.device_array((bh, nq, nk), np.float32)            # dP, then dS
     gemm(do3, v3, dp, 1.0, trans_b=True, tiles=tiles)           # dP = dO Vᵀ

@@ -35,7 +35,11 @@ def _cmd_info(args):
 
 def _cmd_methods(args):
     from .registry import attention_table, softmax_table
+    print("Softmax methods — flashlesson.softmax(x, method=…)")
+    print()
     print(softmax_table(args.format))
+    print()
+    print("Attention methods — flashlesson.attention(q, k, v, method=…)")
     print()
     print(attention_table(args.format))
     return 0
@@ -326,7 +330,13 @@ def main(argv=None):
     if args.cmd == "traffic" and not args.model_only and "numba.cuda" not in sys.modules:
         import os       # the counter needs the simulator: chosen before numba.cuda loads
         os.environ.setdefault("FLASHLESSON_DEVICE", "sim")
-    import flashlesson  # noqa: F401 - chooses the device and announces it once
+    try:
+        import flashlesson  # noqa: F401 - chooses the device and announces it once
+    except RuntimeError as exc:     # flashlesson.DeviceError (the class comes with the package)
+        if type(exc).__name__ != "DeviceError":
+            raise
+        print(f"flashlesson: {exc}", file=sys.stderr)
+        return 2
     try:
         return args.fn(args)
     except flashlesson.DeviceError as exc:

@@ -93,7 +93,26 @@ def _apply(mode):
             numba_config.reload_config()
 
 
-MODE, REASON = _choose()
+def _run_as_command():
+    """Whether this process is the ``flashlesson`` command (the console script, or ``python -m
+    flashlesson``): then a device error is one line on stderr and exit status 2, not a
+    traceback. The package is imported before the command's ``main`` can catch anything,
+    so the choice is made here, from the command line."""
+    argv = list(getattr(sys, "orig_argv", sys.argv))
+    if "-m" in argv:
+        i = argv.index("-m")
+        if i + 1 < len(argv) and argv[i + 1] == "flashlesson":
+            return True
+    return os.path.basename(sys.argv[0]) in ("flashlesson", "flashlesson.exe")
+
+
+try:
+    MODE, REASON = _choose()
+except DeviceError as _exc:
+    if not _run_as_command():
+        raise
+    print(f"flashlesson: {_exc}", file=sys.stderr)
+    raise SystemExit(2) from None
 _apply(MODE)
 SIMULATOR = MODE == "sim"
 _announced = False

@@ -13,14 +13,13 @@ turn the user's (seed, p) into what the kernels take, and are shared with the at
 (The arithmetic is the reference's, duplicated: this package does not import ``reference``.)
 """
 
-import operator
-
 import numpy as np
 
 from kernels_numba import philox as KP
 
 from . import device
 from .arrays import empty
+from .checks import integer, probability
 
 # Launch shape of dropout_mask_kernel: block (TX quads of j, TY rows); smaller in the simulator,
 # where every simulated thread is a Python thread.
@@ -28,33 +27,15 @@ BLOCK = (8, 4) if device.SIMULATOR else (32, 8)
 MAX_GRID_YZ = 65535
 
 
-def _int(value, name, lo, hi):
-    """An integer (not bool) in [lo, hi), else an error naming ``name``."""
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name}: expected an integer, got a bool")
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name}: expected an integer, got {type(value).__name__}") from None
-    if not lo <= v < hi:
-        raise ValueError(f"{name}: expected an integer in [{lo}, {hi}), got {v}")
-    return v
-
-
 def seed_key(seed):
     """The Philox key of a dropout seed in [0, 2^64): (seed mod 2^32, seed div 2^32)."""
-    seed = _int(seed, "seed", 0, 2**64)
+    seed = integer(seed, "seed", 0, 2**64)
     return seed & 0xFFFFFFFF, seed >> 32
 
 
 def threshold(p):
     """floor(p · 2^32) for a dropout probability 0 ≤ p < 1; a word r is kept iff r ≥ it."""
-    if isinstance(p, (bool, np.bool_)) or not isinstance(p, (int, float, np.integer,
-                                                            np.floating)):
-        raise TypeError(f"p: expected a real number in [0, 1), got {type(p).__name__}")
-    p = float(p)
-    if not 0.0 <= p < 1.0:                      # NaN fails this too
-        raise ValueError(f"p: expected a dropout probability in [0, 1), got {p!r}")
+    p = probability(p, "p", "dropout probability")
     return int(np.floor(p * 2.0**32))           # exact: p · 2^32 only shifts the exponent
 
 
@@ -81,10 +62,10 @@ def dropout_keep_mask(seed, batch, heads, nq, nk, p):
     seed: int in [0, 2^64); batch, heads, nq, nk: positive ints; p: float in [0, 1).
     """
     k0, k1, t = kernel_args(seed, p)
-    batch = _int(batch, "batch", 1, 2**32)
-    heads = _int(heads, "heads", 1, 2**32)
-    nq = _int(nq, "nq", 1, 2**32)
-    nk = _int(nk, "nk", 1, 2**34)
+    batch = integer(batch, "batch", 1, 2**32)
+    heads = integer(heads, "heads", 1, 2**32)
+    nq = integer(nq, "nq", 1, 2**32)
+    nk = integer(nk, "nk", 1, 2**34)
     if batch * heads >= 2**32:
         raise ValueError(f"batch, heads: batch·heads = {batch * heads} must be < 2^32 (a "
                          "Philox counter word)")

@@ -10,7 +10,7 @@ In the simulator there is no limit to lift.
 import numpy as np
 from numba import cuda
 
-from . import device
+from . import checks, device
 
 DEFAULT_SMEM = 48 * 1024
 _opted_in = {}
@@ -39,6 +39,7 @@ def _opt_in(kernel, args, nbytes):
 def launch(kernel, grid, block, args, shared_bytes=0):
     """kernel[grid, block, 0, shared_bytes](*args), opting in above 48 KB of shared memory."""
     shared_bytes = int(shared_bytes)
+    checks.grid(grid)                   # (callers name the argument first where they can)
     if shared_bytes > max_shared_bytes():
         raise ValueError(f"the launch needs {shared_bytes} bytes of shared memory per block; "
                          f"this device allows {max_shared_bytes()}")

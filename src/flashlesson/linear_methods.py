@@ -1,6 +1,6 @@
 """``flashlesson.linear_attention``: §45's linear attention (a different model, O(N·d²)).
 
-Validation is attention's (``attention_methods._operands``: float32 [B, H, N, d], matching
+Validation is attention's (``attention_methods.operands``: float32 [B, H, N, d], matching
 shapes, NumPy or device arrays); the kernels are in ``kernels_numba/linear_attention.py``, the
 oracle ``reference.linear_attention``.
 """
@@ -14,9 +14,9 @@ from numba import cuda
 
 from kernels_numba import linear_attention as KL
 
-from . import device
+from . import checks, device
 from .arrays import empty
-from .attention_methods import _operands
+from .attention_methods import operands
 from .launch import stride_grid
 
 MAX_HEAD_DIM = 128
@@ -36,15 +36,15 @@ class LinearConfig:
     BN: int = 16
     splits: Optional[int] = None
 
+    def __post_init__(self):
+        checks.config_fields(self)      # G, BN positive ints; splits None or a positive int
+
     def check(self, d):
         problems = []
         if self.G not in (1, 2, 4, 8):
             problems.append(f"G = {self.G} must be 1, 2, 4 or 8")
         if not 1 <= self.BN <= 64:
             problems.append(f"BN = {self.BN} must be between 1 and 64")
-        if self.splits is not None and (isinstance(self.splits, bool) or
-                                        not isinstance(self.splits, int) or self.splits < 1):
-            problems.append(f"splits = {self.splits!r} must be a positive int or None")
         if not problems:
             c = columns(d)
             if c * self.G > 1024:
@@ -85,9 +85,10 @@ def linear_attention(q, k, v, *, causal=False, config=None):
     config: a ``LinearConfig`` (thread groups, tile, key splits); default per d.
     NumPy in → NumPy out; device arrays in → device arrays out, without host copies.
     """
-    qo, ko, vo = _operands(q, k, v)
+    qo, ko, vo = operands(q, k, v)
     B, H, nq, d = qo.shape
     nk = ko.shape[2]
+    causal = checks.flag(causal, "causal")
     if d > MAX_HEAD_DIM:
         raise ValueError(f"q: head dimension d = {d} is not supported by linear attention "
                          f"(1 … {MAX_HEAD_DIM}: each thread keeps d/G rows of KV' in registers)")
@@ -95,6 +96,8 @@ def linear_attention(q, k, v, *, causal=False, config=None):
     if not isinstance(cfg, LinearConfig):
         raise TypeError(f"config: expected a LinearConfig, got {type(cfg).__name__}")
     cfg.check(d)
+    if B * H * nq == 0 or nk == 0:      # empty: no launch; a query with no key gives O = 0
+        return checks.filled((B, H, nq, d), np.float32, 0.0, qo.on_host)
     bh = B * H
     q3 = qo.device_view((bh, nq, d))
     k3 = ko.device_view((bh, nk, d))

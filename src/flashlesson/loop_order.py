@@ -20,7 +20,7 @@ from kernels_numba import attention_db as KDB
 from kernels_numba import attention_fa1 as KF1
 
 from .arrays import empty
-from .attention_methods import FlashConfig, _aligned16, _dummy, default_config
+from .attention_methods import FlashConfig, _aligned16, dummy, default_config
 from .launch import launch, max_shared_bytes
 from .traffic import Access, attention_traffic as _attention_traffic, \
     flash_attention_traffic
@@ -67,7 +67,7 @@ def check_config(method, cfg, d, producers=0):
 def _extras(kpm, dropout):
     seed_lo, seed_hi, threshold, inv_keep = dropout or (np.uint32(0), np.uint32(0),
                                                         np.uint32(0), np.float32(1))
-    return (_dummy("mask") if kpm is None else kpm), seed_lo, seed_hi, threshold, inv_keep
+    return (dummy("mask") if kpm is None else kpm), seed_lo, seed_hi, threshold, inv_keep
 
 
 def launch_fa1(q, k, v, o, lse, *, d, n_q, n_k, heads, bh, causal, scale, config=None,

@@ -13,7 +13,7 @@ from numba import cuda
 
 from kernels_numba import softmax as K
 
-from . import device
+from . import checks, device
 from .arrays import Operand, check_out, empty
 
 DTYPES = (np.float32, np.float16)
@@ -211,9 +211,11 @@ def softmax(x, *, method=AUTO, out=None, threads=None):
 
     x: float32 or float16 array of any rank ≥ 1 (NumPy → NumPy result; device array or
        ``__cuda_array_interface__`` object → device array, no host copy). float16 is
-       computed in float32 and returned as float16.
+       computed in float32 and returned as float16. An empty x (no rows, or N = 0) gives an
+       empty result of its shape, as torch.softmax does (no launch).
     method: "auto" (§5) or one of ``METHODS`` (see ``flashlesson methods``).
-    out: optional output array, same shape and dtype as x, on the same side.
+    out: optional output array, same shape and dtype as x, on the same side; ``x`` itself
+       (in place) or memory disjoint from x — a partial overlap is refused.
     threads: threads per block (a multiple of 32, ≤ 1024); default: chosen per method and N.
     """
     if method not in CHOICES:
@@ -221,20 +223,20 @@ def softmax(x, *, method=AUTO, out=None, threads=None):
     xo = Operand(x, "x", DTYPES)
     shape = xo.shape
     n = shape[-1]
-    if n == 0:
-        raise ValueError(f"x: the last axis (softmax axis) is empty: shape {shape}")
-    if threads is not None and (not isinstance(threads, (int, np.integer)) or threads % WARP
+    if threads is not None and (isinstance(threads, (bool, np.bool_)) or
+                                not isinstance(threads, (int, np.integer)) or threads % WARP
                                 or not WARP <= threads <= MAX_THREADS):
         raise ValueError(f"threads: expected a multiple of 32 between 32 and 1024; got {threads!r}")
-    name = choose(n, xo.dtype) if method == AUTO else method
+    name = choose(max(n, 1), xo.dtype) if method == AUTO else method
     m = METHODS[name]
     m.check_n(n)
     rows = int(np.prod(shape[:-1], dtype=np.int64))
     if out is not None:
         out = check_out(out, "out", shape, xo.dtype, xo.on_host)
-    if rows == 0:
-        return out if out is not None else (np.empty(shape, xo.dtype) if xo.on_host
-                                            else empty(shape, xo.dtype))
+        checks.no_partial_overlap(out, x if isinstance(x, np.ndarray) else xo.obj, "out", "x")
+    if rows == 0 or n == 0:             # empty (as torch: shape (0, N) or (N, 0)): no launch
+        return out if out is not None else checks.empty_like_side(shape, xo.dtype, xo.on_host)
+    checks.grid(rows if name not in ("warp", "warp_multi") else 1, "x: one block per row")
     x2 = xo.device_view((rows, n))
     if out is not None and not xo.on_host:
         y2 = out.reshape((rows, n))

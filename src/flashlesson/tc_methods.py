@@ -25,7 +25,7 @@ from numba import cuda
 
 from kernels_numba import attention_tc as KT
 
-from . import device
+from . import checks, device
 from .arrays import Operand, empty, is_device_array
 from .launch import launch, max_shared_bytes, stride_grid
 
@@ -43,6 +43,9 @@ class TcConfig:
     MT: int = 1
     PF: bool = False
     ASYNC: bool = False
+
+    def __post_init__(self):
+        checks.config_fields(self)      # Bc, WARPS, MT positive ints; PF, ASYNC bools
 
     def check(self, tf32):
         if self.Bc < 16 or self.Bc % 16 or self.Bc > 128:
@@ -159,15 +162,23 @@ def _shapes(qo, ko, vo):
     if ko.shape != (B, H, nk, d) or vo.shape != ko.shape:
         raise ValueError(f"k, v: expected [B, H, Nk, d] with q's B, H, d = {(B, H, d)} and "
                          f"equal shapes; got k {ko.shape}, v {vo.shape}")
-    if nq < 1 or nk < 1:
-        raise ValueError(f"q, k: need at least one query and one key; got Nq = {nq}, Nk = {nk}")
     return B, H, nq, nk, d
+
+
+def _filled(shape, fmt, value, on_host):
+    """A result of an empty problem in the inputs' format (fp16, BFloat16 bits, float32)."""
+    if fmt == "tf32":
+        return checks.filled(shape, np.float32, value, on_host)
+    if fmt == "f16":
+        return checks.filled(shape, np.float16, value, on_host)
+    bits = BFloat16.from_float32(np.full(shape, value, np.float32)).bits
+    return BFloat16(bits if on_host else cuda.to_device(bits))
 
 
 def attention_tc(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropout_p=0.0,
                  return_lse=False, config=None):
     """``attention(..., method="flash_tc")``; see the module docstring for formats."""
-    from .attention_methods import _check_padding, _check_scale, _dummy
+    from .attention_methods import dummy
     qo, fq = _operand(q, "q")
     ko, fk = _operand(k, "k")
     vo, fv = _operand(v, "v")
@@ -185,16 +196,22 @@ def attention_tc(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dr
                          f"{d}. Use method 'flash' (CUDA cores, any d) instead")
     if B * H > 65535:
         raise ValueError(f"q: B·H = {B * H} exceeds the 65535 blocks of a grid's y dimension")
-    if dropout_p:
+    if checks.probability(dropout_p, "dropout_p"):
         raise ValueError("dropout_p: method 'flash_tc' has no dropout; use method 'flash' "
                          "(float32) for dropout")
-    scale = _check_scale(scale, d)
-    kpm = _check_padding(key_padding_mask, B, nk)
+    scale = checks.scale(scale, d)
+    causal = checks.flag(causal, "causal")
+    return_lse = checks.flag(return_lse, "return_lse")
+    kpm = checks.key_padding_mask(key_padding_mask, B, nk)
     cfg = config or default_tc_config(d, tf32)
     if not isinstance(cfg, TcConfig):
         raise TypeError(f"config: expected a TcConfig for method 'flash_tc', got "
                         f"{type(cfg).__name__}")
     cfg.check(tf32)
+    if B * H * nq == 0 or nk == 0:      # empty: no launch; a row with no key gives 0, −inf
+        o = _filled((B, H, nq, d), fq, 0.0, qo.on_host)
+        lse = checks.filled((B, H, nq), np.float32, -np.inf, qo.on_host)
+        return (o, lse) if return_lse else o
 
     bh = B * H
     width = d if tf32 else d // 2                   # float32 columns, or words of two halves
@@ -206,13 +223,16 @@ def attention_tc(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dr
     o3 = empty((bh, nq, d), np.float32) if tf32 else empty((bh, nq, d), np.float16).view(word)
     lse2 = empty((bh, nq), np.float32)
     if tf32:
-        kernel = KT.flash_tf32x3_kernel(d, cfg.Bc, cfg.WARPS, bool(causal), kpm is not None)
+        kernel = KT.flash_tf32x3_kernel(d, cfg.Bc, cfg.WARPS, causal, kpm is not None)
     else:
-        kernel = KT.flash_tc_kernel(d, cfg.Bc, cfg.WARPS, bool(causal), kpm is not None,
+        kernel = KT.flash_tc_kernel(d, cfg.Bc, cfg.WARPS, causal, kpm is not None,
                                     fq == "bf16", cfg.MT, bool(cfg.PF), bool(cfg.ASYNC))
     tiles = -(-nq // cfg.Br)
-    mask = kpm if kpm is not None else _dummy("mask")     # (a copy here would synchronize)
-    launch(kernel, (bh, tiles) if causal else (tiles, bh), 32 * cfg.WARPS,
+    mask = kpm if kpm is not None else dummy("mask")      # (a copy here would synchronize)
+    grid = (bh, tiles) if causal else (tiles, bh)
+    checks.grid(grid, f"q: {nq} queries in tiles of Br = {cfg.Br}"
+                + (" (causal: query tiles on the grid's y axis)" if causal else ""))
+    launch(kernel, grid, 32 * cfg.WARPS,
            (q3, k3, v3, o3, lse2, np.float32(scale), nq, nk, H, mask),
            KT.tc_smem_bytes(d, cfg.Bc, tf32, bool(cfg.ASYNC)))
     o = _unwords(o3, (B, H, nq, d), fq, qo.on_host)
@@ -256,6 +276,9 @@ class TcBwdConfig:
     KV_ASYNC: bool = False
     Q_ASYNC: bool = False
 
+    def __post_init__(self):
+        checks.config_fields(self)      # tiles and warps positive ints; the ASYNC flags bools
+
     def check(self):
         for name, tile in (("Bq", self.Bq), ("Bk", self.Bk)):
             if tile < 16 or tile % 16 or tile > 128:
@@ -296,7 +319,7 @@ def attention_backward_tc(do, q, k, v, o, lse, *, causal=False, scale=None,
     from kernels_numba import attention_backward as KBF
     from kernels_numba import attention_tc_backward as KB
 
-    from .attention_methods import _check_padding, _check_scale, _dummy
+    from .attention_methods import dummy
     ops = [_operand(x, name) for x, name in ((do, "do"), (q, "q"), (k, "k"), (v, "v"),
                                               (o, "o"))]
     fmts = {f for _, f in ops}
@@ -316,14 +339,15 @@ def attention_backward_tc(do, q, k, v, o, lse, *, causal=False, scale=None,
     if d % step or d > MAX_HEAD_DIM:
         raise ValueError(f"q: the tensor-core backward needs d a multiple of {step} up to "
                          f"{MAX_HEAD_DIM} ({'3xTF32' if tf32 else fmt}); got d = {d}")
-    if dropout_p:
+    if checks.probability(dropout_p, "dropout_p", "drop probability"):
         raise ValueError("dropout_p: the tensor-core backward has no dropout")
     lo = Operand(lse, "lse", (np.float32,), ndim=3)
     if lo.shape != (B, H, nq) or lo.on_host != qo.on_host:
         raise ValueError(f"lse: expected float32 [B, H, Nq] = {(B, H, nq)} on the same side as "
                          f"q, got {lo.shape}")
-    scale = _check_scale(scale, d)
-    kpm = _check_padding(key_padding_mask, B, nk)
+    scale = checks.scale(scale, d)
+    causal = checks.flag(causal, "causal")
+    kpm = checks.key_padding_mask(key_padding_mask, B, nk, on_host=qo.on_host)
     cfg = config or default_tc_bwd_config(d, tf32)
     if not isinstance(cfg, TcBwdConfig):
         raise TypeError(f"config: expected a TcBwdConfig, got {type(cfg).__name__}")
@@ -331,6 +355,8 @@ def attention_backward_tc(do, q, k, v, o, lse, *, causal=False, scale=None,
     if tf32 and (cfg.KV_ASYNC or cfg.Q_ASYNC):
         raise ValueError("config: the 3xTF32 backward has no ASYNC form (KV_ASYNC, Q_ASYNC "
                          "False)")
+    if B * H * nq == 0 or nk == 0:      # empty: no launch; what no query or no key reaches is 0
+        return tuple(_filled(x.shape, fmt, 0.0, qo.on_host) for x in (qo, ko, vo))
     bh = B * H
     w = d if tf32 else d // 2                       # float32 columns, or words of two halves
     word = np.float32 if tf32 else np.uint32
@@ -344,23 +370,28 @@ def attention_backward_tc(do, q, k, v, o, lse, *, causal=False, scale=None,
     grads = [empty((bh, n, d), np.float32) if tf32 else empty((bh, n, d), np.float16).view(word)
              for n in (nq, nk, nk)]
     dq, dk, dv = grads
-    mask = kpm if kpm is not None else _dummy("mask")
+    mask = kpm if kpm is not None else dummy("mask")
     pad, bf = kpm is not None, fmt == "bf16"
     wk, wq = cfg.KV_WARPS, cfg.Q_WARPS
     if tf32:                                        # 3xTF32 (attention_tf32x3_backward.py)
         from kernels_numba import attention_tf32x3_backward as K3
-        kv = K3.flash_tf32x3_bwd_dkdv_kernel(d, cfg.Bq, wk, bool(causal), pad)
-        qk = K3.flash_tf32x3_bwd_dq_kernel(d, cfg.Bk, wq, bool(causal), pad)
+        kv = K3.flash_tf32x3_bwd_dkdv_kernel(d, cfg.Bq, wk, causal, pad)
+        qk = K3.flash_tf32x3_bwd_dq_kernel(d, cfg.Bk, wq, causal, pad)
         kv_smem = K3.tf32x3_bwd_smem_bytes(d, cfg.Bq, wk)
         q_smem = K3.tf32x3_bwd_smem_bytes(d, cfg.Bk, wq)
     else:
-        kv = KB.flash_tc_bwd_dkdv_kernel(d, cfg.Bq, wk, bool(causal), pad, bf, cfg.KV_ASYNC)
-        qk = KB.flash_tc_bwd_dq_kernel(d, cfg.Bk, wq, bool(causal), pad, bf, cfg.Q_ASYNC)
+        kv = KB.flash_tc_bwd_dkdv_kernel(d, cfg.Bq, wk, causal, pad, bf, cfg.KV_ASYNC)
+        qk = KB.flash_tc_bwd_dq_kernel(d, cfg.Bk, wq, causal, pad, bf, cfg.Q_ASYNC)
         kv_smem = KB.tc_bwd_smem_bytes(d, cfg.Bq, wk, cfg.KV_ASYNC)
         q_smem = KB.tc_bwd_smem_bytes(d, cfg.Bk, wq, cfg.Q_ASYNC)
     # grids as the kernels' lane_rows reads them: causal (B·H, row blocks), else (blocks, B·H)
-    for kern, blocks, warps, out, smem in ((kv, -(-nk // (16 * wk)), wk, (dk, dv), kv_smem),
-                                           (qk, -(-nq // (16 * wq)), wq, (dq,), q_smem)):
+    launches = ((kv, -(-nk // (16 * wk)), wk, (dk, dv), kv_smem),
+                (qk, -(-nq // (16 * wq)), wq, (dq,), q_smem))
+    for _, blocks, warps, _, _ in launches:     # both grids checked before either launch
+        checks.grid((bh, blocks) if causal else (blocks, bh),
+                    f"q, k: {nq} queries, {nk} keys in row blocks of {16 * warps}"
+                    + (" (causal: row blocks on the grid's y axis)" if causal else ""))
+    for kern, blocks, warps, out, smem in launches:
         launch(kern, (bh, blocks) if causal else (blocks, bh), 32 * warps,
                (q3, k3, v3, do3, lse2, dvec, *out, np.float32(scale), nq, nk, H, mask), smem)
     return tuple(_unwords(g, (B, H, g.shape[1], d), fmt, qo.on_host) for g in grads)

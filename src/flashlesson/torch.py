@@ -11,8 +11,11 @@ back the same way; the forward saves O and LSE (never P) for the backward, which
 tile by tile. Kernels are launched on the default stream, as torch's own work is unless a
 model switches streams.
 
-What differs from ``F.scaled_dot_product_attention``: ``attn_mask`` is refused (an arbitrary
-[Nq, Nk] mask is not what §35 covers; pass ``key_padding_mask`` [B, Nk], True = take part);
+What differs from ``F.scaled_dot_product_attention``: ``attn_mask`` is taken only as torch
+means a bool mask (True = take part) and only when it is a key padding mask, shape [B, 1, 1, Nk]
+(§35); any other shape, and every float (additive) mask, is refused — never reinterpreted.
+``key_padding_mask`` [B, Nk] is a bool (or uint8) tensor, True / nonzero = the key takes part;
+a float one is refused (it would read as an additive mask, the opposite convention);
 ``is_causal`` with Nq ≠ Nk aligns bottom-right (flash-attn ≥ 2.1), torch aligns top-left;
 dropout draws its Philox seed from torch's CUDA generator unless ``seed`` is given, and the same
 seed regenerates the same keep-mask in the backward (``flashlesson.dropout_keep_mask`` shows it).
@@ -26,6 +29,7 @@ ImportError.
 
 import torch
 
+from . import checks
 from .attention_methods import attention
 from .backward_methods import attention_backward
 from .tc_methods import BFloat16
@@ -72,9 +76,6 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                  seed=None):
     """Drop-in for ``torch.nn.functional.scaled_dot_product_attention`` on float32, float16 or
     bfloat16 CUDA tensors [B, H, N, d] (see the module docstring for the differences)."""
-    if attn_mask is not None:
-        raise ValueError("attn_mask: not supported; pass key_padding_mask (bool [B, Nk], True = "
-                         "the key takes part) and/or is_causal instead")
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, torch.Tensor) or not t.is_cuda or t.dtype not in DTYPES:
             raise TypeError(f"{name}: expected a float32, float16 or bfloat16 CUDA tensor, got "
@@ -83,13 +84,44 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if not query.dtype == key.dtype == value.dtype:
         raise TypeError(f"query, key, value: expected one dtype, got {query.dtype}, {key.dtype}, "
                         f"{value.dtype}")
+    is_causal = checks.flag(is_causal, "is_causal")
+    dropout_p = checks.probability(dropout_p, "dropout_p")
     if dropout_p > 0 and query.dtype != torch.float32:
         raise ValueError(f"dropout_p: the tensor-core kernels ({query.dtype}) have no dropout; "
                          "use float32 tensors for dropout")
+    if attn_mask is not None:
+        if key_padding_mask is not None:
+            raise ValueError("attn_mask: give attn_mask or key_padding_mask, not both")
+        key_padding_mask = _padding_from_attn_mask(attn_mask, query, key)
+    if key_padding_mask is not None:
+        key_padding_mask = _bool_mask(key_padding_mask, "key_padding_mask", query)
     if dropout_p > 0 and seed is None:          # a fresh mask per call, from torch's generator
         seed = int(torch.randint(0, 2**62, (1,), device="cpu").item())
-    if key_padding_mask is not None and isinstance(key_padding_mask, torch.Tensor):
-        key_padding_mask = key_padding_mask.to(device=query.device, dtype=torch.bool)
-        key_padding_mask = key_padding_mask.contiguous()
-    return FlashAttentionFunction.apply(query, key, value, bool(is_causal), scale,
-                                        key_padding_mask, float(dropout_p), seed or 0)
+    return FlashAttentionFunction.apply(query, key, value, is_causal, scale,
+                                        key_padding_mask, dropout_p, 0 if seed is None else seed)
+
+
+def _bool_mask(mask, name, query):
+    """A bool or uint8 tensor (True / nonzero = take part), as a contiguous bool CUDA tensor on
+    query's device; a float mask is refused: torch reads float masks as added to the scores
+    (0 = take part, −inf = masked), the opposite of a bool mask, so converting it would invert
+    it."""
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name}: expected a bool torch tensor (True = the key takes part), got "
+                        f"{type(mask).__name__}")
+    if mask.dtype not in (torch.bool, torch.uint8):
+        raise TypeError(f"{name}: expected a bool tensor (True = the key takes part), got "
+                        f"{mask.dtype}; float (additive) masks are not taken")
+    return mask.to(device=query.device, dtype=torch.bool).contiguous()
+
+
+def _padding_from_attn_mask(attn_mask, query, key):
+    """torch's attn_mask, when it is a key padding mask: bool [B, 1, 1, Nk] → bool [B, Nk]."""
+    mask = _bool_mask(attn_mask, "attn_mask", query)
+    B, nk = query.shape[0], key.shape[-2]
+    if mask.dim() != 4 or mask.shape[1] != 1 or mask.shape[2] != 1 or \
+            mask.shape[3] != nk or mask.shape[0] not in (1, B):
+        raise ValueError(f"attn_mask: only a key padding mask is taken, bool of shape [B, 1, 1, "
+                         f"Nk] = [{B}, 1, 1, {nk}]; got {tuple(mask.shape)} (pass "
+                         "key_padding_mask [B, Nk], or is_causal)")
+    return mask[:, 0, 0, :].expand(B, nk).contiguous()

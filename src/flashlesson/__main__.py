@@ -1,0 +1,8 @@
+"""``python -m flashlesson …``: the same command as ``flashlesson …`` (flashlesson.cli)."""
+
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())
