@@ -191,6 +191,40 @@ def attention_check(section, topic, kernel, o, lse, q, k, v, *, causal=False, sc
     return checks, want, want_lse
 
 
+_MARK = "--- flashlesson checks (json) ---"
+
+
+def in_simulator(path, function, *args):
+    """``function(*args)`` of the example file ``path``, run here if this process uses the
+    simulator, else in a new Python process on Numba's CUDA simulator
+    (``FLASHLESSON_DEVICE=sim``, the same ``sys.path`` and ``FLASHLESSON_SEED``): for the parts
+    of an example that need the simulator on a GPU run (the traffic counter). Returns
+    (its Checks, "this process" or "a simulator subprocess"); what it printed is printed here.
+    The function's arguments must be JSON values; it must return a list of Checks.
+    """
+    import json
+    import subprocess
+    from . import device
+    if device.SIMULATOR:
+        return runpy.run_path(str(path))[function](*args), "this process"
+    code = ("import json, runpy, sys\n"
+            "import flashlesson\n"
+            "checks = runpy.run_path(sys.argv[1])[sys.argv[2]](*json.loads(sys.argv[3]))\n"
+            f"print({_MARK!r})\n"
+            "print(json.dumps([vars(c) for c in checks]))\n")
+    env = dict(os.environ, FLASHLESSON_DEVICE="sim",
+               PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    env.pop("NUMBA_ENABLE_CUDASIM", None)          # flashlesson sets it from FLASHLESSON_DEVICE
+    proc = subprocess.run([sys.executable, "-c", code, str(path), function, json.dumps(args)],
+                          env=env, capture_output=True, text=True, timeout=900)
+    out, mark, payload = proc.stdout.rpartition(_MARK + "\n")
+    if proc.returncode != 0 or not mark:
+        raise RuntimeError(f"{Path(path).name}: {function}() in a simulator subprocess failed "
+                           f"(exit code {proc.returncode}):\n{proc.stderr[-2000:]}")
+    print(out, end="", flush=True)
+    return [Check(**d) for d in json.loads(payload)], "a simulator subprocess"
+
+
 # ---------------------------------------------------------------------------------------------
 # Finding and loading the examples
 # ---------------------------------------------------------------------------------------------
@@ -429,6 +463,6 @@ def run_tour(sections=None, verbose=False, *, checks=None):
 
 
 __all__ = ["CHECK", "Check", "KINDS", "LESSON_SECTIONS", "MEASURED", "NOT_PERFORMED",
-           "attention_check", "TourError", "check_close", "collect",
+           "attention_check", "in_simulator", "TourError", "check_close", "collect",
            "declared_sections", "example_rng", "find_examples", "lesson_rows", "list_examples",
            "max_abs_err", "missing_sections", "run_tour", "sections_of", "summary_table"]
