@@ -136,4 +136,4 @@ def _nn_share(n, d):
 
 
 if __name__ == "__main__":
-    raise SystemExit(0 if all(c.passed for c in main()) else 1)
+    raise SystemExit(1 if any(c.failed for c in main()) else 0)

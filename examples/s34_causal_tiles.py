@@ -180,4 +180,4 @@ def _timed(rng, verbose):
 
 
 if __name__ == "__main__":
-    raise SystemExit(0 if all(c.passed for c in main()) else 1)
+    raise SystemExit(1 if any(c.failed for c in main()) else 0)

@@ -81,12 +81,10 @@ def main(verbose=True):
         return checks
 
     measured = [r for r in rows if "TFLOP/s" in r]
-    ok = len(measured) == len(dims) and all(
-        r["TFLOP/s"] > 0 and r["regs"] is not None and r["regs"] <= 255 for r in measured)
-    checks.append(Check("39", TOPIC, "flash", None, ok, "TFLOP/s per d: " + ", ".join(
-        f"d={r['d']} {r['TFLOP/s']:.1f}" + (f" ({r['flash / efficient']:.2f}× efficient)"
-                                            if r.get("flash / efficient") else "")
-        for r in measured)))
+    checks.append(Check.measured("39", TOPIC, "flash", "TFLOP/s per d (registers): " + ", ".join(
+        f"d={r['d']} {r['TFLOP/s']:.1f} ({r['regs']})" +
+        (f" ({r['flash / efficient']:.2f}× efficient)" if r.get("flash / efficient") else "")
+        for r in measured) + "; a shared GPU's timing, not pass/fail"))
     if verbose:
         dev = flashlesson.device.describe()["device"]
         print(f"\n{dev}, {datetime.date.today()}: B={b} H={h} N={n} float32, CUDA-event medians; "
@@ -96,4 +94,4 @@ def main(verbose=True):
 
 
 if __name__ == "__main__":
-    raise SystemExit(0 if all(c.passed for c in main()) else 1)
+    raise SystemExit(1 if any(c.failed for c in main()) else 0)

@@ -88,9 +88,9 @@ def main(verbose=True):
             found = sweeps.crossover(rows, "flash", slow, key)
             lines += [f"flash vs {slow}, {what}: {line}"
                       for line in sweeps.describe_crossover(found, "flash", slow)]
-    measured = all(r.get("flash ms") and r.get("naive ms") for r in rows)
-    checks.append(Check("40", TOPIC, "flash", None, measured,
-                        "; ".join(line for line in lines if "vs naive, GPU time" in line)))
+    checks.append(Check.measured("40", TOPIC, "flash", "; ".join(
+        line for line in lines if "vs naive, GPU time" in line) + " (a shared GPU's timing, "
+        "not pass/fail)"))
     if verbose:
         dev = flashlesson.device.describe()["device"]
         print(f"\n{dev}, {datetime.date.today()}: d={sweeps.CROSSOVER_D} float32; µs per call: "
@@ -101,4 +101,4 @@ def main(verbose=True):
 
 
 if __name__ == "__main__":
-    raise SystemExit(0 if all(c.passed for c in main()) else 1)
+    raise SystemExit(1 if any(c.failed for c in main()) else 0)

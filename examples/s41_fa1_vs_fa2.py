@@ -29,16 +29,16 @@ import flashlesson
 from flashlesson import loop_order
 from flashlesson.attention_methods import GPU_CONFIGS, default_config
 from flashlesson.sweeps import inputs, timing_rows, timing_table
-from flashlesson.tour import Check, RTOL, attention_inputs, check_close, example_rng
+from flashlesson.tour import Check, attention_check, attention_inputs, example_rng, in_simulator
 from flashlesson.traffic import compare, count_attention, flash_attention_traffic, total_bytes
-from reference import attention
 
 SECTIONS = (41,)
 TOPIC = "FA1 vs FA2 loop order"
 
 
 def counted_table(verbose):
-    """FA1 and FA2 on one tiny input, counted, beside their models."""
+    """FA1 and FA2 on one tiny input, counted, beside their models (simulator only: ``main``
+    runs it through ``tour.in_simulator``, in a simulator subprocess on a GPU run)."""
     checks = []
     B, H, nq, nk, d = 1, 1, 64, 64, 8
     cfg = default_config(d)
@@ -104,7 +104,10 @@ def main(verbose=True):
     rng, seed = example_rng()
     if verbose:
         print(__doc__.split("\n\n")[1])
-    checks = counted_table(verbose) + model_table(verbose)
+    counted, where = in_simulator(__file__, "counted_table", verbose)
+    if verbose:
+        print(f"(the counts above: the traffic counter, run in {where})")
+    checks = counted + model_table(verbose)
 
     cases = ([(1, 2, 40, 40, 16), (1, 1, 24, 56, 8)] if flashlesson.SIMULATOR else
              [(2, 8, 1024, 1024, 64), (1, 4, 500, 2000, 128)])
@@ -112,17 +115,21 @@ def main(verbose=True):
     for b, h, nq, nk, d in cases:
         q, k, v = attention_inputs(rng, b, h, nq, nk, d)
         for causal in (False, True):
-            want = attention(q, k, v, causal=causal)[0]
             for method in ("flash_fa1", "flash"):
-                o = flashlesson.attention(q, k, v, causal=causal, method=method)
-                c = check_close("41", TOPIC, method, o, want,
-                                f"B={b} H={h} Nq={nq} Nk={nk} d={d}{', causal' if causal else ''}"
-                                ": O vs the oracle", atol=RTOL * float(np.abs(want).max()))
-                checks.append(c)
-                table.append([c.note.split(":")[0], method, f"{c.max_err:.1e}"])
+                o, lse = flashlesson.attention(q, k, v, causal=causal, method=method,
+                                               return_lse=True)
+                shape = (f"B={b} H={h} Nq={nq} Nk={nk} d={d}"
+                         f"{', causal' if causal else ''}")
+                got, _, _ = attention_check("41", TOPIC, method, o, lse, q, k, v,
+                                            causal=causal, note=shape)
+                checks += got
+                table.append([shape, method, f"{got[0].max_err:.1e}", f"{got[1].max_err:.1e}",
+                              "yes" if not any(c.failed for c in got) else "NO"])
     if verbose:
-        print(f"\nrandom inputs: seed {seed}; both orders vs reference.attention")
-        print(tabulate(table, headers=["shape", "method", "max |ΔO|"], disable_numparse=True))
+        print(f"\nrandom inputs: seed {seed}; both orders vs reference.attention, within the "
+              "bounds of flashlesson.tolerance.attention_tol")
+        print(tabulate(table, headers=["shape", "method", "max |ΔO|", "max |ΔLSE|",
+                                       "within bound"], disable_numparse=True))
     if flashlesson.SIMULATOR:
         if verbose:
             print("\ntiming: skipped in the simulator. On a GPU this example times flash, "
@@ -156,10 +163,12 @@ def _timed(rng, verbose):
         dev = flashlesson.device.describe()["device"]
         print(f"\n{dev}, {datetime.date.today()}: B={b} H={h} N={n} d={d}, fp32")
         print(timing_table(rows))
-    return [Check("41", TOPIC, "flash", None, ms["flash"] < ms["flash_fa1 (1 block per head)"],
-                  "FA2's order is faster than FA1's: " + ", ".join(f"{r[0]} {r[1]} ms"
-                                                                  for r in rows))]
+    ratio = ms["flash_fa1 (1 block per head)"] / ms["flash"]
+    note = ("measured (a shared GPU's timings: not pass/fail): " +
+            ", ".join(f"{r[0]} {r[1]} ms" for r in rows) +
+            f"; FA1 (1 block per head) / FA2 time {ratio:.2f}")
+    return [Check.measured("41", TOPIC, "flash", note)]
 
 
 if __name__ == "__main__":
-    raise SystemExit(0 if all(c.passed for c in main()) else 1)
+    raise SystemExit(1 if any(c.failed for c in main()) else 0)

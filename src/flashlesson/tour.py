@@ -29,14 +29,19 @@ from typing import Optional
 import numpy as np
 from tabulate import tabulate
 
+from .tolerance import attention_tol, softmax_tol
+
 ENV_EXAMPLES = "FLASHLESSON_EXAMPLES"
 ENV_SEED = "FLASHLESSON_SEED"
 
-# Kernel vs float64 oracle: |got − want| ≤ ATOL + RTOL·|want| elementwise. float32 arithmetic
-# with __expf (relative error ≈ 2^-21 near 0, a few ulp more for exponents down to −20) stays
-# well inside; a wrong index or a missed element is off by far more.
-RTOL = 1e-5
-ATOL = 1e-6
+# Kernel vs float64 oracle, when the caller gives no bound: |got − want| ≤ ATOL + RTOL·|want|
+# elementwise, float32 softmax-like values of rows up to 2^15 (flashlesson.tolerance.softmax_tol
+# derives these; attention outputs take theirs from tolerance.attention_tol, see
+# attention_check).
+RTOL, ATOL = softmax_tol(1024)
+
+CHECK, MEASURED, NOT_PERFORMED = "check", "measured", "not performed"
+KINDS = (CHECK, MEASURED, NOT_PERFORMED)
 
 
 class TourError(ValueError):
@@ -50,13 +55,51 @@ class Check:
     section: the § it belongs to ("6", or "6–7" for a claim spanning two).
     kernel: what produced the value checked (a softmax method, "numpy", "formula", …).
     max_err: largest |kernel − oracle|, or None when the check is not a numeric comparison.
+    kind: "check" (passed is True or False), or — neither a pass nor a failure, shown in the
+    summary and counted apart — "measured" (a timing or other measurement, printed as such:
+    a shared GPU's timings are not pass/fail) or "not performed" (the note says why; e.g. no
+    GPU for a SASS check). Make those with :meth:`measured` and :meth:`not_performed`.
     """
     section: str
     topic: str
     kernel: str
     max_err: Optional[float]
-    passed: bool
+    passed: Optional[bool]
     note: str = ""
+    kind: str = CHECK
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"kind: expected one of {KINDS}; got {self.kind!r}")
+        if self.kind == CHECK and not isinstance(self.passed, (bool, np.bool_)):
+            raise TypeError(f"passed: a check passes or fails (a bool); got {self.passed!r}")
+        if self.kind == CHECK:
+            self.passed = bool(self.passed)
+        elif self.passed is not None:
+            raise ValueError(f"passed: a {self.kind!r} entry neither passes nor fails "
+                             f"(None); got {self.passed!r}")
+
+    @classmethod
+    def measured(cls, section, topic, kernel, note):
+        """A measurement (a timing, a ratio) shown in the summary, neither pass nor fail."""
+        return cls(section, topic, kernel, None, None, note, MEASURED)
+
+    @classmethod
+    def not_performed(cls, section, topic, kernel, reason):
+        """A check this run could not make (the reason in the note): not a pass."""
+        return cls(section, topic, kernel, None, None, reason, NOT_PERFORMED)
+
+    @property
+    def failed(self):
+        """A check that failed (measurements and checks not performed never fail)."""
+        return self.kind == CHECK and not self.passed
+
+    @property
+    def result(self):
+        """'pass', 'FAIL', 'measured' or 'not performed'."""
+        if self.kind != CHECK:
+            return self.kind
+        return "pass" if self.passed else "FAIL"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -96,20 +139,90 @@ def max_abs_err(got, want):
     return float(np.max(np.abs(got[both] - want[both]), initial=0.0))
 
 
-def check_close(section, topic, kernel, got, want, note="", rtol=RTOL, atol=ATOL):
+def check_close(section, topic, kernel, got, want, note="", rtol=None, atol=None):
     """A Check of ``got`` (a kernel's output) against ``want`` (the float64 oracle).
 
     Passes when every element satisfies |got − want| ≤ atol + rtol·|want| (NaN only where
-    the oracle has NaN); ``max_err`` is the largest absolute difference.
+    the oracle has NaN); ``max_err`` is the largest absolute difference. ``atol`` may be an
+    array broadcastable to ``want`` (a bound per row or per element). Without rtol/atol, the
+    float32 softmax bound of :func:`flashlesson.tolerance.softmax_tol` for rows of the
+    compared array's last length (a probability-sized value of float32 arithmetic).
     """
+    if rtol is None or atol is None:
+        n = max(int(np.shape(want)[-1]) if np.ndim(want) else 1, 1)
+        rtol0, atol0 = softmax_tol(n)
+        rtol = rtol0 if rtol is None else rtol
+        atol = atol0 if atol is None else atol
     got64 = np.asarray(got, np.float64)
     want64 = np.asarray(want, np.float64)
     if got64.shape != want64.shape:
         return Check(section, topic, kernel, None, False,
                      f"shape {got64.shape} != oracle's {want64.shape}. {note}".strip())
     err = max_abs_err(got64, want64)
-    passed = bool(np.allclose(got64, want64, rtol=rtol, atol=atol, equal_nan=True))
+    bound = np.asarray(atol, np.float64) + np.asarray(rtol, np.float64) * np.abs(want64)
+    nan_ok = np.array_equal(np.isnan(got64), np.isnan(want64))
+    both = ~np.isnan(want64)
+    passed = nan_ok and bool(np.all(np.abs(got64 - want64)[both] <=
+                                    np.broadcast_to(bound, want64.shape)[both]))
     return Check(section, topic, kernel, err, passed, note)
+
+
+def attention_check(section, topic, kernel, o, lse, q, k, v, *, causal=False, scale=None,
+                    dtype=None, note="", key_padding_mask=None):
+    """[Check of O, Check of LSE (None: only O)] of an attention kernel against the float64
+    oracle on the same inputs, with the bounds of :func:`flashlesson.tolerance.attention_tol`
+    (from d, Nk, the inputs' magnitudes and the dtype). Returns (checks, o_ref, lse_ref)."""
+    from reference import attention as ref_attention
+    q64, k64, v64 = (np.asarray(x, np.float64) for x in (q, k, v))
+    want, want_lse, p = ref_attention(q64, k64, v64, causal=causal, scale=scale,
+                                      key_padding_mask=key_padding_mask, return_p=True)
+    tol = attention_tol(q64, k64, v64, scale=scale, dtype=dtype, p=p, o=want)
+    checks = [check_close(section, topic, kernel, o, want, f"{note}: O vs the oracle".lstrip(": "),
+                          rtol=0.0, atol=tol.o)]
+    if lse is not None:
+        fin = np.isfinite(want_lse)
+        lse = np.asarray(lse, np.float64)
+        ok_inf = np.array_equal(np.isneginf(lse), np.isneginf(want_lse))
+        c = check_close(section, topic, kernel, lse[fin], want_lse[fin],
+                        f"{note}: LSE vs the oracle".lstrip(": "), rtol=0.0,
+                        atol=np.broadcast_to(tol.lse, want_lse.shape)[fin])
+        c.passed = c.passed and ok_inf
+        checks.append(c)
+    return checks, want, want_lse
+
+
+_MARK = "--- flashlesson checks (json) ---"
+
+
+def in_simulator(path, function, *args):
+    """``function(*args)`` of the example file ``path``, run here if this process uses the
+    simulator, else in a new Python process on Numba's CUDA simulator
+    (``FLASHLESSON_DEVICE=sim``, the same ``sys.path`` and ``FLASHLESSON_SEED``): for the parts
+    of an example that need the simulator on a GPU run (the traffic counter). Returns
+    (its Checks, "this process" or "a simulator subprocess"); what it printed is printed here.
+    The function's arguments must be JSON values; it must return a list of Checks.
+    """
+    import json
+    import subprocess
+    from . import device
+    if device.SIMULATOR:
+        return runpy.run_path(str(path))[function](*args), "this process"
+    code = ("import json, runpy, sys\n"
+            "import flashlesson\n"
+            "checks = runpy.run_path(sys.argv[1])[sys.argv[2]](*json.loads(sys.argv[3]))\n"
+            f"print({_MARK!r})\n"
+            "print(json.dumps([vars(c) for c in checks]))\n")
+    env = dict(os.environ, FLASHLESSON_DEVICE="sim",
+               PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    env.pop("NUMBA_ENABLE_CUDASIM", None)          # flashlesson sets it from FLASHLESSON_DEVICE
+    proc = subprocess.run([sys.executable, "-c", code, str(path), function, json.dumps(args)],
+                          env=env, capture_output=True, text=True, timeout=900)
+    out, mark, payload = proc.stdout.rpartition(_MARK + "\n")
+    if proc.returncode != 0 or not mark:
+        raise RuntimeError(f"{Path(path).name}: {function}() in a simulator subprocess failed "
+                           f"(exit code {proc.returncode}):\n{proc.stderr[-2000:]}")
+    print(out, end="", flush=True)
+    return [Check(**d) for d in json.loads(payload)], "a simulator subprocess"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,6 +355,9 @@ def _crashed(secs, topic, path, exc):
                   f"crashed: {type(exc).__name__}: {exc}")]
 
 
+_LAST_SEED = [None]          # the seed of the last collect(), for run_tour's closing line
+
+
 def collect(sections=None, verbose=False, folder=None):
     """Run the examples of ``sections`` (all if None) in § order; return every Check.
 
@@ -252,7 +368,8 @@ def collect(sections=None, verbose=False, folder=None):
     """
     examples = _select(list_examples(folder), sections)
     seed = os.environ.get(ENV_SEED) or str(np.random.SeedSequence().entropy)
-    print(f"random inputs: {ENV_SEED}={seed}", flush=True)
+    _LAST_SEED[0] = seed
+    print(f"random inputs: {ENV_SEED}={seed} (set it to replay this run)", flush=True)
     saved = os.environ.get(ENV_SEED)
     os.environ[ENV_SEED] = seed
     checks = []
@@ -288,10 +405,19 @@ def _run_all(examples, verbose, checks):
                 failure = exc
         if failure is not None:
             got = _crashed(secs, topic, path, failure)
-        bad = sum(not c.passed for c in got)
-        print(f"      {len(got) - bad}/{len(got)} checks passed "
-              f"({time.perf_counter() - t0:.1f} s)", flush=True)
+        print(f"      {_counts(got)} ({time.perf_counter() - t0:.1f} s)", flush=True)
         checks.extend(got)
+
+
+def _counts(checks):
+    """'5/6 checks passed' (+ ', 2 measured, 1 not performed' when there are some)."""
+    real = [c for c in checks if c.kind == CHECK]
+    text = f"{sum(c.passed for c in real)}/{len(real)} checks passed"
+    for kind in (MEASURED, NOT_PERFORMED):
+        n = sum(c.kind == kind for c in checks)
+        if n:
+            text += f", {n} {kind}"
+    return text
 
 
 def _fmt_err(e):
@@ -302,7 +428,7 @@ def _fmt_err(e):
 
 def summary_table(checks, fmt="simple"):
     rows = [[f"§{c.section}", c.topic, c.kernel, _fmt_err(c.max_err),
-             "pass" if c.passed else "FAIL", c.note] for c in checks]
+             c.result, c.note] for c in checks]
     return tabulate(rows, headers=["§", "topic", "kernel", "max err vs oracle", "result",
                                    "note"], tablefmt=fmt, disable_numparse=True)
 
@@ -322,16 +448,21 @@ def run_tour(sections=None, verbose=False, *, checks=None):
         return 2
     if checks is not None:
         checks.extend(got)
-    failed = [c for c in got if not c.passed]
+    failed = [c for c in got if c.failed]
+    real = [c for c in got if c.kind == CHECK]
     print()
     print(summary_table(got))
     print()
     where = "Numba's CUDA simulator (small sizes)" if device.SIMULATOR else "the GPU"
-    print(f"{len(got)} checks, {len(failed)} failed, on {where}, "
-          f"in {time.perf_counter() - t0:.1f} s")
+    extra = "".join(f", {sum(c.kind == kind for c in got)} {kind}" for kind in
+                    (MEASURED, NOT_PERFORMED) if any(c.kind == kind for c in got))
+    print(f"{len(real)} checks, {len(failed)} failed{extra}, on {where}, "
+          f"in {time.perf_counter() - t0:.1f} s; replay with "
+          f"{ENV_SEED}={os.environ.get(ENV_SEED) or _LAST_SEED[0]}")
     return 1 if failed else 0
 
 
-__all__ = ["Check", "LESSON_SECTIONS", "TourError", "check_close", "collect",
+__all__ = ["CHECK", "Check", "KINDS", "LESSON_SECTIONS", "MEASURED", "NOT_PERFORMED",
+           "attention_check", "in_simulator", "TourError", "check_close", "collect",
            "declared_sections", "example_rng", "find_examples", "lesson_rows", "list_examples",
            "max_abs_err", "missing_sections", "run_tour", "sections_of", "summary_table"]

@@ -1,0 +1,178 @@
+"""Check the error model of ``flashlesson.tolerance`` against many seeds: observed max error /
+bound, per case. Every ratio must stay below 1 / SAFETY (≤ 0.5); the module docstring quotes
+this script's output.
+
+The kernels' float32 arithmetic is emulated in NumPy, one rounding at a time, as the GPU
+does it (the simulator computes in float64 and would understate the error):
+  - S = Q Kᵀ·scale: products and sums over d in float32, one term at a time (no FMA: one more
+    rounding than the GPU, so the emulation errs on the high side);
+  - the tiled online softmax over Bc-wide K/V tiles: m, l, acc in float32, acc and l rescaled
+    by correction = e^{m_old − m_new} once a tile; e^x as ex2.approx(x·log₂e) with a random
+    relative error of up to 2^-22.5 (PTX's bound for ex2.approx.f32);
+  - fp16/bf16: P rounded to 16 bits before P·V (l keeps the float32 P), O rounded on output;
+  - softmax rows: one float32 pass of max, e^{x−m} (same e^x), sum, divide.
+
+    python3 scripts/tolerance_check.py [--seeds 200] [--big]
+
+``--big`` adds the GPU shape of §42 (B=1 H=4 Nq=500 Nk=2000 d=128, causal, Q row 0 × 30):
+about a minute.
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path[:0] = [os.path.join(os.path.dirname(__file__), "..", "src"),
+                os.path.join(os.path.dirname(__file__), "..")]
+
+from flashlesson import tolerance  # noqa: E402
+from reference import attention, causal_mask, softmax_stable  # noqa: E402
+
+F32 = np.float32
+LOG2E = F32(np.log2(np.e))
+
+
+def ex2_exp(x, rng):
+    """e^x as the GPU's __expf: ex2.approx(x·log₂e), float32, with ex2's ≤ 2^-22.5 error."""
+    t = (x.astype(F32) * LOG2E).astype(F32)
+    with np.errstate(over="ignore"):
+        r = np.exp2(t.astype(np.float64)) * (1 + rng.uniform(-1, 1, t.shape) * 2 ** -22.5)
+    return r.astype(F32)
+
+
+def round16(x, half):
+    if half == "float16":
+        return x.astype(np.float16).astype(F32)
+    b = x.astype(F32).view(np.uint32).astype(np.uint64)
+    b = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16          # round to nearest even
+    return b.astype(np.uint32).view(F32)
+
+
+def emulate_forward(q, k, v, causal, Bc, rng, half=None):
+    """Tiled float32 forward of one head: q [Nq, d], k, v [Nk, d] → (O, LSE) float32."""
+    nq, d = q.shape
+    nk = k.shape[0]
+    scale = F32(d ** -0.5)
+    s = np.zeros((nq, nk), F32)
+    for t in range(d):                                      # S = Σ_t q_t k_t, one rounding each
+        s = (s + (q[:, t:t + 1] * k[None, :, t]).astype(F32)).astype(F32)
+    s = (s * scale).astype(F32)
+    if causal:
+        s = np.where(causal_mask(nq, nk), s, F32(-np.inf))
+    m = np.full(nq, -np.inf, F32)
+    l = np.zeros(nq, F32)
+    acc = np.zeros((nq, d), F32)
+    for j0 in range(0, nk, Bc):
+        st = s[:, j0:j0 + Bc]
+        new_m = np.maximum(m, st.max(axis=1))
+        safe = np.where(np.isneginf(new_m), F32(0), new_m)
+        corr = ex2_exp((m - safe).astype(F32), rng)
+        p = ex2_exp((st - safe[:, None]).astype(F32), rng)
+        l = (l * corr).astype(F32)
+        acc = (acc * corr[:, None]).astype(F32)
+        pv = round16(p, half) if half else p
+        for jj in range(st.shape[1]):
+            l = (l + p[:, jj]).astype(F32)
+            acc = (acc + (pv[:, jj:jj + 1] * v[None, j0 + jj]).astype(F32)).astype(F32)
+        m = new_m
+    inv = np.where(l > 0, (F32(1) / np.where(l > 0, l, F32(1))).astype(F32), F32(0))
+    o = (acc * inv[:, None]).astype(F32)
+    if half:
+        o = round16(o, half)
+    with np.errstate(divide="ignore"):
+        lse = (m + np.log(l.astype(np.float64)).astype(F32)).astype(F32)
+    return o, lse
+
+
+def emulate_softmax(x, rng):
+    m = x.max(axis=1)
+    e = ex2_exp((x - m[:, None]).astype(F32), rng)
+    lsum = np.zeros(x.shape[0], F32)
+    for j in range(x.shape[1]):
+        lsum = (lsum + e[:, j]).astype(F32)
+    return (e * (F32(1) / lsum)[:, None]).astype(F32)
+
+
+def ratio(err, bound):
+    """err / bound elementwise; 0 where both are 0 (a row that sees no key: O = 0 exactly)."""
+    err, bound = np.broadcast_arrays(err, bound)
+    out = np.where(err == 0, 0.0, np.inf)
+    np.divide(err, bound, out=out, where=bound > 0)
+    return out
+
+
+def attention_case(rng, b, h, nq, nk, d, causal, Bc, half=None, boost=4.0):
+    q, k, v = (rng.standard_normal((b, h, n, d)).astype(F32) for n in (nq, nk, nk))
+    q[..., 0, :] *= boost
+    if half:
+        q, k, v = (round16(x, half) for x in (q, k, v))
+    o = np.empty_like(q)
+    lse = np.empty(q.shape[:3], F32)
+    for i in range(b):
+        for j in range(h):
+            o[i, j], lse[i, j] = emulate_forward(q[i, j], k[i, j], v[i, j], causal, Bc, rng, half)
+    o_ref, lse_ref, p = attention(q.astype(np.float64), k.astype(np.float64),
+                                  v.astype(np.float64), causal=causal, return_p=True)
+    tol = tolerance.attention_tol(q, k, v, dtype=half or "float32", p=p, o=o_ref)
+    ratio_o = ratio(np.abs(o - o_ref), tol.o)
+    fin = np.isfinite(lse_ref)
+    ratio_l = ratio(np.abs(lse[fin] - lse_ref[fin]), np.broadcast_to(tol.lse, lse.shape)[fin])
+    return float(ratio_o.max()), float(ratio_o[..., 0, :].max()), float(ratio_l.max(initial=0))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=200)
+    ap.add_argument("--big", action="store_true")
+    args = ap.parse_args(argv)
+    rng = np.random.default_rng(12345)
+    rows = []
+
+    worst = worst32 = 0.0
+    for n in (7, 33, 1000, 4096):
+        r = 0.0
+        for _ in range(max(args.seeds // 10, 3)):
+            x = (rng.standard_normal((8, n)) * 3).astype(F32)
+            x[0] += 1000
+            x[np.arange(8), rng.integers(0, n, 8)] += 20
+            want = softmax_stable(x.astype(np.float64))
+            for half in (None, "float16"):
+                got = emulate_softmax(x, rng)
+                if half:
+                    got = got.astype(np.float16).astype(F32)
+                rtol, atol = tolerance.softmax_tol(n, half or "float32")
+                r = max(r, float(np.max(np.abs(got - want) / (atol + rtol * np.abs(want)))))
+        rows.append((f"softmax n={n} (f32 and f16)", r, float("nan"), float("nan")))
+        worst = max(worst, r)
+
+    cases = [(1, 2, 21, 35, 32, False, 16), (1, 1, 37, 9, 16, True, 16),
+             (1, 2, 40, 50, 16, True, 16), (1, 1, 64, 300, 64, False, 64)]
+    if args.big:
+        cases.append((1, 4, 500, 2000, 128, True, 64))
+    for shape in cases:
+        for half, boost in ((None, 4.0), (None, 30.0), ("float16", 4.0), ("bfloat16", 4.0)):
+            seeds = args.seeds if shape[2] * shape[3] < 5000 else max(args.seeds // 50, 2)
+            if args.big and shape[3] == 2000:
+                seeds = 2
+            got = np.zeros(3)
+            for _ in range(seeds):
+                got = np.maximum(got, attention_case(rng, *shape, half=half, boost=boost))
+            rows.append((f"attention {shape[:5]}{' causal' if shape[5] else ''} "
+                         f"{half or 'float32'} Q0×{boost:g}", *got))
+            worst = max(worst, got.max())
+            if half is None:
+                worst32 = max(worst32, got.max())
+    print(f"{'case':60s} {'O all rows':>11s} {'O row 0':>9s} {'LSE':>9s}   (max error / bound)")
+    for name, a, b, c in rows:
+        print(f"{name:60s} {a:11.3f} {b:9.3f} {c:9.3f}")
+    print(f"worst ratio {worst:.3f} (must be ≤ 1: the 16-bit roundings are exact bounds, "
+          f"taken without a safety factor); float32 attention {worst32:.3f} (the "
+          f"probabilistic model times SAFETY = {tolerance.SAFETY:g}: must be ≤ "
+          f"{1 / tolerance.SAFETY:.2f})")
+    return 0 if worst <= 1 and worst32 <= 1 / tolerance.SAFETY else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

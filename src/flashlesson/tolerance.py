@@ -1,0 +1,231 @@
+"""One error model for every kernel-vs-oracle comparison: how far a kernel may be from the
+float64 oracle, derived from the sizes and magnitudes of the inputs and the arithmetic used.
+
+Every check of a kernel against ``reference/`` (the tests' ``check_attention`` / ``check_grads``,
+the examples' ``flashlesson.tour.check_close``) takes its bar from here; nothing else holds a
+hard-coded tolerance for a kernel.
+
+Notation. u is the unit roundoff of the arithmetic (half the spacing of the numbers at 1):
+float32 2⁻²⁴ ≈ 6.0e-8, TF32 and float16 2⁻¹¹ ≈ 4.9e-4, bfloat16 2⁻⁸ ≈ 3.9e-3. n is a
+summation length. Rounding errors are modelled as the probabilistic analysis does (Higham &
+Mary, SIAM J. Sci. Comput. 2019): the error of a sum of n terms is a sum of n independent
+errors, each at most u times a partial sum, so it grows as λ·u·√n (λ = ``LAMBDA`` = 4: a
+bound that holds with probability 1 − 2·e^{−λ²/2}·… per sum, Hoeffding), not as the worst
+case n·u. Magnitudes are measured on the inputs (row norms, max |v|), never on a seed's luck.
+
+**Softmax** of a row of n entries, float32 (``softmax_tol(n, dtype)``): p_j = e^{x_j − m}/l.
+ - x_j − m: exact when within 2× (Sterbenz), else one rounding: relative u·|x_j − m|.
+ - e^x with ``__expf`` (= ex2.approx(x·log₂e)): at most (2 + 1.17·|x|) ulp (CUDA's table);
+   the |x| part is absolute in p: p·u·|x| ≤ u·max_t t·e^{−t} = u/e, whatever the row holds.
+ - l = Σ e^{x−m} (positive terms): relative λ·u·√n; the division: u.
+ So |p̂ − p| ≤ rtol·p + atol with rtol = S·u·(4 + λ√n), atol = S·u, S = ``SAFETY``.
+ float16 output: rounded once at the end: + u₁₆ relative, and ½ the subnormal step absolute.
+
+**Attention forward**, per query row i (``attention_tol(q, k, v, …)``), absolute bound on
+|O_ic − O_ref,ic| (O is a convex combination of V's rows, so max|v| = V is its scale):
+ - A_i = scale·‖q_i‖·max_j ‖k_j‖ bounds every |s_ij| and (Cauchy–Schwarz) every partial sum
+   of the dot product; its rounding error is λ·u·√(Σ_t S_t²) ≲ λ·u·A_i for inputs whose
+   terms have no common sign (random directions: the partial sums are a random walk whose
+   squares add up to ~A_i²/2 — a coherent-sign input, like all-positive q and k, could grow
+   it by √d and is not what the tests use). The scale (or the base-2 fold scale·log₂e) and
+   the subtraction of m add u·A_i each:  e_s = u·(λ + 2)·A_i.
+ - x = s − m moves by 2·e_s (s and the max both move); e^x adds u·(2 + 1.17·|x|), and the
+   P-weighted |x| is at most ln Nk (Σ_j P_j·|x_j| ≤ the entropy of P ≤ ln Nk):
+   e_P = 2·e_s + u·(2 + 1.2·ln Nk), a relative error on each P_ij.
+ - O = Σ_j P_ij v_j / l_i: a relative error ε_j on P_ij moves O by Σ_j P_ij ε_j (v_j − O_i)/l,
+   at most 2·V·e_P; the sums acc and l over Nk keys, each rescaled once a K/V tile, add
+   λ·u·√(2·Nk)·V each; the final 1/l and product 2u·V.
+   o_i = S·V·(2·e_P + 2λ·u·√(2·Nk) + 2u).
+ - LSE_i = m_i + ln l_i: e_s (m) + e_P + λ·u·√Nk (l) + u·(A_i + ln Nk + 2) (the logs, the
+   sum): lse_i = S·(that).
+ - fp16/bf16 (tensor cores, dtype "float16"/"bfloat16"): the oracle gets the rounded inputs,
+   so only the kernel's own roundings count: P rounded to 16 bits for P·V (l keeps the fp32
+   P): |ΔO_ic| ≤ u_h·(P|V|)_ic ≤ u_h·V, and O rounded on the way out: u_h·|O_ic|. With the
+   oracle's P (``p=``) both are taken elementwise (tight: a 16-bit packing bug at 2× the
+   normal error fails), else per row with V. QKᵀ on the tensor cores accumulates in fp32:
+   the float32 terms above.
+ - 3xTF32 (dtype "tf32"): each product a·b is formed as a_hi·b_hi + a_hi·b_lo + a_lo·b_hi
+   with 11-bit pieces: a relative error ~u_tf32² = 2⁻²² per product (the dropped a_lo·b_lo,
+   one rounding of each piece) — 4× float32's u: the float32 model with u = 2⁻²².
+
+**Attention backward** (``backward_tol``), relative to each gradient's largest |value| (as
+``tests/conftest.check_grads`` measures): P is recomputed from the saved LSE (e_P + the LSE's
+error, as above), dP = dO·Vᵀ (length d), D = rowsum(dO∘O) (length d), dS = P∘(dP − D), then
+dV = Pᵀ·dO, dK = dSᵀ·Q, dQ = dS·K (lengths Nq, Nq, Nk). dS's cancellation (dP − D is small
+where P is large) makes its error relative to |dP| not |dS|: a factor κ = 4 is allowed for it.
+ rel = S·κ·u·(2·(λ + 2)·A + 2 + 1.2·ln Nk + λ·(√Nq + √Nk + 2√d)), A the largest A_i.
+ fp16/bf16: P and dS rounded to 16 bits before their products: + S·κ·u_h.
+
+**Safety factor** S = ``SAFETY`` = 2 over the probabilistic (float32) part of the model; the
+16-bit roundings are exact bounds of round-to-nearest and are taken as they are. Observed
+(``python3 scripts/tolerance_check.py --seeds 200 --big``: a float32 NumPy emulation of the
+tiled kernel — products and sums rounded one by one, ex2.approx's error drawn at random, P
+and O rounded to 16 bits for fp16/bf16 — at the tests' and the tour's shapes and at the GPU
+shape of §42, B=1 H=4 Nq=500 Nk=2000 d=128 causal, with Q's row 0 × 4 or × 30), the largest
+max-error / bound over all seeds:
+
+    ==========================================  =========  =========  =========
+    case                                         float32     fp16       bf16
+    ==========================================  =========  =========  =========
+    softmax, n = 7 … 4096, rows near 1000        ≤ 0.02     ≤ 0.91     —
+    attention O, tests' shapes                   ≤ 0.027    ≤ 0.69     ≤ 0.71
+    attention O, §42's GPU shape                 ≤ 0.024    ≤ 0.34     ≤ 0.46
+    attention LSE (all shapes)                   ≤ 0.067    (float32 model)
+    ==========================================  =========  =========  =========
+
+So the float32 bounds hold with ≥ 15× margin (≥ 40× at §42's GPU shape, where the H200 saw
+3.6e-5 over the old 1e-5·max|O| bar: row 0's bound is ≈ 0.05·(P|V|), a normal row's
+≈ 2e-3·(P|V|)) and still sit orders of magnitude below what a wrong index, a lost tile or a
+missed rescale gives (errors of order |V|); the fp16/bf16 bounds are within 1.4–3× of what is
+seen (the roundings of P and O are the error), so a 16-bit packing bug that doubles the error
+fails. The simulator computes in float64 between stores, so its errors are smaller still.
+"""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+LAMBDA = 4.0        # probabilistic rounding: errors of a length-n sum ≤ λ·u·√n
+SAFETY = 2.0        # over the model; the observed ratios (module docstring) are ≤ 0.5
+KAPPA = 4.0         # backward: dS = P∘(dP − D) cancels; its error is relative to |dP|
+
+UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "tf32": 2.0 ** -11, "tf32x3": 2.0 ** -22,
+                 "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "float64": 2.0 ** -53}
+HALF = ("float16", "bfloat16")
+
+
+def dtype_name(dtype):
+    """'float32', 'float16', 'bfloat16', 'tf32' (3xTF32), 'float64' from a NumPy dtype, a
+    type, or one of those names ('f16', 'bf16', 'tf32' accepted)."""
+    aliases = {"f16": "float16", "fp16": "float16", "half": "float16", "bf16": "bfloat16",
+               "fp32": "float32", "f32": "float32", "tf32": "tf32x3", "3xtf32": "tf32x3"}
+    if isinstance(dtype, str):
+        name = aliases.get(dtype.lower(), dtype.lower())
+    elif getattr(dtype, "__name__", "") == "BFloat16":
+        name = "bfloat16"
+    else:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            raise TypeError(f"dtype: expected a NumPy dtype or one of "
+                            f"{sorted(UNIT_ROUNDOFF)}; got {dtype!r}") from None
+    if name not in UNIT_ROUNDOFF:
+        raise ValueError(f"dtype: expected one of {sorted(UNIT_ROUNDOFF)}; got {dtype!r}")
+    return name
+
+
+def unit_roundoff(dtype):
+    """u of the arithmetic: 2⁻²⁴ float32, 2⁻¹¹ float16, 2⁻⁸ bfloat16, 2⁻²² 3xTF32."""
+    return UNIT_ROUNDOFF[dtype_name(dtype)]
+
+
+def _count(value, name):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name}: expected a positive int; got {value!r}")
+    return int(value)
+
+
+def softmax_tol(n, dtype=np.float32):
+    """(rtol, atol) for |softmax kernel − float64 oracle| ≤ atol + rtol·|oracle|, rows of n.
+
+    float32: rtol = S·u·(4 + λ√n), atol = S·u (the __expf |x| term, see the module).
+    float16 (computed in float32, rounded once on output): + u₁₆ relative and 2⁻²⁵ absolute
+    (half the spacing of float16's subnormals).
+    """
+    n = _count(n, "n")
+    name = dtype_name(dtype)
+    u = UNIT_ROUNDOFF["float32"]
+    rtol, atol = SAFETY * u * (4 + LAMBDA * math.sqrt(n)), SAFETY * u
+    if name in HALF:
+        rtol += UNIT_ROUNDOFF[name]
+        atol += 2.0 ** -25 if name == "float16" else 0.0
+    elif name != "float32":
+        raise ValueError(f"dtype: softmax runs in float32 or float16; got {dtype!r}")
+    return rtol, atol
+
+
+@dataclass(frozen=True)
+class AttentionTol:
+    """Bounds on |kernel − oracle|: ``o`` broadcastable to O ([…, Nq, 1] per row, or per
+    element when the oracle's P was given), ``lse`` broadcastable to LSE ([…, Nq])."""
+    o: np.ndarray
+    lse: np.ndarray
+
+    def __repr__(self):
+        return (f"AttentionTol(o ≤ {float(np.max(self.o)):.2e}, "
+                f"lse ≤ {float(np.max(self.lse)):.2e})")
+
+
+def score_bound(q, k, scale=None):
+    """A_i = scale·‖q_i‖·max_j ‖k_j‖ (≥ every |s_ij|), one per query row: shape q.shape[:-1]."""
+    q = np.asarray(q, np.float64)
+    k = np.asarray(k, np.float64)
+    d = q.shape[-1]
+    scale = d ** -0.5 if scale is None else float(scale)
+    kmax = np.max(np.linalg.norm(k, axis=-1), axis=-1, initial=0.0)          # per (b, h)
+    return abs(scale) * np.linalg.norm(q, axis=-1) * np.asarray(kmax)[..., None]
+
+
+def forward_terms(a, nk, dtype="float32"):
+    """(e_s, e_P, o/V, lse) of the float32 part of the model, for score bound(s) ``a`` and Nk
+    keys, before the safety factor (see the module docstring)."""
+    nk = _count(nk, "nk")
+    name = dtype_name(dtype)
+    u = UNIT_ROUNDOFF["tf32x3" if name == "tf32x3" else "float32"]
+    a = np.asarray(a, np.float64)
+    e_s = u * (LAMBDA + 2) * a
+    e_p = 2 * e_s + u * (2 + 1.2 * math.log(nk))
+    o = 2 * e_p + 2 * LAMBDA * u * math.sqrt(2 * nk) + 2 * u
+    lse = e_s + e_p + LAMBDA * u * math.sqrt(nk) + u * (a + math.log(nk) + 2)
+    return e_s, e_p, o, lse
+
+
+def attention_tol(q, k, v, *, scale=None, dtype=None, p=None, o=None):
+    """The bound on |O − O_ref| and |LSE − LSE_ref| for these inputs (module docstring).
+
+    q [..., Nq, d], k, v [..., Nk, d] as the oracle got them (float64 of the rounded fp16/bf16
+    inputs for the tensor-core kernels). dtype: the kernel's arithmetic — "float32" (default
+    for float32 inputs), "float16", "bfloat16" (tensor cores), "tf32" (3xTF32).
+    p, o: the oracle's P [..., Nq, Nk] and O, to take the 16-bit roundings elementwise.
+    """
+    q = np.asarray(q)
+    name = dtype_name(dtype if dtype is not None else
+                      (q.dtype if q.dtype != np.float64 else "float32"))
+    nk = max(np.shape(k)[-2], 1)
+    vabs = np.abs(np.asarray(v, np.float64))
+    vmax = np.max(vabs, axis=(-2, -1), initial=0.0)[..., None, None]      # per (b, h)
+    a = score_bound(q, k, scale)
+    _, _, o32, lse32 = forward_terms(a, nk, name)
+    # the scale of O: (P|V|)_ic elementwise with the oracle's P (|O_ic| ≤ (P|V|)_ic ≤ V), else V
+    pv = None if p is None else np.asarray(p, np.float64) @ vabs
+    o_tol = SAFETY * o32[..., None] * (vmax if pv is None else pv)
+    if name in HALF:
+        uh = UNIT_ROUNDOFF[name]        # exact bounds of one rounding each: no safety factor
+        if pv is not None and o is not None:
+            o_tol = o_tol + uh * (pv + np.abs(np.asarray(o, np.float64)))
+        else:
+            o_tol = o_tol + 2 * uh * vmax
+    return AttentionTol(o_tol, SAFETY * lse32)
+
+
+def backward_tol(q, k, *, scale=None, dtype="float32", nq=None, nk=None):
+    """Relative bound for dq, dk, dv, each against its largest |value| (module docstring)."""
+    q = np.asarray(q)
+    d = q.shape[-1]
+    nq = q.shape[-2] if nq is None else nq
+    nk = np.shape(k)[-2] if nk is None else nk
+    name = dtype_name(dtype)
+    u = UNIT_ROUNDOFF["tf32x3" if name == "tf32x3" else "float32"]
+    a = float(np.max(score_bound(q, k, scale), initial=0.0))
+    nq, nk = max(int(nq), 1), max(int(nk), 1)
+    rel = u * (2 * (LAMBDA + 2) * a + 2 + 1.2 * math.log(nk) +
+               LAMBDA * (math.sqrt(nq) + math.sqrt(nk) + 2 * math.sqrt(d)))
+    if name in HALF:
+        rel += UNIT_ROUNDOFF[name]
+    return SAFETY * KAPPA * rel
+
+
+__all__ = ["AttentionTol", "HALF", "KAPPA", "LAMBDA", "SAFETY", "UNIT_ROUNDOFF",
+           "attention_tol", "backward_tol", "dtype_name", "forward_terms", "score_bound",
+           "softmax_tol", "unit_roundoff"]
