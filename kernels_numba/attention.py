@@ -122,6 +122,30 @@ def flash_smem_floats(D, Br, Bc):
 
 
 @lru_cache(maxsize=None)
+def pv_product_fwd(RM, DN, Bc, QS, D, W, KU, GUARD):
+    """acc += P Vj (P from Pᵀ in shared memory, Vj row-major), operands four at a time.
+    GUARD (the causal diagonal tiles only): a row's term of a key it does not see is skipped
+    (P = 0 there, and 0 · NaN would be NaN: masked keys contribute nothing, README)."""
+
+    @cuda.jit(device=True)
+    def pv(acc, Pt, V, r0, tc, a, b):
+        for j2 in range(Bc // KU):
+            for u in range(KU):
+                jj = j2 * KU + u
+                for h in range(RM // 4):
+                    a[4 * h], a[4 * h + 1], a[4 * h + 2], a[4 * h + 3] = \
+                        load4(Pt, jj * QS + r0 + 4 * h)
+                for h in range(DN // 4):
+                    b[4 * h], b[4 * h + 1], b[4 * h + 2], b[4 * h + 3] = \
+                        load4(V, jj * D + W * h + 4 * tc)
+                for i in range(RM):
+                    if not GUARD or a[i] != ZERO:   # (compile-time off outside the diagonal)
+                        for c in range(DN):
+                            acc[i, c] += a[i] * b[c]
+    return pv
+
+
+@lru_cache(maxsize=None)
 def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4, PAD=False,
                          DROPOUT=False, VARLEN=False):
     """§32's loop for head dimension ≤ D, Br × Bc tiles, TR × TC threads (all compile-time).
@@ -143,8 +167,11 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4, PA
     assert RM * TR == Br and CN * TC == Bc and DN * TC == D
     assert D % KU == 0 and Bc % KU == 0
     load_Qt = tile_loader(Br, D, T, QS, True, VEC, GROUP)   # Qiᵀ · scale
-    load_Kt = tile_loader(Bc, D, T, KS, True, VEC, GROUP)   # Kjᵀ
-    load_V = tile_loader(Bc, D, T, D, False, VEC, GROUP)    # Vj, row-major
+    load_Kt = tile_loader(Bc, D, T, KS, True, VEC, GROUP, PAD)   # Kjᵀ (PAD: padded keys 0)
+    load_V = tile_loader(Bc, D, T, D, False, VEC, GROUP, PAD)    # Vj, row-major
+
+    pv = pv_product_fwd(RM, DN, Bc, QS, D, W, KU, False)
+    pv_guarded = pv_product_fwd(RM, DN, Bc, QS, D, W, KU, True)
 
     @cuda.jit
     def flash_forward(q, k, v, o, lse, scale, d, n_q, n_k, heads, cu_q, cu_k, kpm,
@@ -189,11 +216,18 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4, PA
         # how many K/V tiles this Q tile visits: all of them, or (causal) up to the diagonal
         n_tiles = kv_tiles(CAUSAL, q0, Br, Bc, n_q, n_k)
 
+        # masked keys contribute nothing, even holding NaN/inf (README): keys no row of the
+        # tile sees — past Nk (varlen: the next sequence's), padded (PAD), past the last row's
+        # diagonal (causal) — are loaded as zeros; only the diagonal tiles mix seen and unseen
+        # keys in one P Vj, and only they take the product that skips P = 0 (guarded)
+        n_seen = n_k
+        if CAUSAL:
+            n_seen = min(n_k, q0 + Br + offset)     # keys ≤ (last row) + offset
         for j in range(n_tiles):
             k0 = j * Bc
             cuda.syncthreads()                      # wait: the previous Vj and P are consumed
-            load_Kt(k, k_base, row_stride, k0, n_k, d, KV, ONE)    # Kjᵀ → shared memory
-                                                    # (zeros past Nk and past d)
+            load_Kt(k, k_base, row_stride, k0, n_seen, d, KV, ONE, kpm, b_idx)  # Kjᵀ → shared
+                                                    # memory (zeros past n_seen and past d)
             cuda.syncthreads()                      # wait: Kj (and, first time, Qi) is loaded
 
             # S = Qi Kjᵀ · scale: an RM × CN outer product per kk, operands four at a time
@@ -265,21 +299,13 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4, PA
                     if DROPOUT:                     # P ∘ Z, Z = keep / (1 − p)
                         p_ij = p_ij * inv_keep if (zbits[i] >> jj) & 1 else ZERO
                     Pt[(W * (jj // 4) + 4 * tc + (jj & 3)) * QS + r0 + i] = p_ij
-            load_V(v, k_base, row_stride, k0, n_k, d, KV, ONE)     # Vj, where Kjᵀ was
+            load_V(v, k_base, row_stride, k0, n_seen, d, KV, ONE, kpm, b_idx)  # Vj, where Kjᵀ
             cuda.syncthreads()                      # wait: P and Vj are in shared memory
 
-            for j2 in range(Bc // KU):              # … + P Vj, operands four at a time
-                for u in range(KU):
-                    jj = j2 * KU + u
-                    for h in range(RM // 4):
-                        a[4 * h], a[4 * h + 1], a[4 * h + 2], a[4 * h + 3] = \
-                            load4(Pt, jj * QS + r0 + 4 * h)
-                    for h in range(DN // 4):
-                        b[4 * h], b[4 * h + 1], b[4 * h + 2], b[4 * h + 3] = \
-                            load4(KV, jj * D + W * h + 4 * tc)
-                    for i in range(RM):
-                        for c in range(DN):
-                            acc[i, c] += a[i] * b[c]
+            if CAUSAL and k0 + Bc - 1 > q0 + offset:
+                pv_guarded(acc, Pt, KV, r0, tc, a, b)   # diagonal: a hidden key adds nothing
+            else:
+                pv(acc, Pt, KV, r0, tc, a, b)       # … + P Vj, operands four at a time
 
         # O = acc / l, LSE = m + log l: the only writes to global memory (§24)
         for i in range(RM):

@@ -217,12 +217,13 @@ def row_products(RM, CN, D, DS, W):
 
 
 @lru_cache(maxsize=None)
-def rows_accumulator(RM, DN, PS, DS, W):
+def rows_accumulator(RM, DN, PS, DS, W, GUARD=False):
     """→ ``accumulate(acc, X, Y, n, r0, tc, a, b)``: acc[i, c] += Σ_{r < n} X[r, r0 + i] ·
     Y[r, W·(c // 4) + 4·tc + (c & 3)], X stored [r][PS], Y [r][DS]: a product Xᵀ Y that
     contracts over n rows of the streamed tile (dVj += (P∘Z)ᵀ dOi, dKj += dSᵀ Qi; dQi += dS Kj
     from dSᵀ). Operands four at a time along i and c (a: RM, b: DN scratch), as the forward's
-    P V."""
+    P V. GUARD (dQ's causal diagonal tiles only): a term with X = 0 is skipped, so a key hidden
+    from row i adds nothing to it even if its Y row holds NaN/inf (0 · NaN = NaN)."""
 
     @pure_device
     def accumulate(acc, X, Y, n, r0, tc, a, b):
@@ -234,8 +235,9 @@ def rows_accumulator(RM, DN, PS, DS, W):
                 b[4 * h], b[4 * h + 1], b[4 * h + 2], b[4 * h + 3] = \
                     load4(Y, r * DS + W * h + 4 * tc)
             for i in range(RM):
-                for c in range(DN):
-                    acc[i, c] += a[i] * b[c]
+                if not GUARD or a[i] != 0.0:        # (compile-time off outside the diagonal)
+                    for c in range(DN):
+                        acc[i, c] += a[i] * b[c]
 
     return accumulate
 
@@ -353,7 +355,7 @@ def flash_bwd_dkdv_kernel(D, Bc, Br, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VA
     assert T % 32 == 0 and 32 % TC == 0 and RM % 4 == 0 and CN % 4 == 0 and DN % 4 == 0
     assert RM * TR == Bc and CN * TC == Br and DN * TC == D
     place = thread_place(Bc, RM, TC)                        # a tile of keys per block
-    load_rows_k = tile_loader(Bc, D, T, DS, False, VEC)     # Kj or Vj, row-major
+    load_rows_k = tile_loader(Bc, D, T, DS, False, VEC, 4, PAD)  # Kj or Vj (PAD: padded 0)
     load_rows_q = tile_loader(Br, D, T, DS, False, VEC)     # Qi · scale or dOi, row-major
     products = row_products(RM, CN, D, DS, W)               # S = Kj Qiᵀ, dP = Vj dOiᵀ
     mask_causal = causal_mask(RM, CN, W, True)              # rows are keys
@@ -390,8 +392,9 @@ def flash_bwd_dkdv_kernel(D, Bc, Br, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VA
         Di = smem[OFF_D:END]                        # D of the tile's queries
 
         # Kj, Vj: into shared memory once, for the whole loop (zeros past Nk and past d)
-        load_rows_k(k, k_base, row_stride, k0, n_k, d, Kj, ONE)
-        load_rows_k(v, k_base, row_stride, k0, n_k, d, Vj, ONE)
+        # (padded keys as zeros: whatever their K/V rows hold, they add nothing, README)
+        load_rows_k(k, k_base, row_stride, k0, n_k, d, Kj, ONE, kpm, b_idx)
+        load_rows_k(v, k_base, row_stride, k0, n_k, d, Vj, ONE, kpm, b_idx)
 
         dk_acc = cuda.local.array((RM, DN), float32)    # dKj, my rows: Σ over Q tiles
         dv_acc = cuda.local.array((RM, DN), float32)    # dVj, my rows
@@ -454,6 +457,8 @@ def flash_bwd_dkdv_kernel(D, Bc, Br, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VA
                         p = fast_exp(s[i, jj] - lc[jj])             # P = exp(S − LSE)
                         s[i, jj] = p * z[e]                         # P∘Z
                         dp[i, jj] = p * (dp[i, jj] * z[e] - dc[jj])  # dS = P ∘ (dP∘Z − D)
+                        if CAUSAL and p == ZERO:    # a hidden pair: dS = 0 even if dP is NaN
+                            dp[i, jj] = ZERO        # (a NaN/inf V row; a select, no branch)
             store_t(r0, tc, PZ, s, dS, dp)          # P∘Z, dS → [query][key], 4 keys a store
             cuda.syncthreads()                      # wait: the tile's P∘Z and dS are stored
 
@@ -490,11 +495,12 @@ def flash_bwd_dq_kernel(D, Br, Bc, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VARL
     assert RM * TR == Br and CN * TC == Bc and DN * TC == D
     place = thread_place(Br, RM, TC)                        # a tile of queries per block
     load_rows_q = tile_loader(Br, D, T, DS, False, VEC)     # Qi · scale or dOi, row-major
-    load_rows_k = tile_loader(Bc, D, T, DS, False, VEC)     # Kj or Vj, row-major
+    load_rows_k = tile_loader(Bc, D, T, DS, False, VEC, 4, PAD)  # Kj or Vj (PAD: padded 0)
     products = row_products(RM, CN, D, DS, W)               # S = Qi Kjᵀ, dP = dOi Vjᵀ
     mask_causal = causal_mask(RM, CN, W, False)             # rows are queries
     store_t = transposed_store(RM, CN, PS, W)               # dS → dSᵀ [key][query]
     accumulate = rows_accumulator(RM, DN, PS, DS, W)        # dQi += dS Kj
+    accumulate_guarded = rows_accumulator(RM, DN, PS, DS, W, True)  # (diagonal tiles)
     write = rows_writer(RM, DN, W)                          # dQi → dq
 
     @cuda.jit
@@ -542,12 +548,18 @@ def flash_bwd_dq_kernel(D, Br, Bc, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VARL
 
         # how many K/V tiles this Q tile visits: all of them, or (causal) up to the diagonal
         n_tiles = kv_tiles(CAUSAL, q0, Br, Bc, n_q, n_k)
+        # keys no row of the tile sees (past Nk, padded, past the last row's diagonal) are
+        # loaded as zeros: they add nothing even holding NaN/inf (README); the diagonal tiles
+        # mix seen and unseen keys, and only they take the dS Kj that skips dS = 0 (guarded)
+        n_seen = n_k
+        if CAUSAL:
+            n_seen = min(n_k, q0 + Br + offset)     # keys ≤ (last row) + offset
 
         for j in range(n_tiles):
             k0 = j * Bc
             cuda.syncthreads()                      # wait: the previous Kj and dS are used
-            load_rows_k(k, k_base, row_stride, k0, n_k, d, Kj, ONE)
-            load_rows_k(v, k_base, row_stride, k0, n_k, d, Vj, ONE)
+            load_rows_k(k, k_base, row_stride, k0, n_seen, d, Kj, ONE, kpm, b_idx)
+            load_rows_k(v, k_base, row_stride, k0, n_seen, d, Vj, ONE, kpm, b_idx)
             for r in range(tid, Bc, T):             # §35: padded keys, and keys past Nk, are −inf
                 key = k0 + r
                 ok = key < n_k
@@ -584,11 +596,16 @@ def flash_bwd_dq_kernel(D, Br, Bc, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VARL
                         jj = 4 * h + e
                         p = fast_exp(s[i, jj] - lr[i])              # P = exp(S − LSE)
                         dp[i, jj] = p * (dp[i, jj] * z[e] - dr[i])  # dS = P ∘ (dP∘Z − D)
+                        if CAUSAL and p == ZERO:    # a hidden pair: dS = 0 even if dP is NaN
+                            dp[i, jj] = ZERO        # (a NaN/inf V row; a select, no branch)
             store_t(r0, tc, dSt, dp)                # dSᵀ → shared memory, 4 queries a store
             cuda.syncthreads()                      # wait: the tile's dS is stored
 
             n_keys = min(Bc, n_k - k0)              # (keys past Nk add zeros: skip them)
-            accumulate(acc, dSt, Kj, n_keys, r0, tc, a, b)      # dQi += dS Kj
+            if CAUSAL and k0 + Bc - 1 > q0 + offset:
+                accumulate_guarded(acc, dSt, Kj, n_keys, r0, tc, a, b)  # hidden keys: nothing
+            else:
+                accumulate(acc, dSt, Kj, n_keys, r0, tc, a, b)  # dQi += dS Kj
 
         # dQi = acc · scale: the only write to global memory (zeros for a row that sees no key)
         write(q_base, row_stride, q0 + r0, n_q, d, tc, scale, dq, acc)

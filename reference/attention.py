@@ -299,14 +299,16 @@ def _visible_product(P, V, visible):
     vis = np.broadcast_to(visible, P.shape)
     lead = tuple(range(bad.ndim - 2))
     for j in np.nonzero(bad.any(axis=lead + (bad.ndim - 1,)))[0]:   # keys with a bad V row
-        part = P[..., :, j:j + 1] * np.where(bad[..., j:j + 1, :], V[..., j:j + 1, :], 0.0)
+        with np.errstate(invalid="ignore"):             # (0·inf = NaN here is dropped below)
+            part = P[..., :, j:j + 1] * np.where(bad[..., j:j + 1, :], V[..., j:j + 1, :], 0.0)
         out = out + np.where(vis[..., :, j:j + 1], part, 0.0)       # rows that see key j only
     return out
 
 
 def _masked_scores(q, k, scale, visible):
     """§12: S = Q Kᵀ · scale, with −inf where a key is not visible (§34–35)."""
-    S = (q @ np.swapaxes(k, -1, -2)) * scale
+    with np.errstate(invalid="ignore"):                 # (NaN/inf keys: NaN scores, masked below)
+        S = (q @ np.swapaxes(k, -1, -2)) * scale
     if visible is not None:
         S = np.where(visible, S, -np.inf)
     return S
