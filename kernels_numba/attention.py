@@ -60,6 +60,7 @@ from numba import cuda, float32, int64
 
 from .reductions import NEG_INF, ONE, ZERO, fast_exp, lanes_max, lanes_sum, safe_max, \
     safe_reciprocal, warp_merge_ml
+from .flash_steps import pv_product
 from .jit import pure_device
 from .philox import dropout_words
 from .tiles import tile_loader
@@ -122,30 +123,6 @@ def flash_smem_floats(D, Br, Bc):
 
 
 @lru_cache(maxsize=None)
-def pv_product_fwd(RM, DN, Bc, QS, D, W, KU, GUARD):
-    """acc += P Vj (P from Pᵀ in shared memory, Vj row-major), operands four at a time.
-    GUARD (the causal diagonal tiles only): a row's term of a key it does not see is skipped
-    (P = 0 there, and 0 · NaN would be NaN: masked keys contribute nothing, README)."""
-
-    @cuda.jit(device=True)
-    def pv(acc, Pt, V, r0, tc, a, b):
-        for j2 in range(Bc // KU):
-            for u in range(KU):
-                jj = j2 * KU + u
-                for h in range(RM // 4):
-                    a[4 * h], a[4 * h + 1], a[4 * h + 2], a[4 * h + 3] = \
-                        load4(Pt, jj * QS + r0 + 4 * h)
-                for h in range(DN // 4):
-                    b[4 * h], b[4 * h + 1], b[4 * h + 2], b[4 * h + 3] = \
-                        load4(V, jj * D + W * h + 4 * tc)
-                for i in range(RM):
-                    if not GUARD or a[i] != ZERO:   # (compile-time off outside the diagonal)
-                        for c in range(DN):
-                            acc[i, c] += a[i] * b[c]
-    return pv
-
-
-@lru_cache(maxsize=None)
 def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4, PAD=False,
                          DROPOUT=False, VARLEN=False):
     """§32's loop for head dimension ≤ D, Br × Bc tiles, TR × TC threads (all compile-time).
@@ -170,8 +147,8 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4, PA
     load_Kt = tile_loader(Bc, D, T, KS, True, VEC, GROUP, PAD)   # Kjᵀ (PAD: padded keys 0)
     load_V = tile_loader(Bc, D, T, D, False, VEC, GROUP, PAD)    # Vj, row-major
 
-    pv = pv_product_fwd(RM, DN, Bc, QS, D, W, KU, False)
-    pv_guarded = pv_product_fwd(RM, DN, Bc, QS, D, W, KU, True)
+    pv = pv_product(RM, DN, Bc, QS, D, W, KU)                   # acc += P Vj
+    pv_guarded = pv_product(RM, DN, Bc, QS, D, W, KU, True)     # … skipping P = 0
 
     @cuda.jit
     def flash_forward(q, k, v, o, lse, scale, d, n_q, n_k, heads, cu_q, cu_k, kpm,
@@ -306,6 +283,7 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4, PA
                 pv_guarded(acc, Pt, KV, r0, tc, a, b)   # diagonal: a hidden key adds nothing
             else:
                 pv(acc, Pt, KV, r0, tc, a, b)       # … + P Vj, operands four at a time
+                                                    # (masked keys: zeros on chip, see above)
 
         # O = acc / l, LSE = m + log l: the only writes to global memory (§24)
         for i in range(RM):

@@ -666,7 +666,8 @@ def naive_ds_kernel(DROPOUT):
             if DROPOUT:                             # §36: Z regenerated, not stored
                 z = inv_keep if dropout_keep(seed_lo, seed_hi, bh, i, j, threshold) else ZERO
                 p[bh, i, j] = pij * z               # P∘Z
-            dp[bh, i, j] = pij * (dp[bh, i, j] * z - dvec[bh, i])     # dS = P ∘ (dP∘Z − D)
-            e += cuda.gridDim.x * cuda.blockDim.x
+            ds = pij * (dp[bh, i, j] * z - dvec[bh, i])     # dS = P ∘ (dP∘Z − D)
+            dp[bh, i, j] = ZERO if pij == ZERO else ds      # hidden (P = 0): 0, even if dP
+            e += cuda.gridDim.x * cuda.blockDim.x           # is NaN (a NaN/inf V row)
 
     return naive_ds

@@ -133,7 +133,8 @@ def attention_backward_intermediates(do, q, k, v, *, causal=False, scale=None,
     Pd = P * Z                                          # P̃ = P ∘ Z
     sw = np.swapaxes
     dv = sw(Pd, -1, -2) @ do                            # dV = P̃ᵀ dO
-    dPd = do @ sw(v, -1, -2)                            # dP̃ = dO Vᵀ
+    with np.errstate(invalid="ignore"):                 # (NaN/inf V rows: NaN dP, see dS)
+        dPd = do @ sw(v, -1, -2)                        # dP̃ = dO Vᵀ
     dP = dPd * Z                                        # dP = dP̃ ∘ Z
     D = np.sum(do * o, axis=-1)                         # D_i = Σ_c dO_ic O_ic  (= Σ_j P_ij dP_ij)
     dS = P * (dP - D[..., None])                        # dS = P ∘ (dP − D): 0 where P = 0
