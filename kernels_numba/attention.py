@@ -49,6 +49,13 @@ Inputs are [BH, N, d] float32 arrays (batch and heads flattened, C-contiguous); 
 O [BH, Nq, d] float32, LSE [BH, Nq] float32 (natural log; −inf and O = 0 for a row that sees no
 key). Causal is aligned bottom-right: query i sees key j iff j ≤ i + Nk − Nq (flash-attn ≥ 2.1).
 
+Masked keys contribute exactly nothing, even holding NaN/±inf (README): scores masked by select
+(s = −inf, never s + (−inf)); keys no row of the Q tile sees (past Nk — in varlen the next
+sequence's —, padded with PAD, past the last row's causal diagonal) are loaded as zeros, so
+P = 0 meets V = 0; only the causal diagonal tiles, where one row sees a key and the next does
+not, take the P Vj that skips P = 0 (``flash_steps.pv_product(GUARD)``; the other tiles' inner
+loop is unchanged).
+
 How to run: ``flashlesson section 32`` (the NumPy pseudocode and this kernel on the same
 input), ``pytest tests/test_attention.py``, ``flashlesson bench attention``.
 """

@@ -117,6 +117,13 @@ for dQ (VARLEN: Nk, Nq = the longest sequence's).
 How to run: ``flashlesson.attention_backward(do, q, k, v, o, lse, method="flash" | "naive")``,
 ``flashlesson.varlen_attention_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, ...)``;
 ``pytest tests/test_attention_backward.py tests/test_varlen_backward.py``.
+
+Masked keys contribute exactly nothing, even holding NaN/±inf (README): padded keys and keys
+past Nk are loaded as zeros (``tile_loader`` KEYMASK); with CAUSAL, dS is selected to 0 where
+P = 0 (a NaN dP of a hidden key's V row stays out), the dQ kernel loads keys past its tile's
+last row's diagonal as zeros and, on the diagonal tiles only, accumulates dS Kj skipping dS = 0
+(``rows_accumulator(GUARD)``). The naive path selects dS = 0 where P = 0 and its dQ = dS K GEMM
+skips zeros under a mask.
 """
 
 from functools import lru_cache
