@@ -50,11 +50,10 @@ O [BH, Nq, d] float32, LSE [BH, Nq] float32 (natural log; −inf and O = 0 for a
 key). Causal is aligned bottom-right: query i sees key j iff j ≤ i + Nk − Nq (flash-attn ≥ 2.1).
 
 Masked keys contribute exactly nothing, even holding NaN/±inf (README): scores masked by select
-(s = −inf, never s + (−inf)); keys no row of the Q tile sees (past Nk — in varlen the next
-sequence's —, padded with PAD, past the last row's causal diagonal) are loaded as zeros, so
-P = 0 meets V = 0; only the causal diagonal tiles, where one row sees a key and the next does
-not, take the P Vj that skips P = 0 (``flash_steps.pv_product(GUARD)``; the other tiles' inner
-loop is unchanged).
+(s = −inf, never s + (−inf)); keys past Nk (in varlen the next sequence's) are loaded as
+zeros, so P = 0 meets V = 0; the tiles that hold hidden keys — every tile with PAD, the causal
+diagonal tiles — take the P Vj that skips P = 0 (``flash_steps.pv_product(GUARD)``); the
+other tiles' inner loop is unchanged.
 
 How to run: ``flashlesson section 32`` (the NumPy pseudocode and this kernel on the same
 input), ``pytest tests/test_attention.py``, ``flashlesson bench attention``.
@@ -151,8 +150,8 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4, PA
     assert RM * TR == Br and CN * TC == Bc and DN * TC == D
     assert D % KU == 0 and Bc % KU == 0
     load_Qt = tile_loader(Br, D, T, QS, True, VEC, GROUP)   # Qiᵀ · scale
-    load_Kt = tile_loader(Bc, D, T, KS, True, VEC, GROUP, PAD)   # Kjᵀ (PAD: padded keys 0)
-    load_V = tile_loader(Bc, D, T, D, False, VEC, GROUP, PAD)    # Vj, row-major
+    load_Kt = tile_loader(Bc, D, T, KS, True, VEC, GROUP)   # Kjᵀ
+    load_V = tile_loader(Bc, D, T, D, False, VEC, GROUP)    # Vj, row-major
 
     pv = pv_product(RM, DN, Bc, QS, D, W, KU)                   # acc += P Vj
     pv_guarded = pv_product(RM, DN, Bc, QS, D, W, KU, True)     # … skipping P = 0
@@ -200,18 +199,14 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4, PA
         # how many K/V tiles this Q tile visits: all of them, or (causal) up to the diagonal
         n_tiles = kv_tiles(CAUSAL, q0, Br, Bc, n_q, n_k)
 
-        # masked keys contribute nothing, even holding NaN/inf (README): keys no row of the
-        # tile sees — past Nk (varlen: the next sequence's), padded (PAD), past the last row's
-        # diagonal (causal) — are loaded as zeros; only the diagonal tiles mix seen and unseen
-        # keys in one P Vj, and only they take the product that skips P = 0 (guarded)
-        n_seen = n_k
-        if CAUSAL:
-            n_seen = min(n_k, q0 + Br + offset)     # keys ≤ (last row) + offset
+        # masked keys contribute nothing, even holding NaN/inf (README): keys past Nk (varlen:
+        # the next sequence's) are loaded as zeros; the tiles that hold hidden keys (PAD, the
+        # causal diagonal) take the P Vj that skips P = 0 (guarded), the others the plain one
         for j in range(n_tiles):
             k0 = j * Bc
             cuda.syncthreads()                      # wait: the previous Vj and P are consumed
-            load_Kt(k, k_base, row_stride, k0, n_seen, d, KV, ONE, kpm, b_idx)  # Kjᵀ → shared
-                                                    # memory (zeros past n_seen and past d)
+            load_Kt(k, k_base, row_stride, k0, n_k, d, KV, ONE)    # Kjᵀ → shared memory
+                                                    # (zeros past Nk and past d)
             cuda.syncthreads()                      # wait: Kj (and, first time, Qi) is loaded
 
             # S = Qi Kjᵀ · scale: an RM × CN outer product per kk, operands four at a time
@@ -283,14 +278,14 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4, PA
                     if DROPOUT:                     # P ∘ Z, Z = keep / (1 − p)
                         p_ij = p_ij * inv_keep if (zbits[i] >> jj) & 1 else ZERO
                     Pt[(W * (jj // 4) + 4 * tc + (jj & 3)) * QS + r0 + i] = p_ij
-            load_V(v, k_base, row_stride, k0, n_seen, d, KV, ONE, kpm, b_idx)  # Vj, where Kjᵀ
+            load_V(v, k_base, row_stride, k0, n_k, d, KV, ONE)     # Vj, where Kjᵀ was
             cuda.syncthreads()                      # wait: P and Vj are in shared memory
 
-            if CAUSAL and k0 + Bc - 1 > q0 + offset:
-                pv_guarded(acc, Pt, KV, r0, tc, a, b)   # diagonal: a hidden key adds nothing
+            if PAD or (CAUSAL and k0 + Bc - 1 > q0 + offset):
+                pv_guarded(acc, Pt, KV, r0, tc, a, b)   # a hidden key adds nothing
             else:
                 pv(acc, Pt, KV, r0, tc, a, b)       # … + P Vj, operands four at a time
-                                                    # (masked keys: zeros on chip, see above)
+                                                    # (no hidden key in this tile)
 
         # O = acc / l, LSE = m + log l: the only writes to global memory (§24)
         for i in range(RM):

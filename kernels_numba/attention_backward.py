@@ -118,11 +118,11 @@ How to run: ``flashlesson.attention_backward(do, q, k, v, o, lse, method="flash"
 ``flashlesson.varlen_attention_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, ...)``;
 ``pytest tests/test_attention_backward.py tests/test_varlen_backward.py``.
 
-Masked keys contribute exactly nothing, even holding NaN/±inf (README): padded keys and keys
-past Nk are loaded as zeros (``tile_loader`` KEYMASK); with CAUSAL, dS is selected to 0 where
-P = 0 (a NaN dP of a hidden key's V row stays out), the dQ kernel loads keys past its tile's
-last row's diagonal as zeros and, on the diagonal tiles only, accumulates dS Kj skipping dS = 0
-(``rows_accumulator(GUARD)``). The naive path selects dS = 0 where P = 0 and its dQ = dS K GEMM
+Masked keys contribute exactly nothing, even holding NaN/±inf (README): keys past Nk are
+loaded as zeros; scores are masked by select; with CAUSAL or PAD, dS is selected to 0 where
+P = 0 (a NaN dP of a hidden key's V row stays out), and the dQ kernel accumulates dS Kj skipping
+dS = 0 on the tiles with hidden keys only (PAD: all; causal: the diagonal ones;
+``rows_accumulator(GUARD)``). The naive path selects dS = 0 where P = 0 and its dQ = dS K GEMM
 skips zeros under a mask.
 """
 
@@ -362,7 +362,7 @@ def flash_bwd_dkdv_kernel(D, Bc, Br, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VA
     assert T % 32 == 0 and 32 % TC == 0 and RM % 4 == 0 and CN % 4 == 0 and DN % 4 == 0
     assert RM * TR == Bc and CN * TC == Br and DN * TC == D
     place = thread_place(Bc, RM, TC)                        # a tile of keys per block
-    load_rows_k = tile_loader(Bc, D, T, DS, False, VEC, 4, PAD)  # Kj or Vj (PAD: padded 0)
+    load_rows_k = tile_loader(Bc, D, T, DS, False, VEC)     # Kj or Vj, row-major
     load_rows_q = tile_loader(Br, D, T, DS, False, VEC)     # Qi · scale or dOi, row-major
     products = row_products(RM, CN, D, DS, W)               # S = Kj Qiᵀ, dP = Vj dOiᵀ
     mask_causal = causal_mask(RM, CN, W, True)              # rows are keys
@@ -399,9 +399,8 @@ def flash_bwd_dkdv_kernel(D, Bc, Br, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VA
         Di = smem[OFF_D:END]                        # D of the tile's queries
 
         # Kj, Vj: into shared memory once, for the whole loop (zeros past Nk and past d)
-        # (padded keys as zeros: whatever their K/V rows hold, they add nothing, README)
-        load_rows_k(k, k_base, row_stride, k0, n_k, d, Kj, ONE, kpm, b_idx)
-        load_rows_k(v, k_base, row_stride, k0, n_k, d, Vj, ONE, kpm, b_idx)
+        load_rows_k(k, k_base, row_stride, k0, n_k, d, Kj, ONE)
+        load_rows_k(v, k_base, row_stride, k0, n_k, d, Vj, ONE)
 
         dk_acc = cuda.local.array((RM, DN), float32)    # dKj, my rows: Σ over Q tiles
         dv_acc = cuda.local.array((RM, DN), float32)    # dVj, my rows
@@ -464,8 +463,8 @@ def flash_bwd_dkdv_kernel(D, Bc, Br, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VA
                         p = fast_exp(s[i, jj] - lc[jj])             # P = exp(S − LSE)
                         s[i, jj] = p * z[e]                         # P∘Z
                         dp[i, jj] = p * (dp[i, jj] * z[e] - dc[jj])  # dS = P ∘ (dP∘Z − D)
-                        if CAUSAL and p == ZERO:    # a hidden pair: dS = 0 even if dP is NaN
-                            dp[i, jj] = ZERO        # (a NaN/inf V row; a select, no branch)
+                        if (CAUSAL or PAD) and p == ZERO:   # hidden: dS = 0 even if dP is
+                            dp[i, jj] = ZERO        # NaN (a NaN/inf V row; a select)
             store_t(r0, tc, PZ, s, dS, dp)          # P∘Z, dS → [query][key], 4 keys a store
             cuda.syncthreads()                      # wait: the tile's P∘Z and dS are stored
 
@@ -502,7 +501,7 @@ def flash_bwd_dq_kernel(D, Br, Bc, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VARL
     assert RM * TR == Br and CN * TC == Bc and DN * TC == D
     place = thread_place(Br, RM, TC)                        # a tile of queries per block
     load_rows_q = tile_loader(Br, D, T, DS, False, VEC)     # Qi · scale or dOi, row-major
-    load_rows_k = tile_loader(Bc, D, T, DS, False, VEC, 4, PAD)  # Kj or Vj (PAD: padded 0)
+    load_rows_k = tile_loader(Bc, D, T, DS, False, VEC)     # Kj or Vj, row-major
     products = row_products(RM, CN, D, DS, W)               # S = Qi Kjᵀ, dP = dOi Vjᵀ
     mask_causal = causal_mask(RM, CN, W, False)             # rows are queries
     store_t = transposed_store(RM, CN, PS, W)               # dS → dSᵀ [key][query]
@@ -555,18 +554,15 @@ def flash_bwd_dq_kernel(D, Br, Bc, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VARL
 
         # how many K/V tiles this Q tile visits: all of them, or (causal) up to the diagonal
         n_tiles = kv_tiles(CAUSAL, q0, Br, Bc, n_q, n_k)
-        # keys no row of the tile sees (past Nk, padded, past the last row's diagonal) are
-        # loaded as zeros: they add nothing even holding NaN/inf (README); the diagonal tiles
-        # mix seen and unseen keys, and only they take the dS Kj that skips dS = 0 (guarded)
-        n_seen = n_k
-        if CAUSAL:
-            n_seen = min(n_k, q0 + Br + offset)     # keys ≤ (last row) + offset
+        # hidden keys add nothing even holding NaN/inf (README): keys past Nk are loaded as
+        # zeros; the tiles with hidden keys (PAD, the causal diagonal) take the dS Kj that
+        # skips dS = 0 (guarded), the others the plain one
 
         for j in range(n_tiles):
             k0 = j * Bc
             cuda.syncthreads()                      # wait: the previous Kj and dS are used
-            load_rows_k(k, k_base, row_stride, k0, n_seen, d, Kj, ONE, kpm, b_idx)
-            load_rows_k(v, k_base, row_stride, k0, n_seen, d, Vj, ONE, kpm, b_idx)
+            load_rows_k(k, k_base, row_stride, k0, n_k, d, Kj, ONE)
+            load_rows_k(v, k_base, row_stride, k0, n_k, d, Vj, ONE)
             for r in range(tid, Bc, T):             # §35: padded keys, and keys past Nk, are −inf
                 key = k0 + r
                 ok = key < n_k
@@ -586,8 +582,9 @@ def flash_bwd_dq_kernel(D, Br, Bc, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VARL
                     mc[4 * h], mc[4 * h + 1], mc[4 * h + 2], mc[4 * h + 3] = \
                         load4(Mj, W * h + 4 * tc)
                 for i in range(RM):
-                    for jj in range(CN):
-                        s[i, jj] += mc[jj]          # S + (−inf) = −inf; S + 0 = S
+                    for jj in range(CN):            # a select, not S + (−inf): NaN + (−inf)
+                        if mc[jj] != ZERO:          # would stay NaN (a NaN/inf K row)
+                            s[i, jj] = NEG_INF
             if CAUSAL and k0 + Bc - 1 > q0 + offset:
                 mask_causal(s, q0 + r0, k0, tc, offset)     # rows: queries, columns: keys
 
@@ -603,13 +600,13 @@ def flash_bwd_dq_kernel(D, Br, Bc, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VARL
                         jj = 4 * h + e
                         p = fast_exp(s[i, jj] - lr[i])              # P = exp(S − LSE)
                         dp[i, jj] = p * (dp[i, jj] * z[e] - dr[i])  # dS = P ∘ (dP∘Z − D)
-                        if CAUSAL and p == ZERO:    # a hidden pair: dS = 0 even if dP is NaN
-                            dp[i, jj] = ZERO        # (a NaN/inf V row; a select, no branch)
+                        if (CAUSAL or PAD) and p == ZERO:   # hidden: dS = 0 even if dP is
+                            dp[i, jj] = ZERO        # NaN (a NaN/inf V row; a select)
             store_t(r0, tc, dSt, dp)                # dSᵀ → shared memory, 4 queries a store
             cuda.syncthreads()                      # wait: the tile's dS is stored
 
             n_keys = min(Bc, n_k - k0)              # (keys past Nk add zeros: skip them)
-            if CAUSAL and k0 + Bc - 1 > q0 + offset:
+            if PAD or (CAUSAL and k0 + Bc - 1 > q0 + offset):
                 accumulate_guarded(acc, dSt, Kj, n_keys, r0, tc, a, b)  # hidden keys: nothing
             else:
                 accumulate(acc, dSt, Kj, n_keys, r0, tc, a, b)  # dQi += dS Kj

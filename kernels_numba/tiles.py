@@ -24,27 +24,20 @@ Menu
     one conflict-free 16-byte store each).
   - ``VEC``: 16-byte global loads; the caller guarantees d % 4 == 0, row_stride % 4 == 0 and
     a 16-byte aligned ``src`` (the launcher checks the pointer). Otherwise four guarded scalar loads.
-- ``KEYMASK`` True: the load takes two more arguments, ``kpm`` (uint8 [B, N], 0 = a padded key)
-  and ``b``: rows with ``kpm[b, row] == 0`` are written as zeros, like rows past n. A padded
-  key then holds zeros on chip, so whatever its K/V rows hold in memory (NaN, ±inf) it adds
-  exactly nothing: P = 0 times 0 is 0, where 0·NaN would be NaN (the masking rule, README).
-  The same goes for rows past n (another sequence's keys in varlen, past Nk at a tile's edge).
-  ``KEYMASK`` False: the same two arguments, not read (one call for kernels with and without
-  PAD); None (the default): the load without them.
 Limits: D a multiple of 4; T threads (the block size) all call it, outside any branch that
 depends on the thread (it has no barrier itself; the caller syncs before and after).
 """
 
 from functools import lru_cache
 
-from numba import cuda, float32, uint8
+from numba import cuda, float32
 
 from .reductions import ZERO
 from .vector import load4, store4
 
 
 @lru_cache(maxsize=None)
-def tile_loader(ROWS, D, T, STRIDE, TRANSPOSE, VEC, GROUP_MAX=4, KEYMASK=None):
+def tile_loader(ROWS, D, T, STRIDE, TRANSPOSE, VEC, GROUP_MAX=4):
     D4 = D // 4                        # 16-byte pieces per row
     TOTAL = ROWS * D4                  # 16-byte pieces per tile
     ITERS = -(-TOTAL // T)             # per thread
@@ -70,7 +63,7 @@ def tile_loader(ROWS, D, T, STRIDE, TRANSPOSE, VEC, GROUP_MAX=4, KEYMASK=None):
         return e // D4, 4 * (e % D4)
 
     @cuda.jit(device=True)
-    def load_masked(src, base, row_stride, row0, n, d, dst, scale, kpm, b):
+    def load(src, base, row_stride, row0, n, d, dst, scale):
         tid = cuda.threadIdx.x
         buf = cuda.local.array((GROUP, 4), float32)
         for g in range(0, ITERS, GROUP):
@@ -81,10 +74,7 @@ def tile_loader(ROWS, D, T, STRIDE, TRANSPOSE, VEC, GROUP_MAX=4, KEYMASK=None):
                 row = row0 + r
                 for u in range(4):
                     buf[it, u] = ZERO
-                ok = row < n
-                if KEYMASK and ok:
-                    ok = kpm[b, row] != 0           # a padded key: zeros on chip
-                if (EXACT or e < TOTAL) and g + it < ITERS and ok:
+                if (EXACT or e < TOTAL) and g + it < ITERS and row < n:
                     if VEC:
                         if c < d:
                             buf[it, 0], buf[it, 1], buf[it, 2], buf[it, 3] = \
@@ -104,13 +94,5 @@ def tile_loader(ROWS, D, T, STRIDE, TRANSPOSE, VEC, GROUP_MAX=4, KEYMASK=None):
                     else:
                         store4(dst, r * STRIDE + c, buf[it, 0] * scale, buf[it, 1] * scale,
                                buf[it, 2] * scale, buf[it, 3] * scale)
-
-    if KEYMASK is not None:             # (False: the same arguments, the mask unused)
-        return load_masked
-
-    @cuda.jit(device=True)
-    def load(src, base, row_stride, row0, n, d, dst, scale):
-        none = cuda.local.array((1, 1), uint8)      # (never read: KEYMASK is off)
-        load_masked(src, base, row_stride, row0, n, d, dst, scale, none, 0)
 
     return load
