@@ -49,6 +49,12 @@ Inputs are [BH, N, d] float32 arrays (batch and heads flattened, C-contiguous); 
 O [BH, Nq, d] float32, LSE [BH, Nq] float32 (natural log; −inf and O = 0 for a row that sees no
 key). Causal is aligned bottom-right: query i sees key j iff j ≤ i + Nk − Nq (flash-attn ≥ 2.1).
 
+Masked keys contribute exactly nothing, even holding NaN/±inf (README): scores masked by select
+(s = −inf, never s + (−inf)); keys past Nk (in varlen the next sequence's) are loaded as
+zeros, so P = 0 meets V = 0; the tiles that hold hidden keys — every tile with PAD, the causal
+diagonal tiles — take the P Vj that skips P = 0 (``flash_steps.pv_product(GUARD)``); the
+other tiles' inner loop is unchanged.
+
 How to run: ``flashlesson section 32`` (the NumPy pseudocode and this kernel on the same
 input), ``pytest tests/test_attention.py``, ``flashlesson bench attention``.
 """
@@ -60,6 +66,7 @@ from numba import cuda, float32, int64
 
 from .reductions import NEG_INF, ONE, ZERO, fast_exp, lanes_max, lanes_sum, safe_max, \
     safe_reciprocal, warp_merge_ml
+from .flash_steps import pv_product
 from .jit import pure_device
 from .philox import dropout_words
 from .tiles import tile_loader
@@ -146,6 +153,9 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4, PA
     load_Kt = tile_loader(Bc, D, T, KS, True, VEC, GROUP)   # Kjᵀ
     load_V = tile_loader(Bc, D, T, D, False, VEC, GROUP)    # Vj, row-major
 
+    pv = pv_product(RM, DN, Bc, QS, D, W, KU)                   # acc += P Vj
+    pv_guarded = pv_product(RM, DN, Bc, QS, D, W, KU, True)     # … skipping P = 0
+
     @cuda.jit
     def flash_forward(q, k, v, o, lse, scale, d, n_q, n_k, heads, cu_q, cu_k, kpm,
                       seed_lo, seed_hi, threshold, inv_keep):
@@ -189,6 +199,9 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4, PA
         # how many K/V tiles this Q tile visits: all of them, or (causal) up to the diagonal
         n_tiles = kv_tiles(CAUSAL, q0, Br, Bc, n_q, n_k)
 
+        # masked keys contribute nothing, even holding NaN/inf (README): keys past Nk (varlen:
+        # the next sequence's) are loaded as zeros; the tiles that hold hidden keys (PAD, the
+        # causal diagonal) take the P Vj that skips P = 0 (guarded), the others the plain one
         for j in range(n_tiles):
             k0 = j * Bc
             cuda.syncthreads()                      # wait: the previous Vj and P are consumed
@@ -268,18 +281,11 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4, PA
             load_V(v, k_base, row_stride, k0, n_k, d, KV, ONE)     # Vj, where Kjᵀ was
             cuda.syncthreads()                      # wait: P and Vj are in shared memory
 
-            for j2 in range(Bc // KU):              # … + P Vj, operands four at a time
-                for u in range(KU):
-                    jj = j2 * KU + u
-                    for h in range(RM // 4):
-                        a[4 * h], a[4 * h + 1], a[4 * h + 2], a[4 * h + 3] = \
-                            load4(Pt, jj * QS + r0 + 4 * h)
-                    for h in range(DN // 4):
-                        b[4 * h], b[4 * h + 1], b[4 * h + 2], b[4 * h + 3] = \
-                            load4(KV, jj * D + W * h + 4 * tc)
-                    for i in range(RM):
-                        for c in range(DN):
-                            acc[i, c] += a[i] * b[c]
+            if PAD or (CAUSAL and k0 + Bc - 1 > q0 + offset):
+                pv_guarded(acc, Pt, KV, r0, tc, a, b)   # a hidden key adds nothing
+            else:
+                pv(acc, Pt, KV, r0, tc, a, b)       # … + P Vj, operands four at a time
+                                                    # (no hidden key in this tile)
 
         # O = acc / l, LSE = m + log l: the only writes to global memory (§24)
         for i in range(RM):

@@ -117,6 +117,13 @@ for dQ (VARLEN: Nk, Nq = the longest sequence's).
 How to run: ``flashlesson.attention_backward(do, q, k, v, o, lse, method="flash" | "naive")``,
 ``flashlesson.varlen_attention_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, ...)``;
 ``pytest tests/test_attention_backward.py tests/test_varlen_backward.py``.
+
+Masked keys contribute exactly nothing, even holding NaN/±inf (README): keys past Nk are
+loaded as zeros; scores are masked by select; with CAUSAL or PAD, dS is selected to 0 where
+P = 0 (a NaN dP of a hidden key's V row stays out), and the dQ kernel accumulates dS Kj skipping
+dS = 0 on the tiles with hidden keys only (PAD: all; causal: the diagonal ones;
+``rows_accumulator(GUARD)``). The naive path selects dS = 0 where P = 0 and its dQ = dS K GEMM
+skips zeros under a mask.
 """
 
 from functools import lru_cache
@@ -217,12 +224,13 @@ def row_products(RM, CN, D, DS, W):
 
 
 @lru_cache(maxsize=None)
-def rows_accumulator(RM, DN, PS, DS, W):
+def rows_accumulator(RM, DN, PS, DS, W, GUARD=False):
     """→ ``accumulate(acc, X, Y, n, r0, tc, a, b)``: acc[i, c] += Σ_{r < n} X[r, r0 + i] ·
     Y[r, W·(c // 4) + 4·tc + (c & 3)], X stored [r][PS], Y [r][DS]: a product Xᵀ Y that
     contracts over n rows of the streamed tile (dVj += (P∘Z)ᵀ dOi, dKj += dSᵀ Qi; dQi += dS Kj
     from dSᵀ). Operands four at a time along i and c (a: RM, b: DN scratch), as the forward's
-    P V."""
+    P V. GUARD (dQ's causal diagonal tiles only): a term with X = 0 is skipped, so a key hidden
+    from row i adds nothing to it even if its Y row holds NaN/inf (0 · NaN = NaN)."""
 
     @pure_device
     def accumulate(acc, X, Y, n, r0, tc, a, b):
@@ -234,8 +242,9 @@ def rows_accumulator(RM, DN, PS, DS, W):
                 b[4 * h], b[4 * h + 1], b[4 * h + 2], b[4 * h + 3] = \
                     load4(Y, r * DS + W * h + 4 * tc)
             for i in range(RM):
-                for c in range(DN):
-                    acc[i, c] += a[i] * b[c]
+                if not GUARD or a[i] != 0.0:        # (compile-time off outside the diagonal)
+                    for c in range(DN):
+                        acc[i, c] += a[i] * b[c]
 
     return accumulate
 
@@ -454,6 +463,8 @@ def flash_bwd_dkdv_kernel(D, Bc, Br, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VA
                         p = fast_exp(s[i, jj] - lc[jj])             # P = exp(S − LSE)
                         s[i, jj] = p * z[e]                         # P∘Z
                         dp[i, jj] = p * (dp[i, jj] * z[e] - dc[jj])  # dS = P ∘ (dP∘Z − D)
+                        if (CAUSAL or PAD) and p == ZERO:   # hidden: dS = 0 even if dP is
+                            dp[i, jj] = ZERO        # NaN (a NaN/inf V row; a select)
             store_t(r0, tc, PZ, s, dS, dp)          # P∘Z, dS → [query][key], 4 keys a store
             cuda.syncthreads()                      # wait: the tile's P∘Z and dS are stored
 
@@ -495,6 +506,7 @@ def flash_bwd_dq_kernel(D, Br, Bc, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VARL
     mask_causal = causal_mask(RM, CN, W, False)             # rows are queries
     store_t = transposed_store(RM, CN, PS, W)               # dS → dSᵀ [key][query]
     accumulate = rows_accumulator(RM, DN, PS, DS, W)        # dQi += dS Kj
+    accumulate_guarded = rows_accumulator(RM, DN, PS, DS, W, True)  # (diagonal tiles)
     write = rows_writer(RM, DN, W)                          # dQi → dq
 
     @cuda.jit
@@ -542,6 +554,9 @@ def flash_bwd_dq_kernel(D, Br, Bc, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VARL
 
         # how many K/V tiles this Q tile visits: all of them, or (causal) up to the diagonal
         n_tiles = kv_tiles(CAUSAL, q0, Br, Bc, n_q, n_k)
+        # hidden keys add nothing even holding NaN/inf (README): keys past Nk are loaded as
+        # zeros; the tiles with hidden keys (PAD, the causal diagonal) take the dS Kj that
+        # skips dS = 0 (guarded), the others the plain one
 
         for j in range(n_tiles):
             k0 = j * Bc
@@ -567,8 +582,9 @@ def flash_bwd_dq_kernel(D, Br, Bc, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VARL
                     mc[4 * h], mc[4 * h + 1], mc[4 * h + 2], mc[4 * h + 3] = \
                         load4(Mj, W * h + 4 * tc)
                 for i in range(RM):
-                    for jj in range(CN):
-                        s[i, jj] += mc[jj]          # S + (−inf) = −inf; S + 0 = S
+                    for jj in range(CN):            # a select, not S + (−inf): NaN + (−inf)
+                        if mc[jj] != ZERO:          # would stay NaN (a NaN/inf K row)
+                            s[i, jj] = NEG_INF
             if CAUSAL and k0 + Bc - 1 > q0 + offset:
                 mask_causal(s, q0 + r0, k0, tc, offset)     # rows: queries, columns: keys
 
@@ -584,11 +600,16 @@ def flash_bwd_dq_kernel(D, Br, Bc, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VARL
                         jj = 4 * h + e
                         p = fast_exp(s[i, jj] - lr[i])              # P = exp(S − LSE)
                         dp[i, jj] = p * (dp[i, jj] * z[e] - dr[i])  # dS = P ∘ (dP∘Z − D)
+                        if (CAUSAL or PAD) and p == ZERO:   # hidden: dS = 0 even if dP is
+                            dp[i, jj] = ZERO        # NaN (a NaN/inf V row; a select)
             store_t(r0, tc, dSt, dp)                # dSᵀ → shared memory, 4 queries a store
             cuda.syncthreads()                      # wait: the tile's dS is stored
 
             n_keys = min(Bc, n_k - k0)              # (keys past Nk add zeros: skip them)
-            accumulate(acc, dSt, Kj, n_keys, r0, tc, a, b)      # dQi += dS Kj
+            if PAD or (CAUSAL and k0 + Bc - 1 > q0 + offset):
+                accumulate_guarded(acc, dSt, Kj, n_keys, r0, tc, a, b)  # hidden keys: nothing
+            else:
+                accumulate(acc, dSt, Kj, n_keys, r0, tc, a, b)  # dQi += dS Kj
 
         # dQi = acc · scale: the only write to global memory (zeros for a row that sees no key)
         write(q_base, row_stride, q0 + r0, n_q, d, tc, scale, dq, acc)
@@ -649,7 +670,8 @@ def naive_ds_kernel(DROPOUT):
             if DROPOUT:                             # §36: Z regenerated, not stored
                 z = inv_keep if dropout_keep(seed_lo, seed_hi, bh, i, j, threshold) else ZERO
                 p[bh, i, j] = pij * z               # P∘Z
-            dp[bh, i, j] = pij * (dp[bh, i, j] * z - dvec[bh, i])     # dS = P ∘ (dP∘Z − D)
-            e += cuda.gridDim.x * cuda.blockDim.x
+            ds = pij * (dp[bh, i, j] * z - dvec[bh, i])     # dS = P ∘ (dP∘Z − D)
+            dp[bh, i, j] = ZERO if pij == ZERO else ds      # hidden (P = 0): 0, even if dP
+            e += cuda.gridDim.x * cuda.blockDim.x           # is NaN (a NaN/inf V row)
 
     return naive_ds

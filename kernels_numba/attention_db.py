@@ -119,6 +119,7 @@ def flash_db_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, PAD=False, DROPO
     prod_Kt = tile_loader(Bc, D, max(TPROD, 32), KS, True, VEC, 8)     # §43: producer warps
     prod_V = tile_loader(Bc, D, max(TPROD, 32), D, False, VEC, 8)
     qk = qk_product(RM, CN, D, QS, KS, W, KU)
+    pv_guarded = pv_product(RM, DN, Bc, QS, D, W, KU, True)    # (tiles with hidden keys)
     pv = pv_product(RM, DN, Bc, QS, D, W, KU)
     mask = score_mask(RM, CN, W, CAUSAL, PAD)
     softmax = online_softmax(RM, CN, DN, TC)
@@ -201,7 +202,10 @@ def flash_db_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, PAD=False, DROPO
                 if more:
                     prod_V(v, k_base, d, k0 + Bc, n_k, d, Vn, ONE)
             else:
-                pv(acc, Pc, Vc, r0, tc, a, b)       # … + P Vj
+                if PAD or (CAUSAL and k0 + Bc - 1 > q0 + offset):
+                    pv_guarded(acc, Pc, Vc, r0, tc, a, b)    # a hidden key (padded, causal)
+                else:                                       # adds nothing, even NaN/inf
+                    pv(acc, Pc, Vc, r0, tc, a, b)   # … + P Vj
                 if PRODUCERS == 0 and more:         # §42 step 8: V[1 − nb] ← V[j+1]
                     put_V(regs, Vn, ONE)
 

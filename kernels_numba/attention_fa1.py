@@ -101,6 +101,7 @@ def flash_fa1_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, PAD=False, DROP
     load_Kt = tile_loader(Bc, D, T, KS, True, VEC)      # Kjᵀ
     load_V = tile_loader(Bc, D, T, D, False, VEC)       # Vj, row-major
     qk = qk_product(RM, CN, D, QS, KS, W, KU)           # S = Qi Kjᵀ · scale
+    pv_guarded = pv_product(RM, DN, Bc, QS, D, W, KU, True)    # (tiles with hidden keys)
     pv = pv_product(RM, DN, Bc, QS, D, W, KU)           # P̃ Vj
     mask = score_mask(RM, CN, W, CAUSAL, PAD)
     bits = keep_bits(RM, CN, W)
@@ -215,7 +216,10 @@ def flash_fa1_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, PAD=False, DROP
                 for i in range(RM):
                     for c in range(DN):
                         pacc[i, c] = ZERO
-                pv(pacc, Pt, Vj, r0, tc, a, b)      # P̃ Vj
+                if PAD or (CAUSAL and k0 + Bc - 1 > q0 + offset):
+                    pv_guarded(pacc, Pt, Vj, r0, tc, a, b)   # a hidden key (padded, causal)
+                else:                                       # adds nothing, even NaN/inf
+                    pv(pacc, Pt, Vj, r0, tc, a, b)  # P̃ Vj
 
                 for i in range(RM):
                     row = q0 + r0 + i

@@ -50,6 +50,15 @@ input's format, LSE [BH, Nq] float32 (−inf and O = 0 for a row that sees no ke
 aligned bottom-right (query i sees key j iff j ≤ i + Nk − Nq), like the CUDA-core kernel. No
 dropout, no varlen here (the CUDA-core kernel has them).
 
+Masked keys (README, "Masked keys contribute exactly nothing"): the scores are masked by
+select (S = −inf), and keys past Nk are zeros on chip, so their K/V rows never reach an mma.
+Documented limit: P·V (and the backward's dP = dO Vᵀ, dQ = dS K) are mma instructions, where a
+0 in P times a NaN/inf in V is NaN inside the instruction. A causal diagonal tile mixes keys a
+row sees and keys it does not in one m16n8k16 block, and padded keys are not yet zeroed by these
+loaders (issue 12: to do): a NaN/inf in a hidden key's K/V rows can make the rows of the warp's
+16-row blocks that visit its tile non-finite. torch's flash kernels multiply P·V on the tensor
+cores the same way. The float32 CUDA-core kernels are exact in every case.
+
 How to run: ``flashlesson section 37``, ``pytest tests/test_attention_tc.py``,
 ``flashlesson bench attention --dtype float16``.
 """

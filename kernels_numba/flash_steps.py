@@ -23,6 +23,7 @@ constant, the loops unroll and the local arrays they fill stay in registers)
 - ``pv_product(RM, DN, Bc, QS, D, W, KU)`` → ``pv(acc, Pt, V, r0, tc, a, b)``: acc += P Vj
 - ``online_softmax(RM, CN, DN, TC)`` → ``update(s, m, l, acc)``: §32's m, l, correction·acc,
   and s → P = exp(S − new_m); a row's TC lanes agree via shuffles
+- ``pv_product(…, GUARD)``: P Vj; GUARD skips P = 0 (the tiles that mix seen and unseen keys)
 - ``score_mask(RM, CN, W, CAUSAL, PAD)`` → ``mask(s, row0, k0, tc, n_k, offset, kpm, b_idx)``:
   −inf for keys past Nk, (CAUSAL) keys after the query (§34), (PAD) padding keys (§35)
 - ``keep_bits(RM, CN, W)`` → ``bits(zbits, seed_lo, seed_hi, bh, row0, k0, tc, threshold)``:
@@ -48,11 +49,13 @@ from .vector import load4, store4
 
 
 @lru_cache(maxsize=None)
-def tile_product(RM, CN, K, AS, BS, W, KU):
+def tile_product(RM, CN, K, AS, BS, W, KU, GUARD=False):
     """C += Aᵀ B, my RM × CN part: C[i, jj] += Σ_kk At[kk·AS + r0 + i] · B[kk·BS + col(jj)],
     col(jj) = W·(jj // 4) + 4·tc + (jj & 3); an outer product per kk, operands four at a time
     (``load4``). Both products of the loop: S = Qi Kjᵀ (At = Qtᵀ, B = Kjᵀ, K = D) and P Vj
-    (At = Pᵀ, B = Vj, K = Bc)."""
+    (At = Pᵀ, B = Vj, K = Bc). GUARD (P Vj on the tiles that mix seen and unseen keys only): a
+    row's term with At = 0 is skipped, so a key the row does not see adds nothing even if its V
+    row holds NaN/inf (0 · NaN = NaN; the masking rule, README)."""
 
     @pure_device
     def product(c, At, B, r0, tc, a, b):
@@ -66,8 +69,9 @@ def tile_product(RM, CN, K, AS, BS, W, KU):
                     b[4 * h], b[4 * h + 1], b[4 * h + 2], b[4 * h + 3] = \
                         load4(B, kk * BS + W * h + 4 * tc)
                 for i in range(RM):
-                    for jj in range(CN):
-                        c[i, jj] += a[i] * b[jj]    # C[i, j] += At[kk, i] · B[kk, j]
+                    if not GUARD or a[i] != ZERO:   # (compile-time off unless guarded)
+                        for jj in range(CN):
+                            c[i, jj] += a[i] * b[jj]    # C[i, j] += At[kk, i] · B[kk, j]
 
     return product
 
@@ -87,9 +91,10 @@ def qk_product(RM, CN, D, QS, KS, W, KU):
     return qk
 
 
-def pv_product(RM, DN, Bc, QS, D, W, KU):
-    """acc += P Vj over the Bc keys of the tile (P from Pᵀ): ``tile_product`` over Bc."""
-    return tile_product(RM, DN, Bc, QS, D, W, KU)   # acc[i, c] += P[i, j] · V[j, c]
+def pv_product(RM, DN, Bc, QS, D, W, KU, GUARD=False):
+    """acc += P Vj over the Bc keys of the tile (P from Pᵀ): ``tile_product`` over Bc; GUARD:
+    terms with P = 0 skipped (a hidden key adds nothing, even holding NaN/inf)."""
+    return tile_product(RM, DN, Bc, QS, D, W, KU, GUARD)    # acc[i, c] += P[i, j] · V[j, c]
 
 
 @lru_cache(maxsize=None)

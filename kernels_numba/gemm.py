@@ -4,8 +4,9 @@ Menu
 | kernel                               | what                                                       |
 |--------------------------------------|------------------------------------------------------------|
 | ``matmul_kernel(TRANS_B, CAUSAL,     | C[z] = scale · op(A[z]) @ op(B[z]), op = ᵀ where TRANS_A / |
-|   TRANS_A=False)``                   | TRANS_B; CAUSAL: C_ij = −inf where j > i + offset (§34's   |
-|                                      | mask, bottom-right aligned)                                |
+|   TRANS_A=False, SKIP_ZERO_A=False)``| TRANS_B; CAUSAL: C_ij = −inf where j > i + offset (§34's   |
+|                                      | mask, bottom-right aligned, by select); SKIP_ZERO_A: terms |
+|                                      | with A = 0 skipped (masked keys add nothing, even NaN/inf) |
 
 §14's naive attention is three launches over global memory: S = QKᵀ·scale with this kernel
 (TRANS_B, CAUSAL as asked), P = softmax(S) with the softmax kernels (``softmax.py``, reused),
@@ -34,9 +35,11 @@ KS = BK + 1             # padded stride of the shared tiles
 
 
 @lru_cache(maxsize=None)
-def matmul_kernel(TRANS_B, CAUSAL, BM=64, BN=64, TY=16, TX=16, TRANS_A=False):
+def matmul_kernel(TRANS_B, CAUSAL, BM=64, BN=64, TY=16, TX=16, TRANS_A=False, SKIP_ZERO_A=False):
     """C = scale · op(A) @ op(B): a [Z, M, K] or, TRANS_A, [Z, K, M]; b [Z, K, N] or, TRANS_B,
-    [Z, N, K]; c [Z, M, N]. Launch with grid (ceil(N/BN), ceil(M/BM), Z) and TY·TX threads."""
+    [Z, N, K]; c [Z, M, N]. Launch with grid (ceil(N/BN), ceil(M/BM), Z) and TY·TX threads.
+    SKIP_ZERO_A (O = P V and dQ = dS K under a mask): a term with A = 0 is skipped, so a masked
+    key (P = 0, dS = 0) adds nothing even if its row of B holds NaN/inf (0 · NaN = NaN)."""
     TM = BM // TY           # rows per thread
     TN = BN // TX           # columns per thread
     A_SIZE = BM * KS        # shared array sizes must be plain constants for Numba
@@ -91,8 +94,9 @@ def matmul_kernel(TRANS_B, CAUSAL, BM=64, BN=64, TY=16, TX=16, TRANS_A=False):
                 for j in range(TN):
                     bv[j] = Bs[(tx + TX * j) * KS + kk]
                 for i in range(TM):
-                    for j in range(TN):
-                        acc[i, j] += av[i] * bv[j]
+                    if not SKIP_ZERO_A or av[i] != ZERO:    # (compile-time off by default)
+                        for j in range(TN):
+                            acc[i, j] += av[i] * bv[j]
             cuda.syncthreads()                      # wait: everyone is done with these tiles
         for i in range(TM):
             row = m0 + ty + TY * i

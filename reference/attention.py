@@ -34,8 +34,15 @@ Conventions shared by every function that takes q, k, v:
   which §33's example uses). Any other rank, or mismatched B, H, Nk or d, is a ValueError.
   Nq = 0 and Nk = 0 are allowed (Nk = 0: every row sees no key, see below); d, dv ≥ 1.
 * dtypes: any real array (bool, int, float16/32/64) is converted to float64; results are
-  always float64. q, k, v must be finite (NaN or inf is a ValueError: masking is done with
-  ``causal`` and ``key_padding_mask``, not with special values in the inputs).
+  always float64. q must be finite (NaN or inf is a ValueError: masking is done with
+  ``causal`` and ``key_padding_mask``, not with special values in the inputs). k and v may
+  hold NaN or ±inf (e.g. uninitialised padding rows), under one rule:
+* **A masked key contributes exactly nothing**, whatever its K and V rows hold: a key hidden
+  from query i (causal, ``key_padding_mask``, another sequence in varlen) adds no term to row
+  i's max, sum, O or gradients — not 0·NaN = NaN, not 0·inf = NaN. So the products P V (and,
+  in the backward, dS K) sum over the visible pairs only (:func:`_visible_product`), and the
+  scores are masked by select (S = −inf where hidden), never by adding −inf to S. A *visible*
+  non-finite key propagates as IEEE arithmetic does (its row's O is NaN or ±inf).
 * ``scale`` defaults to 1/√d (d = q's last axis); any finite real number may be given.
 * Natural logarithms throughout: lse = m + ln l, with m = max_j S_ij and l = Σ_j e^{S_ij − m}.
   (Kernels often work in base 2 with scale·log2(e) folded in; convert before comparing.)
@@ -118,12 +125,11 @@ def _check_qkv(q, k, v):
         )
     if q.shape[-1] < 1 or v.shape[-1] < 1:
         raise ValueError(f"head dimensions must be ≥ 1; got q {q.shape}, v {v.shape}")
-    for name, a in (("q", q), ("k", k), ("v", v)):
-        if not np.all(np.isfinite(a)):
-            raise ValueError(
-                f"{name} holds NaN or inf; inputs must be finite (mask keys with causal= or "
-                "key_padding_mask=, not with -inf)"
-            )
+    if not np.all(np.isfinite(q)):
+        raise ValueError(
+            "q holds NaN or inf; queries must be finite (mask keys with causal= or "
+            "key_padding_mask=, not with -inf; k and v may hold NaN/inf in masked keys)"
+        )
     return q, k, v
 
 
@@ -278,9 +284,31 @@ def _visible(q, k, causal, key_padding_mask):
     return pad if allowed is None else (allowed & pad)
 
 
+def _visible_product(P, V, visible):
+    """Σ_j P_ij V_jc over the visible pairs (i, j) only: P V where a hidden key contributes
+    nothing even if its V row holds NaN or ±inf (P_ij = 0 there, but 0·NaN = NaN).
+
+    ``P`` [.., Nq, Nk], ``V`` [.., Nk, c], ``visible`` a bool mask broadcastable to P (None: all
+    visible, plain IEEE P V). The finite parts go through one matmul; each key whose V row holds
+    a non-finite value adds its non-finite parts P_ij V_jc to the rows that see it only.
+    """
+    bad = ~np.isfinite(V)
+    if visible is None or not bad.any():
+        return P @ V
+    out = P @ np.where(bad, 0.0, V)                     # every finite term
+    vis = np.broadcast_to(visible, P.shape)
+    lead = tuple(range(bad.ndim - 2))
+    for j in np.nonzero(bad.any(axis=lead + (bad.ndim - 1,)))[0]:   # keys with a bad V row
+        with np.errstate(invalid="ignore"):             # (0·inf = NaN here is dropped below)
+            part = P[..., :, j:j + 1] * np.where(bad[..., j:j + 1, :], V[..., j:j + 1, :], 0.0)
+        out = out + np.where(vis[..., :, j:j + 1], part, 0.0)       # rows that see key j only
+    return out
+
+
 def _masked_scores(q, k, scale, visible):
     """§12: S = Q Kᵀ · scale, with −inf where a key is not visible (§34–35)."""
-    S = (q @ np.swapaxes(k, -1, -2)) * scale
+    with np.errstate(invalid="ignore"):                 # (NaN/inf keys: NaN scores, masked below)
+        S = (q @ np.swapaxes(k, -1, -2)) * scale
     if visible is not None:
         S = np.where(visible, S, -np.inf)
     return S
@@ -316,13 +344,14 @@ def attention(q, k, v, causal=False, scale=None, key_padding_mask=None, return_p
     """
     q, k, v = _check_qkv(q, k, v)
     scale = _check_scale(scale, q.shape[-1])
-    S = _masked_scores(q, k, scale, _visible(q, k, causal, key_padding_mask))   # S = QKᵀ·scale
+    visible = _visible(q, k, causal, key_padding_mask)
+    S = _masked_scores(q, k, scale, visible)            # S = QKᵀ·scale, −inf where hidden
     Z = _dropout_scale(dropout_mask, dropout_p, S.shape)    # §36: M / (1 − p), or None
     m = np.max(S, axis=-1, initial=-np.inf)             # m_i = max_j S_ij (−inf: no key seen)
     E = np.exp(S - _safe_max(m)[..., None])             # e^{S_ij − m_i}, 0 for masked keys
     l = np.sum(E, axis=-1)                              # l_i = Σ_j e^{S_ij − m_i}
     P = _divide_by_l(E, l)                              # P = softmax(S), zero rows stay zero
-    o = (P if Z is None else P * Z) @ v                 # O = P V;  §36: O = (P ∘ Z) V
+    o = _visible_product(P if Z is None else P * Z, v, visible)  # O = P V;  §36: (P ∘ Z) V
     lse = _lse(m, l)                                    # lse_i = m_i + ln l_i
     return (o, lse, P) if return_p else (o, lse)
 
@@ -354,7 +383,8 @@ def attention_per_query(q, k, v, causal=False, scale=None, key_padding_mask=None
         if pad is not None:
             s_i = np.where(pad[..., 0, :], s_i, -np.inf)            # §35: padded keys
         p_i = softmax_stable(s_i)                                   # p_ij; all −inf → zeros
-        o[..., i, :] = np.einsum("...j,...jd->...d", p_i, v)        # o_i = Σ_j p_ij v_j
+        terms = np.where((s_i != -np.inf)[..., None], p_i[..., None] * v, 0.0)  # hidden: none
+        o[..., i, :] = np.sum(terms, axis=-2)                       # o_i = Σ_j p_ij v_j
     return o
 
 
@@ -375,11 +405,12 @@ def attention_state(q, k, v, causal=False, scale=None, key_padding_mask=None):
     """
     q, k, v = _check_qkv(q, k, v)
     scale = _check_scale(scale, q.shape[-1])
-    S = _masked_scores(q, k, scale, _visible(q, k, causal, key_padding_mask))
+    visible = _visible(q, k, causal, key_padding_mask)
+    S = _masked_scores(q, k, scale, visible)
     m = np.max(S, axis=-1, initial=-np.inf)             # m = max_j s_j
     E = np.exp(S - _safe_max(m)[..., None])             # e^{s_j − m}
     l = np.sum(E, axis=-1)                              # l = Σ_j e^{s_j − m}
-    acc = E @ v                                         # acc = Σ_j e^{s_j − m} v_j
+    acc = _visible_product(E, v, visible)               # acc = Σ_j e^{s_j − m} v_j
     return m, l, acc
 
 
@@ -533,12 +564,15 @@ def flash_attention_tiled(q, k, v, Br, Bc, causal=False, scale=None, key_padding
 
             S = (Qi @ np.swapaxes(Kj, -1, -2)) * scale  #         S = Qi Kjᵀ / sqrt(d)  [.., Br, Bc]
             masked = causal and (c1 - 1) > r0 + offset  #         §34: a diagonal tile
+            vis = None                                  #         (masks by select, not by +(−inf))
             if masked:
                 rows = np.arange(r0, r1)[:, None]
                 cols = np.arange(c0, c1)[None, :]
-                S = np.where(cols <= rows + offset, S, -np.inf)     # s_ij = -inf, j > i + offset
+                vis = cols <= rows + offset                         # s_ij = -inf, j > i + offset
             if pad is not None:
-                S = np.where(pad[..., c0:c1], S, -np.inf)           # §35: padded keys
+                vis = pad[..., c0:c1] if vis is None else (vis & pad[..., c0:c1])  # §35: padding
+            if vis is not None:
+                S = np.where(vis, S, -np.inf)
 
             block_max = np.max(S, axis=-1)              #         block_max = row_max(S)
             new_m = np.maximum(m, block_max)            #         new_m = max(m, block_max)
@@ -551,7 +585,8 @@ def flash_attention_tiled(q, k, v, Br, Bc, causal=False, scale=None, key_padding
             # l = correction × l + row_sum(P_local)      (old sum rescaled to new_m, tile added)
             l = correction * l + np.sum(P_local, axis=-1)
             # acc = correction × acc + P_local × Vj      (the same for the un-normalized output)
-            acc = correction[..., None] * acc + P_local @ Vj
+            # (a hidden key adds nothing to acc, even with NaN/inf in its V row)
+            acc = correction[..., None] * acc + _visible_product(P_local, Vj, vis)
             m = new_m                                   #         m = new_m
 
             counts["computed"] += 1

@@ -50,8 +50,10 @@ Conventions (as :mod:`reference.attention`, whose checks these functions share):
   broadcastable to [B, H, Nq, Nk]) and ``dropout_p`` mean what they mean in the forward oracle;
   the backward is that of the forward called with the same arguments. With dropout, the mask
   is held fixed: the gradient is that of the differentiable function q, k, v ↦ O for this M.
-* Masked entries have P_ij = 0 exactly, hence dS_ij = 0 exactly: a padded key gets dk = 0 and
-  dv = 0 exactly, and a row that sees no key (O = 0, lse = −inf) gets dq = 0 and contributes
+* Masked entries have P_ij = 0 exactly, hence dS_ij = 0 exactly (selected to 0, so also when
+  a NaN/inf V row makes dP_ij NaN; dQ sums dS_ij K_j over visible pairs only, so a NaN/inf K
+  row of a hidden key adds nothing — the forward's rule, :mod:`reference.attention`): a padded
+  key gets dk = 0 and dv = 0 exactly, and a row that sees no key (O = 0, lse = −inf) gets dq = 0 and contributes
   nothing to dk, dv — never NaN, no RuntimeWarning. The safe trick is the forward's: where
   lse = −inf (every S_ij of the row is −inf) subtract 0, so P_ij = e^{−inf} = 0 rather than
   e^{−inf − (−inf)}.
@@ -71,6 +73,7 @@ from .attention import (
     _masked_scores,
     _safe_max,
     _visible,
+    _visible_product,
     attention,
     attention_flops,
 )
@@ -130,11 +133,14 @@ def attention_backward_intermediates(do, q, k, v, *, causal=False, scale=None,
     Pd = P * Z                                          # P̃ = P ∘ Z
     sw = np.swapaxes
     dv = sw(Pd, -1, -2) @ do                            # dV = P̃ᵀ dO
-    dPd = do @ sw(v, -1, -2)                            # dP̃ = dO Vᵀ
+    with np.errstate(invalid="ignore"):                 # (NaN/inf V rows: NaN dP, see dS)
+        dPd = do @ sw(v, -1, -2)                        # dP̃ = dO Vᵀ
     dP = dPd * Z                                        # dP = dP̃ ∘ Z
     D = np.sum(do * o, axis=-1)                         # D_i = Σ_c dO_ic O_ic  (= Σ_j P_ij dP_ij)
     dS = P * (dP - D[..., None])                        # dS = P ∘ (dP − D): 0 where P = 0
-    dq = (dS @ k) * scale                               # dQ = dS K · scale
+    if visible is not None:                             # … and exactly 0 where hidden, even
+        dS = np.where(visible, dS, 0.0)                 # with dP = NaN (a NaN V row: 0·NaN)
+    dq = _visible_product(dS, k, visible) * scale       # dQ = dS K · scale (hidden keys: none)
     dk = (sw(dS, -1, -2) @ q) * scale                   # dK = dSᵀ Q · scale
     return {"S": S, "lse": lse, "O": o, "P": P, "Z": Z, "Pd": Pd, "D": D,
             "dPd": dPd, "dP": dP, "dS": dS, "dq": dq, "dk": dk, "dv": dv}

@@ -40,7 +40,8 @@ Definitions and conventions:
 * The oracle is *defined* as running each sequence alone through
   :func:`reference.attention.attention` (resp. the backward oracle): sequence b is the
   [1, H, n_q,b, d] problem q[cu_q[b]:cu_q[b+1]] against its own keys. Nothing is padded, so
-  padding is never computed; keys of another sequence are never seen.
+  padding is never computed; keys of another sequence are never seen (so NaN or ±inf in
+  another sequence's K/V rows changes nothing, the rule of :mod:`reference.attention`).
 * ``causal`` is bottom-right *within each sequence*: query i of sequence b sees key j of the
   same sequence iff j ≤ i + n_k,b − n_q,b (flash-attn ≥ 2.1's varlen rule).
 * Compared with the padded layout (right padding to n_q = max n_q,b and n_k = max n_k,b, with

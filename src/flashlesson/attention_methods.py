@@ -416,12 +416,13 @@ def _aligned16(*arrays):
 
 
 def gemm(a, b, c, alpha, *, trans_a=False, trans_b=False, causal=False, offset=0,
-         tiles=GEMM_TILES):
+         tiles=GEMM_TILES, skip_zero_a=False):
     """c = alpha · op(a) @ op(b) over the leading batch axis (``gemm.matmul_kernel``): the
     naive paths' products, forward (§14) and backward (§31). causal: −inf above the diagonal
-    shifted by ``offset`` (= Nk − Nq, bottom-right alignment)."""
+    shifted by ``offset`` (= Nk − Nq, bottom-right alignment). skip_zero_a: terms with a = 0
+    skipped (P V, dS K under a mask: a masked key adds nothing even holding NaN/inf)."""
     bm, bn, ty, tx = tiles
-    kernel = KG.matmul_kernel(trans_b, causal, bm, bn, ty, tx, trans_a)
+    kernel = KG.matmul_kernel(trans_b, causal, bm, bn, ty, tx, trans_a, bool(skip_zero_a))
     m, n = c.shape[1], c.shape[2]
     checks.grid((-(-n // bn), -(-m // bm), c.shape[0]), f"the naive path's GEMM ({m} × {n} "
                 f"per head, tiles of {bm} × {bn})")
@@ -441,7 +442,8 @@ def _naive(q3, k3, v3, o3, lse2, scale, causal, return_lse, heads=1, kpm=None, d
     _softmax(s, method="auto", out=p)                      # the softmax kernels, reused
     if dropout is not None:
         KA.dropout_probs[stride_grid(bh * nq * -(-nk // 4))](p, *dropout)
-    gemm(p, v3, o3, 1.0)                                    # O = P V
+    gemm(p, v3, o3, 1.0, skip_zero_a=causal or kpm is not None)  # O = P V (masked: P = 0
+                                                            # skipped, V may hold NaN/inf there)
     if return_lse:                                          # one more read of S: its row LSE
         rows = bh * nq
         KA.row_lse[-(-rows // 4), 128](s.reshape((rows, nk)), lse2.reshape(rows))

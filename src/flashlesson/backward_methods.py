@@ -386,4 +386,5 @@ def _naive(q3, k3, v3, do3, lse2, dvec, dq3, dk3, dv3, scale, causal, pad, heads
     KB.naive_ds_kernel(dropping)[grid](p, dp, dvec, *drop_args)  # dS, P∘Z
     gemm(p, do3, dv3, 1.0, trans_a=True, tiles=tiles)           # dV = (P∘Z)ᵀ dO
     gemm(dp, q3, dk3, scale, trans_a=True, tiles=tiles)         # dK = dSᵀ Q · scale
-    gemm(dp, k3, dq3, scale, tiles=tiles)                       # dQ = dS K · scale
+    gemm(dp, k3, dq3, scale, tiles=tiles,                       # dQ = dS K · scale (masked:
+         skip_zero_a=causal or pad is not None)                 # dS = 0 skipped, K may be NaN)

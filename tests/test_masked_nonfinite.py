@@ -1,0 +1,191 @@
+"""A masked key contributes exactly nothing, even when its K and V rows hold NaN or ±inf.
+
+The rule (README, attention section; ``reference.attention``): a key hidden from query i — by
+``key_padding_mask``, by ``causal``, by belonging to another sequence in varlen, or by lying
+past Nk at a tile's edge — adds no term to row i's max, sum, O, LSE or gradients. Not
+0·NaN = NaN, not −inf + NaN. A *visible* non-finite key makes its rows non-finite, as IEEE
+arithmetic does. So here:
+
+* NaN, +inf and −inf are planted in the K and V rows of padded keys, of keys hidden by causal
+  from the first rows, and of the neighbouring sequences' keys in varlen (lengths that are not
+  tile multiples, so a tile reaches past a sequence's last key into the next one's);
+* every output is compared with the float64 oracle (which follows the rule): where the oracle
+  is finite the result is finite and within the method's bar; where it is not, the result is
+  not either; O = 0 and LSE = −inf exactly for a row that sees no key; dk = dv = 0 exactly for
+  a padded key.
+
+The documented exception (README; ``kernels_numba/attention_tc.py``'s menu): on tensor cores
+(``flash_tc``, fp16/bf16 and 3xTF32), P·V and dS·K are mma instructions over 16 × 16 blocks
+where 0·NaN is NaN: a causal diagonal tile mixes keys a row sees with keys it does not (not
+checked here), and padded keys are not yet zeroed by those kernels' loaders (the padded cases
+run as ``pytest.xfail`` — imperative, so they cost no simulator time — to be turned on when
+they are, issue 12).
+"""
+
+import numpy as np
+import pytest
+from conftest import by_device
+
+from flashlesson import BFloat16, attention, attention_backward, varlen_attention, \
+    varlen_attention_backward
+import reference
+from reference.attention_backward import attention_backward as ref_backward
+from reference.varlen import varlen_attention as ref_varlen, \
+    varlen_attention_backward as ref_varlen_backward
+
+# (method, input format): every forward path of the public API that takes a padding mask
+FORWARD = [("naive", "f32"), ("flash", "f32"), ("flash_fa1", "f32"), ("flash_db", "f32"),
+           ("flash_tc", "f16"), ("flash_tc", "bf16"), ("flash_tc", "tf32")]
+BACKWARD = [("naive", "f32"), ("flash", "f32"), ("flash_tc", "f16"), ("flash_tc", "tf32")]
+# relative error bars, as the methods' own tests (fp32 CUDA cores; 16-bit P and dS on tensor
+# cores): the poison must not move a finite result at all, so the usual bars apply
+REL_FWD = {"f32": 1e-5, "tf32": 1e-5, "f16": 1e-2, "bf16": 1e-2}
+REL_BWD = {"f32": 1e-4, "tf32": 1e-4, "f16": 2e-2, "bf16": 5e-2}
+POISON = (np.nan, np.inf, -np.inf)
+
+# B, H, Nq, Nk, d: Nk not a multiple of any tile (16, 32, 64), d a multiple of 16 (flash_tc)
+SHAPE = by_device((2, 1, 20, 21, 16), (2, 3, 200, 333, 64))
+# causal: the poisoned keys lie inside the first diagonal tiles, hidden from the rows before
+HIDDEN = by_device((5, 9, 11), (5, 70, 150))
+
+
+def _cast(arrays, fmt):
+    """(inputs for the method, the same values in float64 for the oracle)."""
+    if fmt == "f16":
+        x = [a.astype(np.float16) for a in arrays]
+        return x, [a.astype(np.float64) for a in x]
+    if fmt == "bf16":
+        x = [BFloat16.from_float32(a) for a in arrays]
+        return x, [a.to_float32().astype(np.float64) for a in x]
+    return arrays, [a.astype(np.float64) for a in arrays]
+
+
+def _f64(x):
+    return (x.to_float32() if isinstance(x, BFloat16) else np.asarray(x)).astype(np.float64)
+
+
+def _problem(rng, case):
+    """q, k, v, do (float32), key_padding_mask (or None), causal: poison in hidden keys only."""
+    B, H, nq, nk, d = SHAPE
+    q, k, v, do = (rng.standard_normal((B, H, n, d)).astype(np.float32)
+                   for n in (nq, nk, nk, nq))
+    if case == "pad":                      # causal and padding: poison every padded key
+        kpm = rng.random((B, nk)) > 0.3
+        kpm[0, [0, 7, nk - 1]] = False     # the first key, one inside, the last (a tile edge)
+        kpm[1] = False                     # a batch row that sees no key: O = 0, LSE = −inf
+        keys = [np.nonzero(~kpm[b])[0] for b in range(B)]
+        for b in range(B):
+            for n, j in enumerate(keys[b]):
+                k[b, :, j] = POISON[n % 3]
+                v[b, :, j] = POISON[(n + 1) % 3]
+        return q, k, v, do, kpm, True
+    for n, j in enumerate(HIDDEN):         # causal alone (Nq = Nk): key j hidden from rows < j
+        k[:, :, j] = POISON[n]
+        v[:, :, HIDDEN[-1 - n]] = POISON[n]
+    return q[:, :, :nk - 1], k[:, :, :nk - 1], v[:, :, :nk - 1], do[:, :, :nk - 1], None, True
+
+
+def _tensor_cores(method, case):
+    """flash_tc: the documented limit (see the module). Causal-hidden poison is not checked
+    there; padded poison is a strict xfail until its loaders zero padded rows (issue 12)."""
+    if method != "flash_tc":
+        return
+    if case == "causal":
+        pytest.skip("flash_tc: a causal diagonal mma block mixes seen and unseen keys "
+                    "(documented limit, README)")
+    pytest.xfail("flash_tc: padded K/V rows not zeroed by the tensor-core loaders yet "
+                 "(documented limit, README; issue 12)")
+
+
+def _exempt_rows(method, case, nq):
+    """Rows left unchecked: none (kept as a hook for a documented per-row limit)."""
+    return np.zeros(nq, bool)
+
+
+def _match(got, ref, rel, name, exempt=None):
+    """Finite where the oracle is finite and within rel of its largest finite |value|;
+    non-finite where the oracle is not. ``exempt``: bool over the rows (axis −2 of O, dq)."""
+    got = _f64(got)
+    fin = np.isfinite(ref)
+    check = np.ones(ref.shape, bool)
+    if exempt is not None:
+        check &= ~exempt[:, None] if ref.ndim == 4 else ~exempt
+    bad = check & (np.isfinite(got) != fin)
+    assert not bad.any(), f"{name}: finite/non-finite differs from the oracle at " \
+                          f"{np.argwhere(bad)[:5].tolist()}"
+    sel = check & fin
+    top = max(np.max(np.abs(ref[sel]), initial=0.0), 1e-30)
+    err = np.max(np.abs(got[sel] - ref[sel]), initial=0.0) / top
+    assert err <= rel, f"{name}: relative error {err:.2e} > {rel:.0e}"
+
+
+@pytest.mark.parametrize("case", ["pad", "causal"])
+@pytest.mark.parametrize("method,fmt", FORWARD, ids=lambda x: x)
+def test_forward(rng, method, fmt, case):
+    _tensor_cores(method, case)
+    q, k, v, _, kpm, causal = _problem(rng, case)
+    (q, k, v), (q64, k64, v64) = _cast([q, k, v], fmt)
+    o, lse = attention(q, k, v, causal=causal, key_padding_mask=kpm, return_lse=True,
+                       method=method)
+    o_ref, lse_ref = reference.attention(q64, k64, v64, causal=causal, key_padding_mask=kpm)
+    exempt = _exempt_rows(method, case, o_ref.shape[2])
+    _match(o, o_ref, REL_FWD[fmt], "O", exempt)
+    _match(lse, lse_ref, REL_FWD[fmt], "LSE", exempt)
+    assert np.isfinite(o_ref[..., :min(HIDDEN), :]).all()      # (the test means something)
+    if case == "pad":                      # the row that sees no key: exactly 0 and −inf
+        assert np.all(_f64(o)[1] == 0) and np.all(np.isneginf(lse[1]))
+
+
+@pytest.mark.parametrize("case", ["pad", "causal"])
+@pytest.mark.parametrize("method,fmt", BACKWARD, ids=lambda x: x)
+def test_backward(rng, method, fmt, case):
+    _tensor_cores(method, case)
+    q, k, v, do, kpm, causal = _problem(rng, case)
+    (q, k, v, do), (q64, k64, v64, do64) = _cast([q, k, v, do], fmt)
+    o, lse = attention(q, k, v, causal=causal, key_padding_mask=kpm, return_lse=True,
+                       method=method)
+    grads = attention_backward(do, q, k, v, o, lse, causal=causal, key_padding_mask=kpm,
+                               method=method)
+    refs = ref_backward(do64, q64, k64, v64, causal=causal, key_padding_mask=kpm)
+    exempt = _exempt_rows(method, case, q64.shape[2])
+    _match(grads[0], refs[0], REL_BWD[fmt], "dq", exempt)
+    if exempt.any():
+        return                             # (a NaN row of dS reaches every key it sees)
+    _match(grads[1], refs[1], REL_BWD[fmt], "dk")
+    _match(grads[2], refs[2], REL_BWD[fmt], "dv")
+    if case == "pad":                      # a padded key gets exactly nothing
+        hidden = ~kpm[:, None, :, None]
+        for g in grads[1:]:
+            assert np.all(np.where(hidden, _f64(g), 0.0) == 0.0)
+        assert np.all(_f64(grads[0])[1] == 0)           # rows that see no key: dq = 0
+
+
+# varlen: three sequences, lengths not tile multiples; the outer two hold poison in their last
+# key (seen only by their last rows when causal), the middle one none: it must be exact
+LENS_Q, LENS_K = by_device(([5, 7, 4], [6, 9, 3]), ([70, 200, 41], [90, 257, 33]))
+
+
+def _varlen(rng):
+    cu_q = np.concatenate([[0], np.cumsum(LENS_Q)]).astype(np.int32)
+    cu_k = np.concatenate([[0], np.cumsum(LENS_K)]).astype(np.int32)
+    H, d = 2, SHAPE[4]
+    q, do = (rng.standard_normal((cu_q[-1], H, d)).astype(np.float32) for _ in range(2))
+    k, v = (rng.standard_normal((cu_k[-1], H, d)).astype(np.float32) for _ in range(2))
+    k[cu_k[1] - 1], v[cu_k[1] - 1] = np.nan, np.inf     # sequence 0's last key
+    k[cu_k[3] - 1], v[cu_k[3] - 1] = -np.inf, np.nan    # sequence 2's last key
+    sizes = dict(max_seqlen_q=max(LENS_Q), max_seqlen_k=max(LENS_K))
+    return q, k, v, do, cu_q, cu_k, sizes
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen(rng, causal):
+    q, k, v, do, cu_q, cu_k, sizes = _varlen(rng)
+    o, lse = varlen_attention(q, k, v, cu_q, cu_k, causal=causal, return_lse=True, **sizes)
+    o_ref, lse_ref = ref_varlen(q, k, v, cu_q, cu_k, causal=causal, return_lse=True)
+    _match(o, o_ref, REL_FWD["f32"], "O")
+    _match(lse, lse_ref, REL_FWD["f32"], "LSE")
+    assert np.isfinite(o_ref[cu_q[1]:cu_q[2]]).all()   # the middle sequence: exact
+    grads = varlen_attention_backward(do, q, k, v, o, lse, cu_q, cu_k, causal=causal, **sizes)
+    refs = ref_varlen_backward(do, q, k, v, cu_q, cu_k, causal=causal)
+    for name, g, r in zip(("dq", "dk", "dv"), grads, refs):
+        _match(g, r, REL_BWD["f32"], name)
