@@ -88,7 +88,11 @@ import numpy as np
 
 LAMBDA = 4.0        # probabilistic rounding: errors of a length-n sum ≤ λ·u·√n
 SAFETY = 2.0        # over the model; the observed ratios (module docstring) are ≤ 0.5
-KAPPA = 4.0         # backward: dS = P∘(dP − D) cancels; its error is relative to |dP|
+SCORE_STD = (5 / 6) ** 0.5      # std of a score's rounding error / (u·A_i) (module docstring)
+POSITIVE_SUM = 1 / 3            # std of a positive n-term sum's error / (u·√n·sum)
+RANDOM_SUM = 6 ** -0.5          # std of a random-sign n-term sum's error / (u·√n·|sum|)
+
+HALF_BWD = 8.0      # fp16/bf16 backward: P and dS rounded before 4 products (docstring)
 
 UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "tf32": 2.0 ** -11, "tf32x3": 2.0 ** -22,
                  "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "float64": 2.0 ** -53}
@@ -174,26 +178,30 @@ def forward_terms(a, nk, dtype="float32"):
     name = dtype_name(dtype)
     u = UNIT_ROUNDOFF["tf32x3" if name == "tf32x3" else "float32"]
     a = np.asarray(a, np.float64)
-    e_s = u * (LAMBDA + 2) * a
-    e_p = 2 * e_s + u * (2 + 1.2 * math.log(nk))
-    o = 2 * e_p + 2 * LAMBDA * u * math.sqrt(2 * nk) + 2 * u
-    lse = e_s + e_p + LAMBDA * u * math.sqrt(nk) + u * (a + math.log(nk) + 2)
+    e_s = LAMBDA * SCORE_STD * u * a
+    e_p = e_s + u * (2 + 1.2 * math.log(nk))
+    o = e_p + 2 * LAMBDA * POSITIVE_SUM * u * math.sqrt(2 * nk) + 2 * u
+    lse = e_p + LAMBDA * POSITIVE_SUM * u * math.sqrt(nk) + u * (a + math.log(nk) + 2)
     return e_s, e_p, o, lse
 
 
-def attention_tol(q, k, v, *, scale=None, dtype=None, p=None, o=None):
+def attention_tol(q, k, v, *, scale=None, dtype=None, p=None, o=None, dropout_p=0.0):
     """The bound on |O − O_ref| and |LSE − LSE_ref| for these inputs (module docstring).
 
     q [..., Nq, d], k, v [..., Nk, d] as the oracle got them (float64 of the rounded fp16/bf16
     inputs for the tensor-core kernels). dtype: the kernel's arithmetic — "float32" (default
     for float32 inputs), "float16", "bfloat16" (tensor cores), "tf32" (3xTF32).
     p, o: the oracle's P [..., Nq, Nk] and O, to take the 16-bit roundings elementwise.
+    dropout_p: O sums P_ij·M_ij/(1 − p)·v_j: V's scale is max|v|/(1 − p).
     """
     q = np.asarray(q)
     name = dtype_name(dtype if dtype is not None else
                       (q.dtype if q.dtype != np.float64 else "float32"))
     nk = max(np.shape(k)[-2], 1)
     vabs = np.abs(np.asarray(v, np.float64))
+    if not 0.0 <= float(dropout_p) < 1.0:
+        raise ValueError(f"dropout_p: expected 0 <= p < 1; got {dropout_p!r}")
+    vabs = vabs / (1.0 - float(dropout_p))
     vmax = np.max(vabs, axis=(-2, -1), initial=0.0)[..., None, None]      # per (b, h)
     a = score_bound(q, k, scale)
     _, _, o32, lse32 = forward_terms(a, nk, name)
@@ -209,23 +217,25 @@ def attention_tol(q, k, v, *, scale=None, dtype=None, p=None, o=None):
     return AttentionTol(o_tol, SAFETY * lse32)
 
 
-def backward_tol(q, k, *, scale=None, dtype="float32", nq=None, nk=None):
-    """Relative bound for dq, dk, dv, each against its largest |value| (module docstring)."""
+def backward_tol(q, k, v=None, do=None, *, scale=None, dtype="float32"):
+    """Relative bound for dq, dk, dv, each against its largest |value| (as
+    ``tests/conftest.check_grads`` measures; module docstring). q [..., Nq, d], k [..., Nk, d]
+    as the oracle got them (v and dO: accepted for the signature's symmetry; the bound is
+    relative, so their scale drops out). dtype: "float32", "float16", "bfloat16", "tf32"."""
     q = np.asarray(q)
     d = q.shape[-1]
-    nq = q.shape[-2] if nq is None else nq
-    nk = np.shape(k)[-2] if nk is None else nk
+    nq, nk = max(q.shape[-2], 1), max(np.shape(k)[-2], 1)
     name = dtype_name(dtype)
     u = UNIT_ROUNDOFF["tf32x3" if name == "tf32x3" else "float32"]
     a = float(np.max(score_bound(q, k, scale), initial=0.0))
-    nq, nk = max(int(nq), 1), max(int(nk), 1)
-    rel = u * (2 * (LAMBDA + 2) * a + 2 + 1.2 * math.log(nk) +
-               LAMBDA * (math.sqrt(nq) + math.sqrt(nk) + 2 * math.sqrt(d)))
+    rel = u * (2 * LAMBDA * SCORE_STD * a + 2 + 1.2 * math.log(nk) +
+               LAMBDA * RANDOM_SUM * (math.sqrt(nq) + math.sqrt(nk) + 2 * math.sqrt(d)))
+    rel *= SAFETY
     if name in HALF:
-        rel += UNIT_ROUNDOFF[name]
-    return SAFETY * KAPPA * rel
+        rel += HALF_BWD * UNIT_ROUNDOFF[name]
+    return rel
 
 
-__all__ = ["AttentionTol", "HALF", "KAPPA", "LAMBDA", "SAFETY", "UNIT_ROUNDOFF",
+__all__ = ["AttentionTol", "HALF", "POSITIVE_SUM", "RANDOM_SUM", "SCORE_STD", "LAMBDA", "SAFETY", "UNIT_ROUNDOFF",
            "attention_tol", "backward_tol", "dtype_name", "forward_terms", "score_bound",
            "softmax_tol", "unit_roundoff"]
