@@ -10,12 +10,15 @@ does it (the simulator computes in float64 and would understate the error):
     by correction = e^{m_old − m_new} once a tile; e^x as ex2.approx(x·log₂e) with a random
     relative error of up to 2^-22.5 (PTX's bound for ex2.approx.f32);
   - fp16/bf16: P rounded to 16 bits before P·V (l keeps the float32 P), O rounded on output;
-  - softmax rows: one float32 pass of max, e^{x−m} (same e^x), sum, divide.
+  - softmax rows: one float32 pass of max, e^{x−m} (same e^x), sum, divide;
+  - the backward (FA2 order) from the emulated forward's O and LSE: P = e^{S − LSE} (S rebuilt
+    as above), dP = dO Vᵀ, D = rowsum(dO∘O), dS = P∘(dP − D), dV = Pᵀ dO, dK = dSᵀ Q·scale,
+    dQ = dS K·scale, each sum one term at a time; fp16/bf16: P and dS rounded to 16 bits.
 
     python3 scripts/tolerance_check.py [--seeds 200] [--big]
 
-``--big`` adds the GPU shape of §42 (B=1 H=4 Nq=500 Nk=2000 d=128, causal, Q row 0 × 30):
-about a minute.
+``--big`` adds the GPU shape of §42 (B=1 H=4 Nq=500 Nk=2000 d=128, causal, Q row 0 × 30)
+and a 1000 × 1000 causal backward: about a minute.
 """
 
 import argparse
