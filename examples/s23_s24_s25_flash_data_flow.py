@@ -20,7 +20,6 @@ Run: ``PYTHONPATH=src:. python3 examples/s23_s24_s25_flash_data_flow.py`` (or
 ``flashlesson section 23``).
 """
 
-import numpy as np
 from tabulate import tabulate
 
 import flashlesson
