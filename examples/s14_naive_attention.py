@@ -29,6 +29,7 @@ from numba import cuda
 from tabulate import tabulate
 
 from flashlesson.attention_methods import GEMM_TILES
+from flashlesson.tolerance import attention_tol
 from flashlesson.tour import Check, RTOL, attention_inputs, check_close, example_rng
 from kernels_numba import gemm as KG
 from reference import attention, naive_attention_bytes
@@ -89,7 +90,10 @@ def main(verbose=True):
     for (num, what, kernel, terms), out in zip(LAUNCHES, "SPO"):
         c = check_close("14", TOPIC, f"launch {num}", got[out], want[out],
                         f"{shape}: {what}, kept in global memory and checked",
-                        atol=RTOL * float(np.max(np.abs(want[out]))))
+                        # O: the error model's bound; S and P (float32 scores, their
+                        # softmax) are outside tolerance.py's attention model: 1e-5·max
+                        atol=(attention_tol(q, k, v).o if out == "O" else
+                              RTOL * float(np.max(np.abs(want[out])))))
         checks.append(c)
         moved = sum(model[t] for t in terms)
         rows.append([num, what, kernel, ", ".join(terms), f"{moved:,}", f"{arrays[out]:,}",
@@ -119,7 +123,7 @@ def main(verbose=True):
         go, gl = flashlesson.attention(q, k, v, causal=causal, method="naive", return_lse=True)
         tag = f"{shape}{', causal' if causal else ''}"
         co = check_close("14", TOPIC, "naive", go, wo, f"{tag}: O",
-                         atol=RTOL * float(np.max(np.abs(wo))))
+                         atol=attention_tol(q, k, v).o)
         cl = check_close("14", TOPIC, "naive", gl, wl, f"{tag}: LSE")
         checks += [co, cl]
         table.append([causal, f"{co.max_err:.1e}", f"{cl.max_err:.1e}"])

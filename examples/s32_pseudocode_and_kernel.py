@@ -40,7 +40,8 @@ from tabulate import tabulate
 
 import flashlesson
 from flashlesson.attention_methods import default_config
-from flashlesson.tour import Check, RTOL, attention_inputs, check_close, example_rng
+from flashlesson.tolerance import attention_tol
+from flashlesson.tour import Check, attention_inputs, check_close, example_rng
 from kernels_numba import attention as KA
 from reference import attention, flash_attention_tiled
 
@@ -163,7 +164,7 @@ def main(verbose=True):
         for t in trace:
             r0, r1 = t["rows"]
             m_l[..., r0:r1] = t["m"] + np.log(t["l"])
-        atol = RTOL * float(np.max(np.abs(want_o)))
+        atol = attention_tol(q, k, v).o
         pairs = [("kernel O vs pseudocode O", check_close("32", TOPIC, "flash", o, t_o,
                                                           f"{shape}: O, kernel = pseudocode",
                                                           atol=atol)),

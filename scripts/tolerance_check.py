@@ -10,12 +10,15 @@ does it (the simulator computes in float64 and would understate the error):
     by correction = e^{m_old − m_new} once a tile; e^x as ex2.approx(x·log₂e) with a random
     relative error of up to 2^-22.5 (PTX's bound for ex2.approx.f32);
   - fp16/bf16: P rounded to 16 bits before P·V (l keeps the float32 P), O rounded on output;
-  - softmax rows: one float32 pass of max, e^{x−m} (same e^x), sum, divide.
+  - softmax rows: one float32 pass of max, e^{x−m} (same e^x), sum, divide;
+  - the backward (FA2 order) from the emulated forward's O and LSE: P = e^{S − LSE} (S rebuilt
+    as above), dP = dO Vᵀ, D = rowsum(dO∘O), dS = P∘(dP − D), dV = Pᵀ dO, dK = dSᵀ Q·scale,
+    dQ = dS K·scale, each sum one term at a time; fp16/bf16: P and dS rounded to 16 bits.
 
     python3 scripts/tolerance_check.py [--seeds 200] [--big]
 
-``--big`` adds the GPU shape of §42 (B=1 H=4 Nq=500 Nk=2000 d=128, causal, Q row 0 × 30):
-about a minute.
+``--big`` adds the GPU shape of §42 (B=1 H=4 Nq=500 Nk=2000 d=128, causal, Q row 0 × 30)
+and a 1000 × 1000 causal backward: about a minute.
 """
 
 import argparse
@@ -28,7 +31,7 @@ sys.path[:0] = [os.path.join(os.path.dirname(__file__), "..", "src"),
                 os.path.join(os.path.dirname(__file__), "..")]
 
 from flashlesson import tolerance  # noqa: E402
-from reference import attention, causal_mask, softmax_stable  # noqa: E402
+from reference import attention, attention_backward, causal_mask, softmax_stable  # noqa: E402
 
 F32 = np.float32
 LOG2E = F32(np.log2(np.e))
@@ -50,15 +53,20 @@ def round16(x, half):
     return b.astype(np.uint32).view(F32)
 
 
-def emulate_forward(q, k, v, causal, Bc, rng, half=None):
+def dot_rows(a, b):
+    """a bᵀ in float32, Σ_t a_t b_t one product and one sum rounded at a time."""
+    s = np.zeros((a.shape[0], b.shape[0]), F32)
+    for t in range(a.shape[1]):
+        s = (s + (a[:, t:t + 1] * b[None, :, t]).astype(F32)).astype(F32)
+    return s
+
+
+def emulate_forward(q, k, v, causal, Bc, rng, half=None, scale=None):
     """Tiled float32 forward of one head: q [Nq, d], k, v [Nk, d] → (O, LSE) float32."""
     nq, d = q.shape
     nk = k.shape[0]
-    scale = F32(d ** -0.5)
-    s = np.zeros((nq, nk), F32)
-    for t in range(d):                                      # S = Σ_t q_t k_t, one rounding each
-        s = (s + (q[:, t:t + 1] * k[None, :, t]).astype(F32)).astype(F32)
-    s = (s * scale).astype(F32)
+    scale = F32(d ** -0.5 if scale is None else scale)
+    s = (dot_rows(q, k) * scale).astype(F32)
     if causal:
         s = np.where(causal_mask(nq, nk), s, F32(-np.inf))
     m = np.full(nq, -np.inf, F32)
@@ -84,6 +92,36 @@ def emulate_forward(q, k, v, causal, Bc, rng, half=None):
     with np.errstate(divide="ignore"):
         lse = (m + np.log(l.astype(np.float64)).astype(F32)).astype(F32)
     return o, lse
+
+
+def emulate_backward(q, k, v, do, o, lse, causal, rng, half=None, scale=None):
+    """Float32 backward of one head (FA2 order): P = e^{S − LSE} (S rebuilt as the forward
+    did, one rounding a product and a sum), dP = dO Vᵀ, D = rowsum(dO∘O), dS = P∘(dP − D),
+    dV = Pᵀ dO, dK = dSᵀ Q·scale, dQ = dS K·scale, every sum one term at a time; fp16/bf16:
+    P and dS rounded to 16 bits before their products. → (dq, dk, dv) float32."""
+    nq, d = q.shape
+    nk = k.shape[0]
+    scale = F32(d ** -0.5 if scale is None else scale)
+    s = (dot_rows(q, k) * scale).astype(F32)
+    fin = np.isfinite(lse)
+    p = ex2_exp((s - np.where(fin, lse, F32(0))[:, None]).astype(F32), rng)
+    vis = np.ones((nq, nk), bool) if not causal else causal_mask(nq, nk)
+    p = np.where(vis & fin[:, None], p, F32(0))
+    dp = dot_rows(do, v)
+    dd = np.zeros(nq, F32)
+    for c in range(d):
+        dd = (dd + (do[:, c] * o[:, c]).astype(F32)).astype(F32)
+    ds = (p * (dp - dd[:, None]).astype(F32)).astype(F32)
+    pm, dsm = (round16(p, half), round16(ds, half)) if half else (p, ds)
+    dv = np.zeros((nk, d), F32)
+    dk = np.zeros((nk, d), F32)
+    for i in range(nq):
+        dv = (dv + (pm[i][:, None] * do[i][None, :]).astype(F32)).astype(F32)
+        dk = (dk + (dsm[i][:, None] * q[i][None, :]).astype(F32)).astype(F32)
+    dq = np.zeros((nq, d), F32)
+    for j in range(nk):
+        dq = (dq + (dsm[:, j:j + 1] * k[j][None, :]).astype(F32)).astype(F32)
+    return (dq * scale).astype(F32), (dk * scale).astype(F32), dv
 
 
 def emulate_softmax(x, rng):
@@ -120,6 +158,39 @@ def attention_case(rng, b, h, nq, nk, d, causal, Bc, half=None, boost=4.0):
     fin = np.isfinite(lse_ref)
     ratio_l = ratio(np.abs(lse[fin] - lse_ref[fin]), np.broadcast_to(tol.lse, lse.shape)[fin])
     return float(ratio_o.max()), float(ratio_o[..., 0, :].max()), float(ratio_l.max(initial=0))
+
+
+def grad_errors(grads, refs):
+    """max |g − ref| / max |ref| per gradient, as tests/conftest.check_grads measures (a
+    gradient that vanishes analytically against 1e-3 of the problem's largest)."""
+    floor = 1e-3 * max(np.max(np.abs(r)) for r in refs)
+    return [float(np.max(np.abs(g - r)) / max(np.max(np.abs(r)), floor))
+            for g, r in zip(grads, refs)]
+
+
+def backward_case(rng, b, h, nq, nk, d, causal, Bc, half=None, outliers=0, scale=None):
+    """(worst of dq, dk, dv) error / bound of the emulated backward, given the emulated
+    forward's O and LSE (the tests give the oracle's, rounded: smaller errors)."""
+    q, k, v, do = (rng.standard_normal((b, h, n, d)).astype(F32) for n in (nq, nk, nk, nq))
+    if outliers:
+        q[..., 0, :] *= outliers
+        k[..., -1, :] *= outliers
+    if half:
+        q, k, v, do = (round16(x, half) for x in (q, k, v, do))
+    grads = [np.empty_like(x) for x in (q, k, v)]
+    for i in range(b):
+        for j in range(h):
+            o, lse = emulate_forward(q[i, j], k[i, j], v[i, j], causal, Bc, rng, half, scale)
+            if half:
+                o = o.astype(F32)           # the tc backward gets O in fp16; D from it
+            g = emulate_backward(q[i, j], k[i, j], v[i, j], do[i, j], o, lse, causal, rng,
+                                 half, scale)
+            for gg, x in zip(grads, g):
+                gg[i, j] = x
+    refs = attention_backward(*(x.astype(np.float64) for x in (do, q, k, v)), causal=causal,
+                              scale=scale)
+    tol = tolerance.backward_tol(q, k, v, do, scale=scale, dtype=half or "float32")
+    return [e / t for e, t in zip(grad_errors(grads, refs), np.broadcast_to(tol, 3))]
 
 
 def main(argv=None):
@@ -164,8 +235,35 @@ def main(argv=None):
             worst = max(worst, got.max())
             if half is None:
                 worst32 = max(worst32, got.max())
+    bwd_cases = [((1, 2, 20, 20, 16), False, 0, None), ((2, 1, 17, 5, 80), True, 0, None),
+                 ((1, 1, 5, 33, 3), False, 0, None), ((1, 1, 45, 45, 24), True, 0, None),
+                 ((1, 2, 24, 19, 8), False, 5, 0.7), ((1, 2, 24, 19, 8), False, 30, 0.7),
+                 ((1, 1, 100, 100, 64), False, 0, None), ((1, 1, 257, 130, 80), True, 0, None),
+                 ((1, 1, 77, 300, 96), False, 0, None), ((1, 1, 200, 65, 256), True, 0, None)]
+    if args.big:
+        bwd_cases.append(((1, 1, 1000, 1000, 64), True, 0, None))
+    bwd_rows = []
+    for shape, causal, outliers, scale in bwd_cases:
+        for half in (None, "float16", "bfloat16"):
+            if half and outliers:
+                continue        # (the tensor-core backward's tests have no outlier rows)
+            size = shape[2] * shape[3]
+            seeds = args.seeds // 10 if size < 5000 else max(args.seeds // 100, 1)
+            got = np.zeros(3)
+            for _ in range(max(seeds, 1)):
+                got = np.maximum(got, backward_case(rng, *shape, causal, 16, half, outliers,
+                                                    scale))
+            bwd_rows.append((f"backward {shape}{' causal' if causal else ''}"
+                             f"{f' outliers ×{outliers}' if outliers else ''} {half or 'float32'}",
+                             *got))
+            worst = max(worst, got.max())
+            if half is None:
+                worst32 = max(worst32, got.max())
     print(f"{'case':60s} {'O all rows':>11s} {'O row 0':>9s} {'LSE':>9s}   (max error / bound)")
     for name, a, b, c in rows:
+        print(f"{name:60s} {a:11.3f} {b:9.3f} {c:9.3f}")
+    print(f"{'case':60s} {'dq':>11s} {'dk':>9s} {'dv':>9s}   (max error / bound)")
+    for name, a, b, c in bwd_rows:
         print(f"{name:60s} {a:11.3f} {b:9.3f} {c:9.3f}")
     print(f"worst ratio {worst:.3f} (must be ≤ 1: the 16-bit roundings are exact bounds, "
           f"taken without a safety factor); float32 attention {worst32:.3f} (the "

@@ -24,61 +24,76 @@ case n·u. Magnitudes are measured on the inputs (row norms, max |v|), never on 
 **Attention forward**, per query row i (``attention_tol(q, k, v, …)``), absolute bound on
 |O_ic − O_ref,ic| (O is a convex combination of V's rows, so max|v| = V is its scale):
  - A_i = scale·‖q_i‖·max_j ‖k_j‖ bounds every |s_ij| and (Cauchy–Schwarz) every partial sum
-   of the dot product; its rounding error is λ·u·√(Σ_t S_t²) ≲ λ·u·A_i for inputs whose
-   terms have no common sign (random directions: the partial sums are a random walk whose
-   squares add up to ~A_i²/2 — a coherent-sign input, like all-positive q and k, could grow
-   it by √d and is not what the tests use). The scale (or the base-2 fold scale·log₂e) and
-   the subtraction of m add u·A_i each:  e_s = u·(λ + 2)·A_i.
- - x = s − m moves by 2·e_s (s and the max both move); e^x adds u·(2 + 1.17·|x|), and the
-   P-weighted |x| is at most ln Nk (Σ_j P_j·|x_j| ≤ the entropy of P ≤ ln Nk):
-   e_P = 2·e_s + u·(2 + 1.2·ln Nk), a relative error on each P_ij.
- - O = Σ_j P_ij v_j / l_i: a relative error ε_j on P_ij moves O by Σ_j P_ij ε_j (v_j − O_i)/l,
-   at most 2·V·e_P; the sums acc and l over Nk keys, each rescaled once a K/V tile, add
-   λ·u·√(2·Nk)·V each; the final 1/l and product 2u·V.
-   o_i = S·V·(2·e_P + 2λ·u·√(2·Nk) + 2u).
- - LSE_i = m_i + ln l_i: e_s (m) + e_P + λ·u·√Nk (l) + u·(A_i + ln Nk + 2) (the logs, the
-   sum): lse_i = S·(that).
+   of the dot product. Each of its d roundings is an independent error of at most u times a
+   partial sum S_t (std ≤ u|S_t|/√3); for inputs whose terms have no common sign the partial
+   sums are a random walk, Σ_t S_t² ≈ A_i²/2 (a coherent-sign input, like all-positive q and
+   k, could grow it by √d and is not what the tests use); the scale (or scale·log₂e) and the
+   subtraction of m add one rounding of at most u·A_i each. Their std is ≤ u·A_i·√(1/6 + 2/3)
+   = ``SCORE_STD``·u·A_i: e_s = λ·SCORE_STD·u·A_i.
+ - e_P = e_s + u·(2 + 1.2·ln Nk): only s_ij's own error counts — an error of m multiplies
+   every e^{s−m} of the row (and every tile's correction) by one factor that l divides out;
+   e^x adds u·(2 + 1.17·|x|), the P-weighted |x| at most ln Nk (≤ the entropy of P).
+ - O = Σ_j P_ij v_j / l_i: relative errors ε_j of P_ij move O_ic by Σ_j P_ij ε_j (v_jc − O_ic),
+   at most e_P·Σ_j P_ij |v_jc − O_ic| ≤ e_P·√(Σ_j P_ij v_jc²) ≤ e_P·V (a mean absolute
+   deviation is at most the root mean square). The sums l and acc over Nk keys (positive
+   terms, |acc| ≤ V·l, rescaled once a tile): the partial sums grow to the total, the error
+   std ≤ u·√(n/9)·total = ``POSITIVE_SUM``·u·√n·total; the 1/l and the product: 2u.
+   o_i = S·V·(e_P + 2λ·POSITIVE_SUM·u·√(2·Nk) + 2u).
+ - LSE_i = m_i + ln l_i (m's error cancels against l's, as above): e_P + λ·POSITIVE_SUM·u·√Nk
+   (l) + u·(A_i + ln Nk + 2) (the log, the sum): lse_i = S·(that).
  - fp16/bf16 (tensor cores, dtype "float16"/"bfloat16"): the oracle gets the rounded inputs,
    so only the kernel's own roundings count: P rounded to 16 bits for P·V (l keeps the fp32
    P): |ΔO_ic| ≤ u_h·(P|V|)_ic ≤ u_h·V, and O rounded on the way out: u_h·|O_ic|. With the
    oracle's P (``p=``) both are taken elementwise (tight: a 16-bit packing bug at 2× the
    normal error fails), else per row with V. QKᵀ on the tensor cores accumulates in fp32:
-   the float32 terms above.
+   the float32 terms above. Dropout (``dropout_p``): V's scale is max|v|/(1 − p).
  - 3xTF32 (dtype "tf32"): each product a·b is formed as a_hi·b_hi + a_hi·b_lo + a_lo·b_hi
    with 11-bit pieces: a relative error ~u_tf32² = 2⁻²² per product (the dropped a_lo·b_lo,
    one rounding of each piece) — 4× float32's u: the float32 model with u = 2⁻²².
 
-**Attention backward** (``backward_tol``), relative to each gradient's largest |value| (as
-``tests/conftest.check_grads`` measures): P is recomputed from the saved LSE (e_P + the LSE's
-error, as above), dP = dO·Vᵀ (length d), D = rowsum(dO∘O) (length d), dS = P∘(dP − D), then
-dV = Pᵀ·dO, dK = dSᵀ·Q, dQ = dS·K (lengths Nq, Nq, Nk). dS's cancellation (dP − D is small
-where P is large) makes its error relative to |dP| not |dS|: a factor κ = 4 is allowed for it.
- rel = S·κ·u·(2·(λ + 2)·A + 2 + 1.2·ln Nk + λ·(√Nq + √Nk + 2√d)), A the largest A_i.
- fp16/bf16: P and dS rounded to 16 bits before their products: + S·κ·u_h.
+**Attention backward** (``backward_tol(q, k, …)``), relative to each gradient's largest |value|
+(as ``tests/conftest.check_grads`` measures): P is recomputed from the saved LSE — here the
+error of LSE does not cancel: e_s of S plus e_s of the LSE, 2·λ·SCORE_STD·u·A; e^x: u·(2 +
+1.2·ln Nk). dP = dO·Vᵀ, D = rowsum(dO∘O) (length d, twice), dV = Pᵀ·dO, dK = dSᵀ·Q, dQ = dS·K
+(lengths Nq, Nq, Nk): sums of random-sign terms, whose partial sums are random walks: error
+std ≈ u·√(n/6)·|sum| = ``RANDOM_SUM``·u·√n·|sum|, λ of them; a gradient's largest value
+comes from rows where dS = P∘(dP − D) does not cancel, so these relative errors carry over.
+ rel = S·u·(2·λ·SCORE_STD·A + 2 + 1.2·ln Nk + λ·RANDOM_SUM·(√Nq + √Nk + 2√d)), A = max A_i.
+ fp16/bf16: P and dS rounded to 16 bits before their four products, O (hence D) rounded
+ too: + ``HALF_BWD``·u_h (8: two roundings per product path, ×2 for dP − D's cancellation;
+ the emulation sees ≤ 2·u_h).
 
 **Safety factor** S = ``SAFETY`` = 2 over the probabilistic (float32) part of the model; the
-16-bit roundings are exact bounds of round-to-nearest and are taken as they are. Observed
-(``python3 scripts/tolerance_check.py --seeds 200 --big``: a float32 NumPy emulation of the
-tiled kernel — products and sums rounded one by one, ex2.approx's error drawn at random, P
-and O rounded to 16 bits for fp16/bf16 — at the tests' and the tour's shapes and at the GPU
-shape of §42, B=1 H=4 Nq=500 Nk=2000 d=128 causal, with Q's row 0 × 4 or × 30), the largest
-max-error / bound over all seeds:
+16-bit roundings of the forward are exact bounds of round-to-nearest and are taken as they
+are. Observed (``python3 scripts/tolerance_check.py --seeds 200 --big``: a float32 NumPy
+emulation of the tiled kernels — products and sums rounded one by one, no FMA, ex2.approx's
+error drawn at random, P and O (forward), P and dS (backward) rounded to 16 bits for
+fp16/bf16; the backward from the emulated forward's O and LSE — at the tests' and the tour's
+shapes and at GPU shapes: §42's B=1 H=4 Nq=500 Nk=2000 d=128 causal, Q's row 0 × 4 or × 30;
+the backward at the tests' GPU shapes 100², 257×130 d=80, 77×300 d=96, 200×65 d=256,
+1000² d=64 causal), the largest max-error / bound over all seeds:
 
     ==========================================  =========  =========  =========
     case                                         float32     fp16       bf16
     ==========================================  =========  =========  =========
-    softmax, n = 7 … 4096, rows near 1000        ≤ 0.02     ≤ 0.91     —
-    attention O, tests' shapes                   ≤ 0.027    ≤ 0.69     ≤ 0.71
-    attention O, §42's GPU shape                 ≤ 0.024    ≤ 0.34     ≤ 0.46
-    attention LSE (all shapes)                   ≤ 0.067    (float32 model)
+    softmax, n = 7 … 4096, rows near 1000        ≤ 0.64     ≤ 0.91     —
+    attention O, tests' shapes                   0.04–0.12  ≤ 0.74     ≤ 0.71
+    attention O, §42's GPU shape                 ≤ 0.11     ≤ 0.40     ≤ 0.47
+    attention LSE (all shapes)                   0.10–0.24  (float32 model)
+    backward dq, dk, dv (random inputs)          0.02–0.11  ≤ 0.26     ≤ 0.24
+    backward, one q and one k row × 5 or × 30    ≤ 0.02     —          —
     ==========================================  =========  =========  =========
 
-So the float32 bounds hold with ≥ 15× margin (≥ 40× at §42's GPU shape, where the H200 saw
-3.6e-5 over the old 1e-5·max|O| bar: row 0's bound is ≈ 0.05·(P|V|), a normal row's
-≈ 2e-3·(P|V|)) and still sit orders of magnitude below what a wrong index, a lost tile or a
-missed rescale gives (errors of order |V|); the fp16/bf16 bounds are within 1.4–3× of what is
-seen (the roundings of P and O are the error), so a 16-bit packing bug that doubles the error
-fails. The simulator computes in float64 between stores, so its errors are smaller still.
+So the float32 bounds sit 4–25× above the emulated error (the GPU's FMA contraction, __expf
+and other summation orders differ from the emulation: hence no tighter), ~1e-5–1e-4·V for
+the tests' shapes, still orders of magnitude below what a wrong index, a lost tile or a
+missed rescale gives (errors of order |V|: a last K/V tile left unrescaled fails at 10⁴× the
+bound, a causal mask off by one at 10⁵×); the softmax's float32 rtol keeps the worst-case
+λ·√n (a row with one dominant entry: thousands of tiny terms added to ~1 round one way, not
+at random — the emulation reaches 0.64 at n = 4096 with a sequential sum; the kernels' tree
+sums do better). The 16-bit bounds are within 1.4–4× of what is seen (the roundings are the
+error), so a 16-bit packing bug that doubles the error fails. The simulator computes in
+float64 between stores, so its errors are smaller still.
 """
 
 import math
@@ -88,7 +103,11 @@ import numpy as np
 
 LAMBDA = 4.0        # probabilistic rounding: errors of a length-n sum ≤ λ·u·√n
 SAFETY = 2.0        # over the model; the observed ratios (module docstring) are ≤ 0.5
-KAPPA = 4.0         # backward: dS = P∘(dP − D) cancels; its error is relative to |dP|
+SCORE_STD = (5 / 6) ** 0.5      # std of a score's rounding error / (u·A_i) (module docstring)
+POSITIVE_SUM = 1 / 3            # std of a positive n-term sum's error / (u·√n·sum)
+RANDOM_SUM = 6 ** -0.5          # std of a random-sign n-term sum's error / (u·√n·|sum|)
+
+HALF_BWD = 8.0      # fp16/bf16 backward: P and dS rounded before 4 products (docstring)
 
 UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "tf32": 2.0 ** -11, "tf32x3": 2.0 ** -22,
                  "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "float64": 2.0 ** -53}
@@ -174,26 +193,30 @@ def forward_terms(a, nk, dtype="float32"):
     name = dtype_name(dtype)
     u = UNIT_ROUNDOFF["tf32x3" if name == "tf32x3" else "float32"]
     a = np.asarray(a, np.float64)
-    e_s = u * (LAMBDA + 2) * a
-    e_p = 2 * e_s + u * (2 + 1.2 * math.log(nk))
-    o = 2 * e_p + 2 * LAMBDA * u * math.sqrt(2 * nk) + 2 * u
-    lse = e_s + e_p + LAMBDA * u * math.sqrt(nk) + u * (a + math.log(nk) + 2)
+    e_s = LAMBDA * SCORE_STD * u * a
+    e_p = e_s + u * (2 + 1.2 * math.log(nk))
+    o = e_p + 2 * LAMBDA * POSITIVE_SUM * u * math.sqrt(2 * nk) + 2 * u
+    lse = e_p + LAMBDA * POSITIVE_SUM * u * math.sqrt(nk) + u * (a + math.log(nk) + 2)
     return e_s, e_p, o, lse
 
 
-def attention_tol(q, k, v, *, scale=None, dtype=None, p=None, o=None):
+def attention_tol(q, k, v, *, scale=None, dtype=None, p=None, o=None, dropout_p=0.0):
     """The bound on |O − O_ref| and |LSE − LSE_ref| for these inputs (module docstring).
 
     q [..., Nq, d], k, v [..., Nk, d] as the oracle got them (float64 of the rounded fp16/bf16
     inputs for the tensor-core kernels). dtype: the kernel's arithmetic — "float32" (default
     for float32 inputs), "float16", "bfloat16" (tensor cores), "tf32" (3xTF32).
     p, o: the oracle's P [..., Nq, Nk] and O, to take the 16-bit roundings elementwise.
+    dropout_p: O sums P_ij·M_ij/(1 − p)·v_j: V's scale is max|v|/(1 − p).
     """
     q = np.asarray(q)
     name = dtype_name(dtype if dtype is not None else
                       (q.dtype if q.dtype != np.float64 else "float32"))
     nk = max(np.shape(k)[-2], 1)
     vabs = np.abs(np.asarray(v, np.float64))
+    if not 0.0 <= float(dropout_p) < 1.0:
+        raise ValueError(f"dropout_p: expected 0 <= p < 1; got {dropout_p!r}")
+    vabs = vabs / (1.0 - float(dropout_p))
     vmax = np.max(vabs, axis=(-2, -1), initial=0.0)[..., None, None]      # per (b, h)
     a = score_bound(q, k, scale)
     _, _, o32, lse32 = forward_terms(a, nk, name)
@@ -209,23 +232,25 @@ def attention_tol(q, k, v, *, scale=None, dtype=None, p=None, o=None):
     return AttentionTol(o_tol, SAFETY * lse32)
 
 
-def backward_tol(q, k, *, scale=None, dtype="float32", nq=None, nk=None):
-    """Relative bound for dq, dk, dv, each against its largest |value| (module docstring)."""
+def backward_tol(q, k, v=None, do=None, *, scale=None, dtype="float32"):
+    """Relative bound for dq, dk, dv, each against its largest |value| (as
+    ``tests/conftest.check_grads`` measures; module docstring). q [..., Nq, d], k [..., Nk, d]
+    as the oracle got them (v and dO: accepted for the signature's symmetry; the bound is
+    relative, so their scale drops out). dtype: "float32", "float16", "bfloat16", "tf32"."""
     q = np.asarray(q)
     d = q.shape[-1]
-    nq = q.shape[-2] if nq is None else nq
-    nk = np.shape(k)[-2] if nk is None else nk
+    nq, nk = max(q.shape[-2], 1), max(np.shape(k)[-2], 1)
     name = dtype_name(dtype)
     u = UNIT_ROUNDOFF["tf32x3" if name == "tf32x3" else "float32"]
     a = float(np.max(score_bound(q, k, scale), initial=0.0))
-    nq, nk = max(int(nq), 1), max(int(nk), 1)
-    rel = u * (2 * (LAMBDA + 2) * a + 2 + 1.2 * math.log(nk) +
-               LAMBDA * (math.sqrt(nq) + math.sqrt(nk) + 2 * math.sqrt(d)))
+    rel = u * (2 * LAMBDA * SCORE_STD * a + 2 + 1.2 * math.log(nk) +
+               LAMBDA * RANDOM_SUM * (math.sqrt(nq) + math.sqrt(nk) + 2 * math.sqrt(d)))
+    rel *= SAFETY
     if name in HALF:
-        rel += UNIT_ROUNDOFF[name]
-    return SAFETY * KAPPA * rel
+        rel += HALF_BWD * UNIT_ROUNDOFF[name]
+    return rel
 
 
-__all__ = ["AttentionTol", "HALF", "KAPPA", "LAMBDA", "SAFETY", "UNIT_ROUNDOFF",
+__all__ = ["AttentionTol", "HALF", "POSITIVE_SUM", "RANDOM_SUM", "SCORE_STD", "LAMBDA", "SAFETY", "UNIT_ROUNDOFF",
            "attention_tol", "backward_tol", "dtype_name", "forward_terms", "score_bound",
            "softmax_tol", "unit_roundoff"]
