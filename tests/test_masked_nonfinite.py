@@ -197,3 +197,45 @@ def test_varlen(rng, causal):
     refs = ref_varlen_backward(do, q, k, v, cu_q, cu_k, causal=causal)
     for name, g, r in zip(("dq", "dk", "dv"), grads, refs):
         _match(g, r, REL_BWD["f32"], name)
+
+
+# The tensor cores' documented limit, exactly: N queries = N keys, causal, one poisoned key J
+# (NaN in K, +inf in V) that rows < J do not see. K reaches only S's column J, which the
+# select masks: LSE is exact in every row. V (forward) and K (the dQ kernel's dS·K) enter an
+# mma over the whole K/V tile: rows < J whose Q tile visits J's K/V tile may be non-finite
+# (0·NaN inside the mma); every other row is exact.
+N_LIM, J_LIM = by_device((48, 36), (600, 400))
+
+
+def _limit_rows(rows, tile, n, j):
+    """Rows i < j whose block of ``rows`` queries visits the K/V tile of ``tile`` keys holding
+    key j (attention.kv_tiles, causal, Nq = Nk = n): the rows the limit may reach."""
+    i = np.arange(n)
+    last = np.minimum((i // rows + 1) * rows - 1, n - 1)   # the block's last row sees up to it
+    return (i < j) & ((last // tile + 1) * tile > j)
+
+
+@pytest.mark.parametrize("fmt", ["f16", "f16a", "tf32"])
+def test_tensor_cores_causal_limit(rng, fmt):
+    q, k, v, do = (rng.standard_normal((1, 1, N_LIM, SHAPE[4])).astype(np.float32)
+                   for _ in range(4))
+    k[..., J_LIM, :], v[..., J_LIM, :] = np.nan, np.inf
+    fwd = TC_FWD.get(fmt, TcConfig(Bc=by_device(16, 64), WARPS=by_device(1, 4)))
+    bwd = TC_BWD.get(fmt, TcBwdConfig(*by_device((16, 1, 16, 1), (32, 4, 32, 4))))
+    (q, k, v, do), (q64, k64, v64, do64) = _cast([q, k, v, do], fmt)
+    o, lse = attention(q, k, v, causal=True, return_lse=True, method="flash_tc", config=fwd)
+    o_ref, lse_ref = reference.attention(q64, k64, v64, causal=True)
+    limit = _limit_rows(fwd.Br, fwd.Bc, N_LIM, J_LIM)
+    assert limit.any() and (~limit[:J_LIM]).any()          # (both kinds of rows exist)
+    _match(lse, lse_ref, REL_FWD[fmt], "LSE")               # every row: K is masked by select
+    _match(o, o_ref, REL_FWD[fmt], "O", limit)
+    # the backward from the oracle's O and LSE (finite in rows < J: D is), so that what is
+    # checked is the backward kernels' own limit: dq's rows as O's, with the dQ kernel's tiles
+    o_in = _cast([o_ref.astype(np.float32)], fmt)[0][0]
+    dq = attention_backward(do, q, k, v, o_in, lse_ref.astype(np.float32), causal=True,
+                            method="flash_tc", config=bwd)[0]
+    dq_ref = ref_backward(do64, q64, k64, v64, causal=True)[0]
+    limit = _limit_rows(16 * bwd.Q_WARPS, bwd.Bk, N_LIM, J_LIM)
+    assert limit.any() and (~limit[:J_LIM]).any()
+    _match(dq, dq_ref, REL_BWD[fmt], "dq", limit)
+    assert np.isfinite(_f64(dq)[..., :J_LIM, :][..., ~limit[:J_LIM], :]).all()
