@@ -51,13 +51,16 @@ aligned bottom-right (query i sees key j iff j ≤ i + Nk − Nq), like the CUDA
 dropout, no varlen here (the CUDA-core kernel has them).
 
 Masked keys (README, "Masked keys contribute exactly nothing"): the scores are masked by
-select (S = −inf), and keys past Nk are zeros on chip, so their K/V rows never reach an mma.
-Documented limit: P·V (and the backward's dP = dO Vᵀ, dQ = dS K) are mma instructions, where a
-0 in P times a NaN/inf in V is NaN inside the instruction. A causal diagonal tile mixes keys a
-row sees and keys it does not in one m16n8k16 block, and padded keys are not yet zeroed by these
-loaders (issue 12: to do): a NaN/inf in a hidden key's K/V rows can make the rows of the warp's
-16-row blocks that visit its tile non-finite. torch's flash kernels multiply P·V on the tensor
-cores the same way. The float32 CUDA-core kernels are exact in every case.
+select (S = −inf), and keys past Nk and (PAD) padded keys are zeros on chip — the loaders
+(``kv_loader_tc``, ``rows_async`` by cp.async's zero-fill form, ``rows_f32``) read the key's
+mask byte and do not issue its load — so P = 0 meets V = 0 and their K/V rows never reach an
+mma. Documented limit, causal diagonal tiles: P·V (and the backward's dQ = dS K) are mma
+instructions over the whole K/V tile, where a 0 in P times a NaN/inf in V is NaN inside the
+instruction. A NaN/inf in the K/V rows of a key J hidden by causal from rows i < J can make O
+(dq) of those rows non-finite when their Q tile (Br rows) visits J's tile; LSE and every other
+row stay exact (tests/test_masked_nonfinite.py, ``test_tensor_cores_causal_limit``). torch's
+flash kernels multiply P·V on the tensor cores the same way. The float32 CUDA-core kernels are
+exact in every case.
 
 How to run: ``flashlesson section 37``, ``pytest tests/test_attention_tc.py``,
 ``flashlesson bench attention --dtype float16``.

@@ -48,6 +48,12 @@ cores"). Causal grids run their heaviest blocks first (lane_rows). Limits: D a m
 no dropout, no varlen (the fp32 backward has them). Inputs/outputs [BH, N, D/2] uint32 words of
 two halves; LSE and D [BH, Nq] float32.
 
+Masked keys (README; attention_tc's menu): with PAD, padded keys' K and V rows are zeros on
+chip — the dQ kernel's streamed tiles (both loader forms), the dK/dV kernel's own rows (A
+fragments or cp.async rows, once per block) — so their S, dP and dS are 0 without a NaN, and
+the dK/dV kernel writes dk = dv = 0 for them. The dQ kernel's element step sets dS = 0 where it
+masks a score. The causal diagonal limit of the forward holds for dQ = dS K too.
+
 How to run: ``pytest tests/test_attention_tc_backward.py``; ``flashlesson bench attention --tc
 --backward`` (GPU).
 """
