@@ -51,13 +51,16 @@ aligned bottom-right (query i sees key j iff j ≤ i + Nk − Nq), like the CUDA
 dropout, no varlen here (the CUDA-core kernel has them).
 
 Masked keys (README, "Masked keys contribute exactly nothing"): the scores are masked by
-select (S = −inf), and keys past Nk are zeros on chip, so their K/V rows never reach an mma.
-Documented limit: P·V (and the backward's dP = dO Vᵀ, dQ = dS K) are mma instructions, where a
-0 in P times a NaN/inf in V is NaN inside the instruction. A causal diagonal tile mixes keys a
-row sees and keys it does not in one m16n8k16 block, and padded keys are not yet zeroed by these
-loaders (issue 12: to do): a NaN/inf in a hidden key's K/V rows can make the rows of the warp's
-16-row blocks that visit its tile non-finite. torch's flash kernels multiply P·V on the tensor
-cores the same way. The float32 CUDA-core kernels are exact in every case.
+select (S = −inf), and keys past Nk and (PAD) padded keys are zeros on chip — the loaders
+(``kv_loader_tc``, ``rows_async`` by cp.async's zero-fill form, ``rows_f32``) read the key's
+mask byte and do not issue its load — so P = 0 meets V = 0 and their K/V rows never reach an
+mma. Documented limit, causal diagonal tiles: P·V (and the backward's dQ = dS K) are mma
+instructions over the whole K/V tile, where a 0 in P times a NaN/inf in V is NaN inside the
+instruction. A NaN/inf in the K/V rows of a key J hidden by causal from rows i < J can make O
+(dq) of those rows non-finite when their Q tile (Br rows) visits J's tile; LSE and every other
+row stay exact (tests/test_masked_nonfinite.py, ``test_tensor_cores_causal_limit``). torch's
+flash kernels multiply P·V on the tensor cores the same way. The float32 CUDA-core kernels are
+exact in every case.
 
 How to run: ``flashlesson section 37``, ``pytest tests/test_attention_tc.py``,
 ``flashlesson bench attention --dtype float16``.
@@ -272,23 +275,27 @@ def products_for(NB, KC, MT, BF16, ASYNC, TRANS):
 
 
 @lru_cache(maxsize=None)
-def rows_async(D, B, T):
+def rows_async(D, B, T, PAD=False):
     """Start copying rows r0 … r0 + B − 1 of x[bh] (uint32 words, D/2 per row) to smem[off +
     row·(D/2 + 4) + word] with cp.async, 16 bytes a piece, zeros past n (so 0·NaN cannot reach
-    an accumulator); the thread's ``cp_async_wait_all`` and a barrier land them."""
+    an accumulator); the thread's ``cp_async_wait_all`` and a barrier land them. PAD (K and V
+    rows): a key whose key_padding_mask kpm[b, key] is 0 is zeros too — cp.async's zero-fill
+    form (src-size 0), the same instruction with no global read, decided when the copy is
+    issued (one mask byte per piece); overwriting after the wait would cost a second pass over
+    the tile and a barrier before it."""
     DW = D // 2
     KS = DW + 4
     ITEMS = B * (DW // 4)
     IT = (ITEMS + T - 1) // T
 
     @cuda.jit(device=True)
-    def issue(x, bh, n, r0, smem, off, tid):
+    def issue(x, bh, n, r0, smem, off, tid, kpm, b_idx):
         for it in range(IT):
             item = it * T + tid
             if item < ITEMS:
                 r = item // (DW // 4)
                 c = (item % (DW // 4)) * 4
-                ok = r0 + r < n
+                ok = r0 + r < n and (not PAD or kpm[b_idx, r0 + r] != 0)
                 cp_async16(smem, off + r * KS + c, x, ((bh * n) + r0 + r) * DW + c if ok else 0,
                            ok)
     return issue
@@ -315,12 +322,14 @@ def pack_accumulators(KC2, MT, NB, BF16):
 
 
 @lru_cache(maxsize=None)
-def kv_loader_tc(D, Bc, T, WITH_V=True):
+def kv_loader_tc(D, Bc, T, WITH_V=True, PAD=False):
     """Copy K/V tile rows k0 … k0 + Bc − 1 of head bh (uint32 words) to shared memory: K as
     it is, V transposed into key pairs (``pair_lo``/``pair_hi``); zeros past Nk (P is 0 there,
-    but 0·NaN would still poison acc). In two halves, so the global reads can be issued before
-    the current tile's products and stored after them (``fetch`` → registers, ``put`` →
-    shared memory): ``fetch`` returns this thread's KI + 2·VI groups of four words."""
+    but 0·NaN would still poison acc) and, PAD, for keys whose kpm[b_idx, key] is 0 (the
+    load is not issued: one mask byte read per piece instead). In two halves, so the global
+    reads can be issued before the current tile's products and stored after them (``fetch`` →
+    registers, ``put`` → shared memory): ``fetch`` returns this thread's KI + 2·VI groups of
+    four words."""
     DW = D // 2
     KS, VS = tc_shapes(D, Bc)
     K_ITEMS = Bc * (DW // 4)        # 16-byte pieces of a K tile
@@ -330,14 +339,15 @@ def kv_loader_tc(D, Bc, T, WITH_V=True):
     REGS = 4 * (KI + 2 * VI)
 
     @cuda.jit(device=True)
-    def fetch(k, v, bh, n_k, k0, tid, w):
-        """w[…] = this thread's K and V words of the tile at k0 (zeros past Nk)."""
+    def fetch(k, v, bh, n_k, k0, tid, w, kpm, b_idx):
+        """w[…] = this thread's K and V words of the tile at k0 (zeros past Nk; PAD: and for
+        padded keys)."""
         for it in range(KI):
             item = it * T + tid
             r = item // (DW // 4)
             c = (item % (DW // 4)) * 4
             w0 = w1 = w2 = w3 = uint32(0)
-            if item < K_ITEMS and k0 + r < n_k:
+            if item < K_ITEMS and k0 + r < n_k and (not PAD or kpm[b_idx, k0 + r] != 0):
                 w0, w1, w2, w3 = load4(k, ((bh * n_k) + k0 + r) * DW + c)
             w[4 * it], w[4 * it + 1], w[4 * it + 2], w[4 * it + 3] = w0, w1, w2, w3
         for it in range(VI):
@@ -346,8 +356,9 @@ def kv_loader_tc(D, Bc, T, WITH_V=True):
             c = (item // (Bc // 2)) * 4         # words c … c+3 = columns 2c … 2c+7
             for e in range(2):
                 w0 = w1 = w2 = w3 = uint32(0)
-                if item < V_ITEMS and k0 + 2 * kp + e < n_k:
-                    w0, w1, w2, w3 = load4(v, ((bh * n_k) + k0 + 2 * kp + e) * DW + c)
+                key = k0 + 2 * kp + e
+                if item < V_ITEMS and key < n_k and (not PAD or kpm[b_idx, key] != 0):
+                    w0, w1, w2, w3 = load4(v, ((bh * n_k) + key) * DW + c)
                 at = 4 * KI + 8 * it + 4 * e
                 w[at], w[at + 1], w[at + 2], w[at + 3] = w0, w1, w2, w3
 
@@ -404,8 +415,8 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False
     pack = pack_bf16 if BF16 else pack_f16
     update = online_softmax_tc(NBS, NBO, MT)
     mask = mask_scores_tc(NBS, CAUSAL, PAD, MT)
-    fetch, put, REGS = kv_loader_tc(D, Bc, T)
-    rows = rows_async(D, Bc, T)
+    fetch, put, REGS = kv_loader_tc(D, Bc, T, True, PAD)
+    rows = rows_async(D, Bc, T, PAD)
     qk = products_for(NBS, KC, MT, BF16, ASYNC, False)
     pv = products_for(NBO, KC2, MT, BF16, ASYNC, True)
     to_a = pack_accumulators(KC2, MT, NBS, BF16)
@@ -451,12 +462,13 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False
             ml[r] = NEG_INF
             ml[2 * MT + r] = ZERO
 
+        b_idx = bh // heads                         # (PAD: the mask's batch row)
         n_tiles = kv_tiles(CAUSAL, q0, Br, Bc, n_q, n_k)
         if n_tiles > 0 and ASYNC:
-            rows(k, bh, n_k, 0, smem, 0, tid)
-            rows(v, bh, n_k, 0, smem, K_WORDS, tid)
+            rows(k, bh, n_k, 0, smem, 0, tid, kpm, b_idx)
+            rows(v, bh, n_k, 0, smem, K_WORDS, tid, kpm, b_idx)
         elif n_tiles > 0:
-            fetch(k, v, bh, n_k, 0, tid, w)
+            fetch(k, v, bh, n_k, 0, tid, w, kpm, b_idx)
             put(w, smem, 0, K_WORDS, tid)
         for j in range(n_tiles):
             k0 = j * Bc
@@ -467,10 +479,10 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False
             nxt = ((j + 1) & 1) * STAGE             # tile j + 1 → the other stage
             more = j + 1 < n_tiles                  # (the same for the whole block)
             if more and ASYNC:                      # in flight during this tile's work
-                rows(k, bh, n_k, k0 + Bc, smem, nxt, tid)
-                rows(v, bh, n_k, k0 + Bc, smem, nxt + K_WORDS, tid)
+                rows(k, bh, n_k, k0 + Bc, smem, nxt, tid, kpm, b_idx)
+                rows(v, bh, n_k, k0 + Bc, smem, nxt + K_WORDS, tid, kpm, b_idx)
             elif more:
-                fetch(k, v, bh, n_k, k0 + Bc, tid, w)
+                fetch(k, v, bh, n_k, k0 + Bc, tid, w, kpm, b_idx)
                 if not PF:                          # PF: stored after the products instead
                     put(w, smem, nxt, nxt + K_WORDS, tid)
             sK = (j & 1) * STAGE                    # this tile's K …
@@ -484,7 +496,7 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False
                 for e in range(4):
                     s[4 * i + e] *= scale2          # S = Qi Kjᵀ · scale · log2e
             if PAD or k0 + Bc > n_k or (CAUSAL and k0 + Bc - 1 > q0 + offset):
-                mask(s, k0, r_lo, 2 * t, n_k, offset, kpm, bh // heads)
+                mask(s, k0, r_lo, 2 * t, n_k, offset, kpm, b_idx)
             update(s, acc, ml)                      # online softmax on the CUDA cores (§32)
 
             # acc += P Vj: P's accumulators are the A fragments (two 8-column blocks = k16),
@@ -534,22 +546,23 @@ def split(x, big, small, i):
 
 
 @lru_cache(maxsize=None)
-def rows_f32(D, B, T):
+def rows_f32(D, B, T, PAD=False):
     """float32 rows r0 … r0 + B − 1 of x[bh] and of y[bh] ([BH, N, D] each: K and V, or Q and
     dO) → smem[x_at + row·(D + 4) + c] and smem[y_at + …], 16-byte loads and stores, zeros
-    past n; both loads of a piece are issued before either store."""
+    past n and, PAD (K and V), for keys whose kpm[b_idx, key] is 0 (not loaded: one mask byte
+    per piece instead); both loads of a piece are issued before either store."""
     KS = D + 4
     ITEMS = B * (D // 4)
 
     @cuda.jit(device=True)
-    def load(x, y, bh, n, r0, smem, x_at, y_at, tid):
+    def load(x, y, bh, n, r0, smem, x_at, y_at, tid, kpm, b_idx):
         for it in range((ITEMS + T - 1) // T):
             item = it * T + tid
             if item < ITEMS:
                 r = item // (D // 4)
                 c = (item % (D // 4)) * 4
                 x0 = x1 = x2 = x3 = y0 = y1 = y2 = y3 = ZERO
-                if r0 + r < n:
+                if r0 + r < n and (not PAD or kpm[b_idx, r0 + r] != 0):
                     x0, x1, x2, x3 = load4(x, ((bh * n) + r0 + r) * D + c)
                     y0, y1, y2, y3 = load4(y, ((bh * n) + r0 + r) * D + c)
                 store4(smem, x_at + r * KS + c, x0, x1, x2, x3)
@@ -630,7 +643,7 @@ def flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD):
     assert D % 8 == 0 and Bc % 16 == 0
     update = online_softmax_tc(NBS, NBO)
     mask = mask_scores_tc(NBS, CAUSAL, PAD)
-    rows = rows_f32(D, Bc, T)
+    rows = rows_f32(D, Bc, T, PAD)
     pv = tf32_by_keys(NBO, NBS)
     clear_acc = zeros(AN)
 
@@ -668,16 +681,17 @@ def flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD):
         ml[2] = ZERO
         ml[3] = ZERO
 
+        b_idx = bh // heads                         # (PAD: the mask's batch row)
         n_tiles = kv_tiles(CAUSAL, q0, Br, Bc, n_q, n_k)
         if n_tiles > 0:
-            rows(k, v, bh, n_k, 0, smem, 0, TILE, tid)
+            rows(k, v, bh, n_k, 0, smem, 0, TILE, tid, kpm, b_idx)
         for j in range(n_tiles):
             k0 = j * Bc
             cuda.syncthreads()                      # wait: tile j is in stage j % 2, and every
                                                     # warp is done with tile j − 1's stage
             if j + 1 < n_tiles:                     # (the same for the whole block)
                 nxt = ((j + 1) & 1) * 2 * TILE
-                rows(k, v, bh, n_k, k0 + Bc, smem, nxt, nxt + TILE, tid)
+                rows(k, v, bh, n_k, k0 + Bc, smem, nxt, nxt + TILE, tid, kpm, b_idx)
             sK = (j & 1) * 2 * TILE                 # offsets of this tile's K and V in smem
             sV = sK + TILE
 
@@ -695,7 +709,7 @@ def flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD):
                 s[4 * nb + 2] = c2 * scale2
                 s[4 * nb + 3] = c3 * scale2
             if PAD or k0 + Bc > n_k or (CAUSAL and k0 + Bc - 1 > q0 + offset):
-                mask(s, k0, r_lo, 2 * t, n_k, offset, kpm, bh // heads)
+                mask(s, k0, r_lo, 2 * t, n_k, offset, kpm, b_idx)
             update(s, acc, ml)
 
             pv(s, smem, sV, KS, g, t, acc, pa, ps)  # acc += P Vj (3xTF32, k permuted)

@@ -48,6 +48,12 @@ cores"). Causal grids run their heaviest blocks first (lane_rows). Limits: D a m
 no dropout, no varlen (the fp32 backward has them). Inputs/outputs [BH, N, D/2] uint32 words of
 two halves; LSE and D [BH, Nq] float32.
 
+Masked keys (README; attention_tc's menu): with PAD, padded keys' K and V rows are zeros on
+chip — the dQ kernel's streamed tiles (both loader forms), the dK/dV kernel's own rows (A
+fragments or cp.async rows, once per block) — so their S, dP and dS are 0 without a NaN, and
+the dK/dV kernel writes dk = dv = 0 for them. The dQ kernel's element step sets dS = 0 where it
+masks a score. The causal diagonal limit of the forward holds for dQ = dS K too.
+
 How to run: ``pytest tests/test_attention_tc_backward.py``; ``flashlesson bench attention --tc
 --backward`` (GPU).
 """
@@ -180,7 +186,9 @@ def ds_rows(NBK, CAUSAL, PAD):
     LSE·log2e and D in stats[0, 1] and stats[2, 3] (row_stats); columns: keys k0 + 8nb + 2t
     (+1)), in place: P and dS. The masks (keys past Nk, §34 causal, §35 padding) set the
     exponent (S·scale − LSE)·log2e to −inf (P = 0): with padding on every tile, otherwise only
-    on the last one and, causal, on those reaching above the diagonal of the lane's rows."""
+    on the last one and, causal, on those reaching above the diagonal of the lane's rows. There
+    dP is set to 0 too, so dS = 0 exactly even where a hidden key's V row holds NaN/inf (padded
+    keys' rows are zeros already, from the loaders)."""
     Bk = 8 * NBK
 
     @cuda.jit(device=True)
@@ -197,10 +205,27 @@ def ds_rows(NBK, CAUSAL, PAD):
                     if key >= n_k or (CAUSAL and key > r_lo + 8 * half + offset) or \
                             (PAD and kpm[b_idx, key] == 0):
                         x = NEG_INF
+                        dp[i] = ZERO                # dS = 0, not 0·(NaN − D) (a hidden V row)
                 p = ex2(x)                                          # P
                 s[i] = p
                 dp[i] = p * (dp[i] - stats[2 + half])               # dS = P ∘ (dP − D)
     return step
+
+
+@lru_cache(maxsize=None)
+def clear_padded(N, ODD):
+    """§35: zero the entries of rows r_lo (pad_lo) and r_lo + 8 (pad_hi) in N groups of four of
+    an m16 layout: the A fragments of padded keys' K/V rows (ODD: words 0, 2 of each four are
+    row r_lo, 1, 3 row r_lo + 8) or accumulators (0, 1: r_lo; 2, 3: r_lo + 8). Once per
+    block, outside the tile loop."""
+
+    @cuda.jit(device=True)
+    def clear(x, pad_lo, pad_hi):
+        for i in range(4 * N):
+            hi = (i & 1) if ODD else (i & 2)
+            if (pad_hi if hi else pad_lo):
+                x[i] = 0
+    return clear
 
 
 @lru_cache(maxsize=None)
@@ -297,8 +322,9 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
     V_AT = K_AT + Bk * KS
     fetch, put, REGS = kv_loader_tc(D, Bq, T)
     rows = rows_async(D, Bq, T)
-    block_rows = rows_async(D, Bk, T)
+    block_rows = rows_async(D, Bk, T, PAD)      # the block's K, V rows: padded keys' zeros
     frags = a_fragments(KC)
+    unpad_a, unpad_acc = clear_padded(KC, True), clear_padded(NBO, False)
     prod = products(KC, NBQ, BF16, ASYNC)
     prod_a = products(KC, NBQ, BF16, True, True)
     acc_tile = accumulate(KC2, NBO, NBQ, BF16, ASYNC)
@@ -307,10 +333,10 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
     ds_t = ds_transposed(NBQ, Bq, CAUSAL, PAD)
 
     @cuda.jit(device=True)
-    def issue(q, do, lse, dvec, bh, n_q, q0, smem, fsm, at, tid):
+    def issue(q, do, lse, dvec, bh, n_q, q0, smem, fsm, at, tid, kpm):
         """ASYNC: start tile q0's Qi, dOi rows and LSE_i, D_i (0 past Nq) into the stage at."""
-        rows(q, bh, n_q, q0, smem, at, tid)
-        rows(do, bh, n_q, q0, smem, at + ROWS, tid)
+        rows(q, bh, n_q, q0, smem, at, tid, kpm, 0)     # (queries: no mask read)
+        rows(do, bh, n_q, q0, smem, at + ROWS, tid, kpm, 0)
         for it in range((2 * Bq + T - 1) // T):
             r = it * T + tid
             if r < 2 * Bq:
@@ -334,18 +360,21 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
 
         ka = cuda.local.array(FR, uint32)       # A of Sᵀ = K Qᵀ: my K rows
         va = cuda.local.array(FR, uint32)       # A of dPᵀ = V dOᵀ: my V rows
+        pad_lo = pad_hi = False                 # §35: a padded key gets dk = dv = 0, and its
+        if PAD:                                 # K, V rows are zeros on chip (so Sᵀ, dPᵀ and
+            pad_lo, pad_hi = padded_keys(kpm, bh // heads, key_lo, n_k)     # dSᵀ rows are 0)
         if not ASYNC:                           # (ASYNC: read from shared memory instead)
             frags(k, bh, key_lo, n_k, t, ka)
             frags(v, bh, key_lo, n_k, t, va)
+            if PAD:
+                unpad_a(ka, pad_lo, pad_hi)
+                unpad_a(va, pad_lo, pad_hi)
         st = cuda.local.array(SQ, float32)      # Sᵀ, then Pᵀ
         dpt = cuda.local.array(SQ, float32)     # dPᵀ, then dSᵀ
         dk_acc = cuda.local.array(AO, float32)
         dv_acc = cuda.local.array(AO, float32)
         w = cuda.local.array(REGS, uint32)
         pa = cuda.local.array(PA, uint32)       # Pᵀ or dSᵀ as A fragments
-        pad_lo = pad_hi = False                 # §35: a padded key gets dk = dv = 0
-        if PAD:
-            pad_lo, pad_hi = padded_keys(kpm, bh // heads, key_lo, n_k)
         clear_o(dk_acc)
         clear_o(dv_acc)
 
@@ -353,9 +382,9 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
                                                         #  of this block's keys)
         n_tiles = (n_q + Bq - 1) // Bq
         if ASYNC and first < n_tiles:           # (the K, V rows land with the first tile)
-            block_rows(k, bh, n_k, k0, smem, K_AT, tid)
-            block_rows(v, bh, n_k, k0, smem, V_AT, tid)
-            issue(q, do, lse, dvec, bh, n_q, first * Bq, smem, fsm, 0, tid)
+            block_rows(k, bh, n_k, k0, smem, K_AT, tid, kpm, bh // heads)
+            block_rows(v, bh, n_k, k0, smem, V_AT, tid, kpm, bh // heads)
+            issue(q, do, lse, dvec, bh, n_q, first * Bq, smem, fsm, 0, tid, kpm)
         for j in range(first, n_tiles):
             q0 = j * Bq
             at = 0                              # this tile's stage
@@ -365,12 +394,12 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
                 cuda.syncthreads()              # wait: everyone's have, and every warp is
                                                 # done with tile j − 1's stage
                 if j + 1 < n_tiles:             # tile j + 1 → the other stage, in flight
-                    issue(q, do, lse, dvec, bh, n_q, q0 + Bq, smem, fsm, STAGE - at, tid)
+                    issue(q, do, lse, dvec, bh, n_q, q0 + Bq, smem, fsm, STAGE - at, tid, kpm)
             else:
                 cuda.syncthreads()              # wait: every warp is done with the last tile
-                fetch(q, q, bh, n_q, q0, tid, w)    # Qi rows and Qiᵀ
+                fetch(q, q, bh, n_q, q0, tid, w, kpm, 0)    # Qi rows and Qiᵀ (no mask)
                 put(w, smem, 0, ROWS, tid)
-                fetch(do, do, bh, n_q, q0, tid, w)  # dOi rows and dOiᵀ
+                fetch(do, do, bh, n_q, q0, tid, w, kpm, 0)  # dOi rows and dOiᵀ
                 put(w, smem, STAGE, STAGE + ROWS, tid)
                 for it in range((Bq + T - 1) // T):     # LSE_i, D_i (−inf/0 past Nq)
                     r = it * T + tid
@@ -390,6 +419,9 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
             acc_tile(st, pa, smem, at + DOT_AT, BT, g, t, dv_acc)     # dV += Pᵀ dOi
             acc_tile(dpt, pa, smem, at + QT_AT, BT, g, t, dk_acc)     # dK += dSᵀ Qi
 
+        if PAD:                                 # a padded key: dk = dv = 0, written
+            unpad_acc(dv_acc, pad_lo, pad_hi)
+            unpad_acc(dk_acc, pad_lo, pad_hi)
         write(dv, bh, key_lo, n_k, t, dv_acc, float32(1.0))
         write(dk, bh, key_lo, n_k, t, dk_acc, scale)              # dK = scale · Σ dSᵀ Q
 
@@ -418,9 +450,9 @@ def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
         V_AT, KT_AT, BT = ROWS, 0, KS
     Q_AT = 2 * STAGE                    # ASYNC: the block's Q rows, then its dO rows
     DO_AT = Q_AT + Bq * KS
-    fetch_kt, put_kt, REGS = kv_loader_tc(D, Bk, T)
-    fetch_v, put_v, _ = kv_loader_tc(D, Bk, T, False)
-    rows = rows_async(D, Bk, T)
+    fetch_kt, put_kt, REGS = kv_loader_tc(D, Bk, T, True, PAD)   # (PAD: padded keys' zeros)
+    fetch_v, put_v, _ = kv_loader_tc(D, Bk, T, False, PAD)
+    rows = rows_async(D, Bk, T, PAD)
     block_rows = rows_async(D, Bq, T)
     frags = a_fragments(KC)
     prod = products(KC, NBK, BF16, ASYNC)
@@ -453,12 +485,13 @@ def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
         lane_row_stats(lse, dvec, bh, r_lo, n_q, stats)
         clear_o(dq_acc)
 
+        b_idx = bh // heads                     # (PAD: the mask's batch row)
         n_tiles = kv_tiles(CAUSAL, q0, Bq, Bk, n_q, n_k)
         if ASYNC and n_tiles > 0:               # (the Q, dO rows land with the first tile)
-            block_rows(q, bh, n_q, q0, smem, Q_AT, tid)
-            block_rows(do, bh, n_q, q0, smem, DO_AT, tid)
-            rows(k, bh, n_k, 0, smem, 0, tid)
-            rows(v, bh, n_k, 0, smem, ROWS, tid)
+            block_rows(q, bh, n_q, q0, smem, Q_AT, tid, kpm, b_idx)
+            block_rows(do, bh, n_q, q0, smem, DO_AT, tid, kpm, b_idx)
+            rows(k, bh, n_k, 0, smem, 0, tid, kpm, b_idx)
+            rows(v, bh, n_k, 0, smem, ROWS, tid, kpm, b_idx)
         for j in range(n_tiles):
             k0 = j * Bk
             at = 0                              # this tile's stage
@@ -468,13 +501,13 @@ def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
                 cuda.syncthreads()              # wait: everyone's have, and every warp is
                                                 # done with tile j − 1's stage
                 if j + 1 < n_tiles:             # tile j + 1 → the other stage, in flight
-                    rows(k, bh, n_k, k0 + Bk, smem, STAGE - at, tid)
-                    rows(v, bh, n_k, k0 + Bk, smem, STAGE - at + ROWS, tid)
+                    rows(k, bh, n_k, k0 + Bk, smem, STAGE - at, tid, kpm, b_idx)
+                    rows(v, bh, n_k, k0 + Bk, smem, STAGE - at + ROWS, tid, kpm, b_idx)
             else:
                 cuda.syncthreads()              # wait: every warp is done with the last tile
-                fetch_kt(k, k, bh, n_k, k0, tid, w)     # Kj rows and Kjᵀ
+                fetch_kt(k, k, bh, n_k, k0, tid, w, kpm, b_idx)     # Kj rows and Kjᵀ
                 put_kt(w, smem, 0, ROWS, tid)
-                fetch_v(v, v, bh, n_k, k0, tid, w)      # Vj rows
+                fetch_v(v, v, bh, n_k, k0, tid, w, kpm, b_idx)      # Vj rows
                 put_v(w, smem, STAGE, STAGE, tid)
                 cuda.syncthreads()              # wait: the tiles are in shared memory
 
@@ -484,7 +517,7 @@ def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
             else:
                 prod(qa, smem, at, KS, g, t, s)                         # S = Qi Kjᵀ
                 prod(da, smem, at + V_AT, KS, g, t, dp)                 # dP = dOi Vjᵀ
-            ds(s, dp, stats, r_lo, k0, n_k, offset, kpm, bh // heads, t,
+            ds(s, dp, stats, r_lo, k0, n_k, offset, kpm, b_idx, t,
                scale)                           # P, dS = P ∘ (dP − D)
             acc_tile(dp, pa, smem, at + KT_AT, BT, g, t, dq_acc)  # dQ += dS Kj
 

@@ -40,8 +40,8 @@ from numba import cuda, float32
 
 from .attention import first_q_tile, kv_tiles
 from .attention_tc import BUILT, rows_f32, tf32_by_keys, tf32_by_rows, tf32x3_tiles
-from .attention_tc_backward import ds_rows, ds_transposed, lane_row_stats, lane_rows, \
-    padded_keys, write_rows, zeros
+from .attention_tc_backward import clear_padded, ds_rows, ds_transposed, lane_row_stats, \
+    lane_rows, padded_keys, write_rows, zeros
 from .reductions import NEG_INF, ZERO
 
 
@@ -50,13 +50,14 @@ def tf32x3_bwd_smem_bytes(D, B, WARPS):
     return (2 * 16 * WARPS * (D + 4) + 2 * B * (D + 4) + 2 * B) * 4
 
 
-def parts(D, B, WARPS):
+def parts(D, B, WARPS, PAD_BLOCK, PAD_TILE):
     """The device functions both kernels build, for a block of 16·WARPS rows (its own K, V or
-    Q, dO) and streamed tiles of B rows: (block_rows, rows: loaders of two row tiles; by_rows:
+    Q, dO) and streamed tiles of B rows: (block_rows, rows: loaders of two row tiles, the one
+    holding K and V with PAD_… zeroing padded keys' rows (rows_f32); by_rows:
     products over d, S-like; by_keys: products over the tile, into d-wide accumulators;
     clear_s, clear_o: zero a B-wide or d-wide accumulator; write: the gradient rows)."""
     R, T, _, NB, NBO, S, AO = tf32x3_tiles(D, B, WARPS)
-    return (rows_f32(D, R, T), rows_f32(D, B, T), tf32_by_rows(NB, NBO),
+    return (rows_f32(D, R, T, PAD_BLOCK), rows_f32(D, B, T, PAD_TILE), tf32_by_rows(NB, NBO),
             tf32_by_keys(NBO, NB), zeros(S), zeros(AO), write_rows(NBO, False, True))
 
 
@@ -71,8 +72,9 @@ def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
     DO_AT = Q_AT + Bq * KS
     FL = DO_AT + Bq * KS
     assert D % 8 == 0 and Bq % 16 == 0
-    block_rows, rows, by_rows, by_keys, clear_s, clear_o, write = parts(D, Bq, WARPS)
+    block_rows, rows, by_rows, by_keys, clear_s, clear_o, write = parts(D, Bq, WARPS, PAD, False)
     ds_t = ds_transposed(NBQ, Bq, CAUSAL, PAD)
+    unpad = clear_padded(NBO, False)
 
     @cuda.jit
     def dkdv(q, k, v, do, lse, dvec, dk, dv, scale, n_q, n_k, heads, kpm):
@@ -87,18 +89,19 @@ def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
         dv_acc = cuda.local.array(AO, float32)
         pa = cuda.local.array(4, float32)       # one k8 step of A, split: big …
         ps = cuda.local.array(4, float32)       # … and small
-        pad_lo = pad_hi = False                 # §35: a padded key gets dk = dv = 0
-        if PAD:
+        pad_lo = pad_hi = False                 # §35: a padded key gets dk = dv = 0 (its K,
+        if PAD:                                 # V rows: zeros on chip, block_rows)
             pad_lo, pad_hi = padded_keys(kpm, bh // heads, key_lo, n_k)
         clear_o(dk_acc)
         clear_o(dv_acc)
-        block_rows(k, v, bh, n_k, k0, smem, K_AT, V_AT, tid)    # (seen after the 1st barrier)
+        block_rows(k, v, bh, n_k, k0, smem, K_AT, V_AT, tid, kpm,
+                   bh // heads)                 # (seen after the 1st barrier)
 
         first = first_q_tile(CAUSAL, k0, Bq, n_q, n_k)
         for j in range(first, (n_q + Bq - 1) // Bq):
             q0 = j * Bq
             cuda.syncthreads()                  # wait: every warp is done with the last tile
-            rows(q, do, bh, n_q, q0, smem, Q_AT, DO_AT, tid)
+            rows(q, do, bh, n_q, q0, smem, Q_AT, DO_AT, tid, kpm, 0)   # (no mask read)
             for r in range(tid, Bq, T):         # LSE_i, D_i (−inf/0 past Nq)
                 smem[FL + r] = lse[bh, q0 + r] if q0 + r < n_q else NEG_INF
                 smem[FL + Bq + r] = dvec[bh, q0 + r] if q0 + r < n_q else ZERO
@@ -113,6 +116,9 @@ def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
             by_keys(st, smem, DO_AT, KS, g, t, dv_acc, pa, ps)          # dV += Pᵀ dOi
             by_keys(dpt, smem, Q_AT, KS, g, t, dk_acc, pa, ps)          # dK += dSᵀ Qi
 
+        if PAD:                                 # a padded key: dk = dv = 0, written
+            unpad(dv_acc, pad_lo, pad_hi)
+            unpad(dk_acc, pad_lo, pad_hi)
         write(dv, bh, key_lo, n_k, t, dv_acc, float32(1.0))
         write(dk, bh, key_lo, n_k, t, dk_acc, scale)            # dK = scale · Σ dSᵀ Q
 
@@ -128,7 +134,7 @@ def flash_tf32x3_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD):
     K_AT = 2 * Bq * KS              # … the tile's Kj rows, Vj rows
     V_AT = K_AT + Bk * KS
     assert D % 8 == 0 and Bk % 16 == 0
-    block_rows, rows, by_rows, by_keys, clear_s, clear_o, write = parts(D, Bk, WARPS)
+    block_rows, rows, by_rows, by_keys, clear_s, clear_o, write = parts(D, Bk, WARPS, False, PAD)
     ds = ds_rows(NBK, CAUSAL, PAD)
 
     @cuda.jit
@@ -146,19 +152,22 @@ def flash_tf32x3_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD):
         stats = cuda.local.array(4, float32)    # LSE·log2e and D of my two rows
         lane_row_stats(lse, dvec, bh, r_lo, n_q, stats)
         clear_o(dq_acc)
-        block_rows(q, do, bh, n_q, q0, smem, Q_AT, DO_AT, tid)  # (seen after the 1st barrier)
+        b_idx = bh // heads                     # (PAD: the mask's batch row)
+        block_rows(q, do, bh, n_q, q0, smem, Q_AT, DO_AT, tid, kpm,
+                   b_idx)                       # (no mask read; seen after the 1st barrier)
 
         for j in range(kv_tiles(CAUSAL, q0, Bq, Bk, n_q, n_k)):
             k0 = j * Bk
             cuda.syncthreads()                  # wait: every warp is done with the last tile
-            rows(k, v, bh, n_k, k0, smem, K_AT, V_AT, tid)
+            rows(k, v, bh, n_k, k0, smem, K_AT, V_AT, tid, kpm, b_idx)     # (PAD: zeros for
+                                                                            #  padded keys)
             cuda.syncthreads()                  # wait: the tile (first time: Q, dO too) is in
 
             clear_s(s)
             clear_s(dp)
             by_rows(Q_AT + mine, smem, K_AT, KS, g, t, s, pa, ps)       # S = Qi Kjᵀ
             by_rows(DO_AT + mine, smem, V_AT, KS, g, t, dp, pa, ps)     # dP = dOi Vjᵀ
-            ds(s, dp, stats, r_lo, k0, n_k, offset, kpm, bh // heads, t,
+            ds(s, dp, stats, r_lo, k0, n_k, offset, kpm, b_idx, t,
                scale)                           # P, dS = P ∘ (dP − D)
             by_keys(dp, smem, K_AT, KS, g, t, dq_acc, pa, ps)           # dQ += dS Kj
 

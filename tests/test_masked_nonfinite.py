@@ -14,33 +14,41 @@ arithmetic does. So here:
   not either; O = 0 and LSE = −inf exactly for a row that sees no key; dk = dv = 0 exactly for
   a padded key.
 
-The documented exception (README; ``kernels_numba/attention_tc.py``'s menu): on tensor cores
-(``flash_tc``, fp16/bf16 and 3xTF32), P·V and dS·K are mma instructions over 16 × 16 blocks
-where 0·NaN is NaN: a causal diagonal tile mixes keys a row sees with keys it does not (not
-checked here), and padded keys are not yet zeroed by those kernels' loaders (the padded cases
-run as ``pytest.xfail`` — imperative, so they cost no simulator time — to be turned on when
-they are, issue 12).
+On tensor cores (``flash_tc``, fp16/bf16 and 3xTF32) padded keys are exact too: their loaders
+write a padded key's K and V rows as zeros on chip, both loader forms (register-staged and
+cp.async) — the staged and the async configurations are both run here. The documented
+exception (README; ``kernels_numba/attention_tc.py``'s menu): P·V and dS·K are mma
+instructions where 0·NaN is NaN, and a causal diagonal tile mixes keys a row sees with keys it
+does not. ``test_tensor_cores_causal_limit`` asserts exactly what is documented.
 """
 
 import numpy as np
 import pytest
 from conftest import by_device
 
-from flashlesson import BFloat16, attention, attention_backward, varlen_attention, \
-    varlen_attention_backward
+from flashlesson import BFloat16, TcBwdConfig, TcConfig, attention, attention_backward, \
+    varlen_attention, varlen_attention_backward
 import reference
 from reference.attention_backward import attention_backward as ref_backward
 from reference.varlen import varlen_attention as ref_varlen, \
     varlen_attention_backward as ref_varlen_backward
 
-# (method, input format): every forward path of the public API that takes a padding mask
+# (method, input format): every forward path of the public API that takes a padding mask;
+# "f16a": fp16 with the cp.async loaders (ASYNC), "f16": the register-staged ones
 FORWARD = [("naive", "f32"), ("flash", "f32"), ("flash_fa1", "f32"), ("flash_db", "f32"),
-           ("flash_tc", "f16"), ("flash_tc", "bf16"), ("flash_tc", "tf32")]
-BACKWARD = [("naive", "f32"), ("flash", "f32"), ("flash_tc", "f16"), ("flash_tc", "tf32")]
+           ("flash_tc", "f16"), ("flash_tc", "f16a"), ("flash_tc", "bf16"), ("flash_tc", "tf32")]
+BACKWARD = [("naive", "f32"), ("flash", "f32"), ("flash_tc", "f16"), ("flash_tc", "f16a"),
+            ("flash_tc", "tf32")]
+# flash_tc's configurations: both loader forms, whatever the device's default
+TC_FWD = {"f16": TcConfig(Bc=by_device(16, 64), WARPS=by_device(2, 4)),
+          "f16a": TcConfig(Bc=by_device(16, 64), WARPS=by_device(2, 8), MT=by_device(1, 2),
+                           ASYNC=True)}
+TC_BWD = {"f16": TcBwdConfig(*by_device((16, 1, 16, 2), (64, 4, 64, 4))),
+          "f16a": TcBwdConfig(*by_device((16, 1, 16, 2), (64, 8, 64, 8)), True, True)}
 # relative error bars, as the methods' own tests (fp32 CUDA cores; 16-bit P and dS on tensor
 # cores): the poison must not move a finite result at all, so the usual bars apply
-REL_FWD = {"f32": 1e-5, "tf32": 1e-5, "f16": 1e-2, "bf16": 1e-2}
-REL_BWD = {"f32": 1e-4, "tf32": 1e-4, "f16": 2e-2, "bf16": 5e-2}
+REL_FWD = {"f32": 1e-5, "tf32": 1e-5, "f16": 1e-2, "f16a": 1e-2, "bf16": 1e-2}
+REL_BWD = {"f32": 1e-4, "tf32": 1e-4, "f16": 2e-2, "f16a": 2e-2, "bf16": 5e-2}
 POISON = (np.nan, np.inf, -np.inf)
 
 # B, H, Nq, Nk, d: Nk not a multiple of any tile (16, 32, 64), d a multiple of 16 (flash_tc)
@@ -51,7 +59,7 @@ HIDDEN = by_device((5, 9, 11), (5, 70, 150))
 
 def _cast(arrays, fmt):
     """(inputs for the method, the same values in float64 for the oracle)."""
-    if fmt == "f16":
+    if fmt in ("f16", "f16a"):
         x = [a.astype(np.float16) for a in arrays]
         return x, [a.astype(np.float64) for a in x]
     if fmt == "bf16":
@@ -86,20 +94,20 @@ def _problem(rng, case):
 
 
 def _tensor_cores(method, case):
-    """flash_tc: the documented limit (see the module). Causal-hidden poison is not checked
-    there; padded poison is a strict xfail until its loaders zero padded rows (issue 12)."""
-    if method != "flash_tc":
-        return
-    if case == "causal":
+    """flash_tc with causal-hidden poison: the documented limit, checked by
+    test_tensor_cores_causal_limit instead."""
+    if method == "flash_tc" and case == "causal":
         pytest.skip("flash_tc: a causal diagonal mma block mixes seen and unseen keys "
-                    "(documented limit, README)")
-    pytest.xfail("flash_tc: padded K/V rows not zeroed by the tensor-core loaders yet "
-                 "(documented limit, README; issue 12)")
+                    "(documented limit: test_tensor_cores_causal_limit)")
 
 
 def _exempt_rows(method, case, nq):
     """Rows left unchecked: none (kept as a hook for a documented per-row limit)."""
     return np.zeros(nq, bool)
+
+
+def _config(method, fmt, table):
+    return table.get(fmt) if method == "flash_tc" else None
 
 
 def _match(got, ref, rel, name, exempt=None):
@@ -126,7 +134,7 @@ def test_forward(rng, method, fmt, case):
     q, k, v, _, kpm, causal = _problem(rng, case)
     (q, k, v), (q64, k64, v64) = _cast([q, k, v], fmt)
     o, lse = attention(q, k, v, causal=causal, key_padding_mask=kpm, return_lse=True,
-                       method=method)
+                       method=method, config=_config(method, fmt, TC_FWD))
     o_ref, lse_ref = reference.attention(q64, k64, v64, causal=causal, key_padding_mask=kpm)
     exempt = _exempt_rows(method, case, o_ref.shape[2])
     _match(o, o_ref, REL_FWD[fmt], "O", exempt)
@@ -143,9 +151,9 @@ def test_backward(rng, method, fmt, case):
     q, k, v, do, kpm, causal = _problem(rng, case)
     (q, k, v, do), (q64, k64, v64, do64) = _cast([q, k, v, do], fmt)
     o, lse = attention(q, k, v, causal=causal, key_padding_mask=kpm, return_lse=True,
-                       method=method)
+                       method=method, config=_config(method, fmt, TC_FWD))
     grads = attention_backward(do, q, k, v, o, lse, causal=causal, key_padding_mask=kpm,
-                               method=method)
+                               method=method, config=_config(method, fmt, TC_BWD))
     refs = ref_backward(do64, q64, k64, v64, causal=causal, key_padding_mask=kpm)
     exempt = _exempt_rows(method, case, q64.shape[2])
     _match(grads[0], refs[0], REL_BWD[fmt], "dq", exempt)
@@ -189,3 +197,45 @@ def test_varlen(rng, causal):
     refs = ref_varlen_backward(do, q, k, v, cu_q, cu_k, causal=causal)
     for name, g, r in zip(("dq", "dk", "dv"), grads, refs):
         _match(g, r, REL_BWD["f32"], name)
+
+
+# The tensor cores' documented limit, exactly: N queries = N keys, causal, one poisoned key J
+# (NaN in K, +inf in V) that rows < J do not see. K reaches only S's column J, which the
+# select masks: LSE is exact in every row. V (forward) and K (the dQ kernel's dS·K) enter an
+# mma over the whole K/V tile: rows < J whose Q tile visits J's K/V tile may be non-finite
+# (0·NaN inside the mma); every other row is exact.
+N_LIM, J_LIM = by_device((48, 36), (600, 400))
+
+
+def _limit_rows(rows, tile, n, j):
+    """Rows i < j whose block of ``rows`` queries visits the K/V tile of ``tile`` keys holding
+    key j (attention.kv_tiles, causal, Nq = Nk = n): the rows the limit may reach."""
+    i = np.arange(n)
+    last = np.minimum((i // rows + 1) * rows - 1, n - 1)   # the block's last row sees up to it
+    return (i < j) & ((last // tile + 1) * tile > j)
+
+
+@pytest.mark.parametrize("fmt", ["f16", "f16a", "tf32"])
+def test_tensor_cores_causal_limit(rng, fmt):
+    q, k, v, do = (rng.standard_normal((1, 1, N_LIM, SHAPE[4])).astype(np.float32)
+                   for _ in range(4))
+    k[..., J_LIM, :], v[..., J_LIM, :] = np.nan, np.inf
+    fwd = TC_FWD.get(fmt, TcConfig(Bc=by_device(16, 64), WARPS=by_device(1, 4)))
+    bwd = TC_BWD.get(fmt, TcBwdConfig(*by_device((16, 1, 16, 1), (32, 4, 32, 4))))
+    (q, k, v, do), (q64, k64, v64, do64) = _cast([q, k, v, do], fmt)
+    o, lse = attention(q, k, v, causal=True, return_lse=True, method="flash_tc", config=fwd)
+    o_ref, lse_ref = reference.attention(q64, k64, v64, causal=True)
+    limit = _limit_rows(fwd.Br, fwd.Bc, N_LIM, J_LIM)
+    assert limit.any() and (~limit[:J_LIM]).any()          # (both kinds of rows exist)
+    _match(lse, lse_ref, REL_FWD[fmt], "LSE")               # every row: K is masked by select
+    _match(o, o_ref, REL_FWD[fmt], "O", limit)
+    # the backward from the oracle's O and LSE (finite in rows < J: D is), so that what is
+    # checked is the backward kernels' own limit: dq's rows as O's, with the dQ kernel's tiles
+    o_in = _cast([o_ref.astype(np.float32)], fmt)[0][0]
+    dq = attention_backward(do, q, k, v, o_in, lse_ref.astype(np.float32), causal=True,
+                            method="flash_tc", config=bwd)[0]
+    dq_ref = ref_backward(do64, q64, k64, v64, causal=True)[0]
+    limit = _limit_rows(16 * bwd.Q_WARPS, bwd.Bk, N_LIM, J_LIM)
+    assert limit.any() and (~limit[:J_LIM]).any()
+    _match(dq, dq_ref, REL_BWD[fmt], "dq", limit)
+    assert np.isfinite(_f64(dq)[..., :J_LIM, :][..., ~limit[:J_LIM], :]).all()
