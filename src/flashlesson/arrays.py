@@ -2,10 +2,14 @@
 
 Rules (the same for softmax and attention):
 - A NumPy array in → a NumPy array out. It is copied to the device, computed there, copied back.
-- A device array in — a Numba device array, or any object exposing
-  ``__cuda_array_interface__`` (a torch CUDA tensor, a CuPy array) — → a Numba device array out,
-  with no host copy (the input is viewed, not copied). DLPack-only objects are taken through
-  CuPy or torch when one of them is installed.
+- A torch CUDA tensor in → a torch tensor out (``torch.empty`` of the input's dtype, bf16 as
+  torch.bfloat16; kernels on torch's current stream: ``using``), read by its data pointer.
+- Another device array in — a Numba device array, or any object exposing
+  ``__cuda_array_interface__`` (a CuPy array) — → a Numba device array out (memory from the
+  device's stream-ordered pool), with no host copy (the input is viewed, not copied).
+  DLPack-only objects are taken through CuPy or torch when one of them is installed.
+- On the GPU device inputs and results travel inside the library as :class:`DevArray` (pointer,
+  shape, dtype, owner), never as a Numba wrapper per call; ``result`` gives the caller's type.
 - Anything else, a wrong dtype or a wrong rank raises an error naming the argument and what
   was expected (empty axes are allowed: the public functions return empty results for them). Nothing is converted silently except Python sequences, which
   are turned into NumPy arrays (and then follow the NumPy rule).

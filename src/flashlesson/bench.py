@@ -79,6 +79,23 @@ def time_gpu(fn, samples=SAMPLES, inner=INNER, warmup=WARMUP, defer=True):
 time_gpu.host_ms = float("nan")     # the last call's host time per fn() call, in ms
 
 
+def time_end_to_end(fn, calls=INNER, warmup=WARMUP):
+    """Milliseconds per call of ``fn`` as a user sees it: ``calls`` calls back to back (host
+    time, allocations and launches included, nothing sleeping in front), CUDA events around
+    them, one synchronisation at the end. Beside ``time_gpu``'s kernel-only figure it shows
+    what the launch layer costs: end to end ≈ kernel-only when the host keeps ahead."""
+    for _ in range(warmup):
+        fn()
+    cuda.synchronize()
+    start, stop = cuda.event(timing=True), cuda.event(timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    stop.record()
+    stop.synchronize()
+    return cuda.event_elapsed_time(start, stop) / calls
+
+
 def _torch():
     try:
         import torch
@@ -151,6 +168,11 @@ def bench_softmax(ns=DEFAULT_NS, dtypes=("float32", "float16"), methods=None,
                 if torch_ms is not None:
                     row["torch GB/s"] = nbytes / torch_ms / 1e6
                     row["vs torch"] = torch_ms / ms
+                # end to end: the public call (torch tensors in when torch is there)
+                xin = tx if torch is not None else x
+                e2e = time_end_to_end(lambda: sm.softmax(xin, method=name))
+                row["e2e GB/s"] = nbytes / e2e / 1e6
+                row["e2e/kernel"] = ms / e2e
                 results.append(row)
                 log(f"{dt} N={n:6d} {name:12s} {ms:8.4f} ms {gbs:7.0f} GB/s "
                     f"err {err:.1e}" + (f"  torch {row['torch GB/s']:.0f} GB/s "
@@ -318,6 +340,11 @@ def bench_attention(shapes=ATTENTION_SHAPES + ATTENTION_SWEEP, causal_modes=(Fal
                 _measure(row, method, method,
                          lambda: fl_attention(q, k, v, causal=causal, method=method), flops,
                          None if ref is None else (lambda o: _rel_err([o], [ref])))
+            if row.get("flash TFLOP/s"):            # end to end: the public call, torch in
+                ins = (tq, tk, tv) if torch is not None else (q, k, v)
+                e2e = time_end_to_end(lambda: fl_attention(*ins, causal=causal))
+                row["flash e2e TFLOP/s"] = flops / e2e / 1e9
+                row["e2e/kernel"] = row["flash e2e TFLOP/s"] / row["flash TFLOP/s"]
             _finish(row, "", results, log)
         del q, k, v
     if long_check:

@@ -84,7 +84,8 @@ def _cmd_bench_attention(args):
     else:
         shapes = bench.ATTENTION_SHAPES + (() if args.quick else bench.ATTENTION_SWEEP)
         results = bench.bench_attention(shapes=shapes, long_check=not args.quick)
-        cols = ["B", "H", "N", "d", "causal", "flash TFLOP/s", "naive TFLOP/s",
+        cols = ["B", "H", "N", "d", "causal", "flash TFLOP/s", "flash e2e TFLOP/s",
+                "e2e/kernel", "naive TFLOP/s",
                 "sdpa math TFLOP/s", "sdpa efficient TFLOP/s", "flash / math",
                 "flash / efficient", "flash rel err", "flash MB held", "naive MB held",
                 "flash host ms"]
@@ -153,6 +154,7 @@ def _cmd_bench(args):
     results, copy_bw = bench.bench_softmax(ns=args.n or bench.DEFAULT_NS, dtypes=args.dtype,
                                            methods=methods, elements=args.elements)
     cols = ["dtype", "N", "method", "runs", "ms", "GB/s", "% copy", "torch GB/s", "vs torch",
+            "e2e GB/s", "e2e/kernel",
             "max err"]
     table = [[r.get(c, "") for c in cols] for r in results]
     print()
