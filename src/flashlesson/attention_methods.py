@@ -14,7 +14,7 @@ from kernels_numba import attention as KA
 from kernels_numba import gemm as KG
 
 from . import checks, device, tc_methods
-from .arrays import Operand, empty
+from .arrays import DevArray, Operand, empty, result, using
 from .launch import launch, max_shared_bytes, stride_grid
 from .softmax_methods import softmax as _softmax
 
@@ -188,8 +188,9 @@ _DUMMIES = {}
 def dummy(kind):
     """Placeholders for the arguments a kernel specialization does not use."""
     if kind not in _DUMMIES:
-        _DUMMIES[kind] = cuda.to_device(np.zeros((1, 1), np.uint8) if kind == "mask"
-                                        else np.zeros(2, np.int32))
+        arr = cuda.to_device(np.zeros((1, 1), np.uint8) if kind == "mask"
+                             else np.zeros(2, np.int32))
+        _DUMMIES[kind] = arr if device.SIMULATOR else DevArray.from_interface(arr)
     return _DUMMIES[kind]
 
 
@@ -268,9 +269,22 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
             raise ValueError("config: only method 'flash' takes a configuration")
         config.check(d)
     if B * H * nq == 0 or nk == 0:      # empty: no launch; a row with no key gives 0, −inf
-        o = checks.filled((B, H, nq, d), np.float32, 0.0, qo.on_host)
-        lse = checks.filled((B, H, nq), np.float32, -np.inf, qo.on_host)
+        o = checks.filled((B, H, nq, d), np.float32, 0.0, qo.on_host, like=qo)
+        lse = checks.filled((B, H, nq), np.float32, -np.inf, qo.on_host, like=qo)
         return (o, lse) if return_lse else o
+    with using(qo):                     # torch in: torch's stream, torch.empty
+        o3, lse2 = _attention(qo, ko, vo, B, H, nq, nk, d, method, causal, scale, config, kpm,
+                              return_lse, dropout if p > 0 else None)
+    shape = (B, H, nq, d)
+    if qo.on_host:
+        o = o3.copy_to_host().reshape(shape)
+        return (o, lse2.copy_to_host().reshape(shape[:3])) if return_lse else o
+    o = result(o3, shape)
+    return (o, result(lse2, shape[:3])) if return_lse else o
+
+
+def _attention(qo, ko, vo, B, H, nq, nk, d, method, causal, scale, config, kpm, return_lse,
+               dropout):
     bh = B * H
     q3 = qo.device_view((bh, nq, d))
     k3 = ko.device_view((bh, nk, d))
@@ -280,21 +294,13 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
     if method == "flash":
         _flash(q3.reshape(-1), k3.reshape(-1), v3.reshape(-1), o3.reshape(-1),
                lse2.reshape(-1), d=d, n_q=nq, n_k=nk, heads=H, grid_bh=bh, max_q=nq,
-               causal=causal, scale=scale, config=config, kpm=kpm,
-               dropout=dropout if p > 0 else None)
+               causal=causal, scale=scale, config=config, kpm=kpm, dropout=dropout)
     elif method in _LOOP_ORDER_METHODS:                     # §41–42
         _loop_order(method, q3, k3, v3, o3, lse2, d=d, nq=nq, nk=nk, heads=H, bh=bh,
-                    causal=causal, scale=scale, config=config, kpm=kpm,
-                    dropout=dropout if p > 0 else None)
+                    causal=causal, scale=scale, config=config, kpm=kpm, dropout=dropout)
     else:
-        _naive(q3, k3, v3, o3, lse2, scale, causal, return_lse, H, kpm,
-               dropout if p > 0 else None)
-    shape = (B, H, nq, d)
-    if qo.on_host:
-        o = o3.copy_to_host().reshape(shape)
-        return (o, lse2.copy_to_host().reshape(shape[:3])) if return_lse else o
-    o = o3.reshape(shape)
-    return (o, lse2.reshape(shape[:3])) if return_lse else o
+        _naive(q3, k3, v3, o3, lse2, scale, causal, return_lse, H, kpm, dropout)
+    return o3, lse2
 
 
 # --- §41–42: the loop-order and double-buffer variants (flashlesson.loop_order) -------------
@@ -392,17 +398,20 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q, max_s
     if config is not None:
         config.check(d)
     if total_q * H == 0 or ko.shape[0] == 0:    # nothing to launch: O = 0, LSE = −inf
-        o = checks.filled((total_q, H, d), np.float32, 0.0, qo.on_host)
-        lse = checks.filled((total_q, H), np.float32, -np.inf, qo.on_host)
+        o = checks.filled((total_q, H, d), np.float32, 0.0, qo.on_host, like=qo)
+        lse = checks.filled((total_q, H), np.float32, -np.inf, qo.on_host, like=qo)
         return (o, lse) if return_lse else o
-    o = empty((total_q, H, d), np.float32)
-    lse = empty((total_q, H), np.float32)
-    _flash(qo.device_view(-1), ko.device_view(-1), vo.device_view(-1), o.reshape(-1),
-           lse.reshape(-1), d=d, n_q=0, n_k=0, heads=H, grid_bh=batch * H,
-           max_q=int(max_seqlen_q), causal=causal, scale=scale, config=config,
-           dropout=dropout if p > 0 else None, cu=(cu_q, cu_k))
+    with using(qo):
+        o = empty((total_q, H, d), np.float32)
+        lse = empty((total_q, H), np.float32)
+        _flash(qo.device_view(-1), ko.device_view(-1), vo.device_view(-1), o.reshape(-1),
+               lse.reshape(-1), d=d, n_q=0, n_k=0, heads=H, grid_bh=batch * H,
+               max_q=int(max_seqlen_q), causal=causal, scale=scale, config=config,
+               dropout=dropout if p > 0 else None, cu=(cu_q, cu_k))
     if qo.on_host:
         o, lse = o.copy_to_host(), lse.copy_to_host()
+    else:
+        o, lse = result(o), result(lse)
     return (o, lse) if return_lse else o
 
 
@@ -412,7 +421,8 @@ def _aligned16(*arrays):
     may not."""
     if device.SIMULATOR:
         return True
-    return all(a.__cuda_array_interface__["data"][0] % 16 == 0 for a in arrays)
+    return all((a.ptr if type(a) is DevArray else a.__cuda_array_interface__["data"][0]) % 16
+               == 0 for a in arrays)
 
 
 def gemm(a, b, c, alpha, *, trans_a=False, trans_b=False, causal=False, offset=0,
@@ -426,7 +436,8 @@ def gemm(a, b, c, alpha, *, trans_a=False, trans_b=False, causal=False, offset=0
     m, n = c.shape[1], c.shape[2]
     checks.grid((-(-n // bn), -(-m // bm), c.shape[0]), f"the naive path's GEMM ({m} × {n} "
                 f"per head, tiles of {bm} × {bn})")
-    kernel[(-(-n // bn), -(-m // bm), c.shape[0]), ty * tx](a, b, c, np.float32(alpha), offset)
+    launch(kernel, (-(-n // bn), -(-m // bm), c.shape[0]), ty * tx,
+           (a, b, c, np.float32(alpha), offset))
 
 
 def _naive(q3, k3, v3, o3, lse2, scale, causal, return_lse, heads=1, kpm=None, dropout=None):
@@ -437,16 +448,16 @@ def _naive(q3, k3, v3, o3, lse2, scale, causal, return_lse, heads=1, kpm=None, d
     s = cuda.device_array((bh, nq, nk), np.float32)         # S, written to global memory
     gemm(q3, k3, s, scale, trans_b=True, causal=causal, offset=nk - nq)
     if kpm is not None:
-        KA.pad_scores[stride_grid(s.size)](s, kpm, heads)
+        launch(KA.pad_scores, *stride_grid(s.size), (s, kpm, heads))
     p = cuda.device_array((bh, nq, nk), np.float32)         # P, written to global memory
     _softmax(s, method="auto", out=p)                      # the softmax kernels, reused
     if dropout is not None:
-        KA.dropout_probs[stride_grid(bh * nq * -(-nk // 4))](p, *dropout)
+        launch(KA.dropout_probs, *stride_grid(bh * nq * -(-nk // 4)), (p, *dropout))
     gemm(p, v3, o3, 1.0, skip_zero_a=causal or kpm is not None)  # O = P V (masked: P = 0
                                                             # skipped, V may hold NaN/inf there)
     if return_lse:                                          # one more read of S: its row LSE
         rows = bh * nq
-        KA.row_lse[-(-rows // 4), 128](s.reshape((rows, nk)), lse2.reshape(rows))
+        launch(KA.row_lse, -(-rows // 4), 128, (s.reshape((rows, nk)), lse2.reshape(rows)))
 
 
 def merge_attention(o_parts, lse_parts):
@@ -471,12 +482,13 @@ def merge_attention(o_parts, lse_parts):
     host_lse = lo.obj if lo.on_host else lo.obj.copy_to_host()    # (P × rows floats)
     checks.lse_parts_values(host_lse)
     rows = int(np.prod(oo.shape[1:-1], dtype=np.int64))
-    o = empty((rows, d), np.float32)
-    lse = empty(rows, np.float32)
-    if rows:
-        KA.merge_attention_kernel[rows, 32](oo.device_view((n_parts, rows, d)),
-                                           lo.device_view((n_parts, rows)), o, lse)
+    with using(oo):
+        o = empty((rows, d), np.float32)
+        lse = empty(rows, np.float32)
+        if rows:
+            launch(KA.merge_attention_kernel, rows, 32,
+                   (oo.device_view((n_parts, rows, d)), lo.device_view((n_parts, rows)), o, lse))
     out_shape = oo.shape[1:]
     if oo.on_host:
         return o.copy_to_host().reshape(out_shape), lse.copy_to_host().reshape(out_shape[:-1])
-    return o.reshape(out_shape), lse.reshape(out_shape[:-1])
+    return result(o, out_shape), result(lse, out_shape[:-1])

@@ -21,7 +21,7 @@ from numba import cuda
 from kernels_numba import attention_backward as KB
 
 from . import checks, device
-from .arrays import Operand, empty
+from .arrays import Operand, empty, result, using
 from .attention_methods import GEMM_TILES, MAX_HEAD_DIM, WARP, AttentionMethod, \
     _aligned16, dummy, gemm, operands, varlen_operands
 from .launch import launch, max_shared_bytes, stride_grid
@@ -245,8 +245,20 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
     elif config is not None:
         raise ValueError("config: only method 'flash' takes a configuration")
     if B * H * nq == 0 or nk == 0:      # empty: no launch; what no query or no key reaches is 0
-        return tuple(checks.filled(x.shape, np.float32, 0.0, qo.on_host) for x in (qo, ko, vo))
+        return tuple(checks.filled(x.shape, np.float32, 0.0, qo.on_host, like=qo)
+                     for x in (qo, ko, vo))
+    with using(qo):                     # torch in: torch's stream, torch.empty
+        dq3, dk3, dv3 = _backward(qo, ko, vo, doo, oo, lo, B, H, nq, nk, d, method,
+                                  cfg if method == "flash" else None, pad, p, drop_args,
+                                  scale, causal)
+    if qo.on_host:
+        return (dq3.copy_to_host().reshape(qo.shape), dk3.copy_to_host().reshape(ko.shape),
+                dv3.copy_to_host().reshape(vo.shape))
+    return result(dq3, qo.shape), result(dk3, ko.shape), result(dv3, vo.shape)
 
+
+def _backward(qo, ko, vo, doo, oo, lo, B, H, nq, nk, d, method, cfg, pad, p, drop_args, scale,
+              causal):
     bh = B * H
     q3 = qo.device_view((bh, nq, d))
     k3 = ko.device_view((bh, nk, d))
@@ -272,11 +284,7 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
     else:
         _naive(q3, k3, v3, do3, lse2, dvec, dq3, dk3, dv3, np.float32(scale), causal, pad, H,
                dropping, drop_args)
-
-    if qo.on_host:
-        return (dq3.copy_to_host().reshape(qo.shape), dk3.copy_to_host().reshape(ko.shape),
-                dv3.copy_to_host().reshape(vo.shape))
-    return dq3.reshape(qo.shape), dk3.reshape(ko.shape), dv3.reshape(vo.shape)
+    return dq3, dk3, dv3
 
 
 def varlen_attention_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q,
@@ -317,8 +325,19 @@ def varlen_attention_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, *
         raise TypeError(f"config: expected a BwdConfig, got {type(cfg).__name__}")
     cfg.check(d)
     if total_q * H == 0 or total_k == 0:    # empty: no launch
-        return tuple(checks.filled(x.shape, np.float32, 0.0, qo.on_host) for x in (qo, ko, vo))
+        return tuple(checks.filled(x.shape, np.float32, 0.0, qo.on_host, like=qo)
+                     for x in (qo, ko, vo))
+    with using(qo):
+        dq, dk, dv = _varlen_backward(qo, ko, vo, doo, oo, lo, total_q, total_k, H, d, batch,
+                                      cu_q, cu_k, max_seqlen_q, max_seqlen_k, causal, scale,
+                                      cfg, p, drop_args)
+    if qo.on_host:
+        return dq.copy_to_host(), dk.copy_to_host(), dv.copy_to_host()
+    return result(dq), result(dk), result(dv)
 
+
+def _varlen_backward(qo, ko, vo, doo, oo, lo, total_q, total_k, H, d, batch, cu_q, cu_k,
+                     max_seqlen_q, max_seqlen_k, causal, scale, cfg, p, drop_args):
     dq = empty((total_q, H, d), np.float32)     # (NaN-filled when arrays.POISON: the tests)
     dk = empty((total_k, H, d), np.float32)
     dv = empty((total_k, H, d), np.float32)
@@ -331,8 +350,6 @@ def varlen_attention_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, *
            max_q=int(max_seqlen_q), max_k=int(max_seqlen_k), causal=causal, scale=scale,
            cfg=cfg, drop_args=drop_args if p > 0.0 else None,
            cu=(cu_q, cu_k))
-    if qo.on_host:
-        return dq.copy_to_host(), dk.copy_to_host(), dv.copy_to_host()
     return dq, dk, dv
 
 
@@ -366,7 +383,7 @@ def _preprocess(o2, do2, dvec):
     """D_i = Σ_c dO_ic O_ic over rows o2, do2 [R, d] → dvec [R], one thread per row."""
     rows = o2.shape[0]
     if rows:
-        KB.bwd_preprocess[stride_grid(rows)](o2, do2, dvec)
+        launch(KB.bwd_preprocess, *stride_grid(rows), (o2, do2, dvec))
 
 
 def _naive(q3, k3, v3, do3, lse2, dvec, dq3, dk3, dv3, scale, causal, pad, heads, dropping,
@@ -380,10 +397,10 @@ def _naive(q3, k3, v3, do3, lse2, dvec, dq3, dk3, dv3, scale, causal, pad, heads
     gemm(q3, k3, p, scale, trans_b=True, causal=causal, offset=nk - nq,    # S = Q Kᵀ · scale
          tiles=tiles)                                                       # (−inf masked)
     kpm = pad if pad is not None else dummy("mask")
-    KB.naive_probs_kernel(pad is not None)[grid](p, lse2, kpm, heads)
+    launch(KB.naive_probs_kernel(pad is not None), *grid, (p, lse2, kpm, heads))
     dp = cuda.device_array((bh, nq, nk), np.float32)            # dP, then dS
     gemm(do3, v3, dp, 1.0, trans_b=True, tiles=tiles)           # dP = dO Vᵀ
-    KB.naive_ds_kernel(dropping)[grid](p, dp, dvec, *drop_args)  # dS, P∘Z
+    launch(KB.naive_ds_kernel(dropping), *grid, (p, dp, dvec, *drop_args))  # dS, P∘Z
     gemm(p, do3, dv3, 1.0, trans_a=True, tiles=tiles)           # dV = (P∘Z)ᵀ dO
     gemm(dp, q3, dk3, scale, trans_a=True, tiles=tiles)         # dK = dSᵀ Q · scale
     gemm(dp, k3, dq3, scale, tiles=tiles,                       # dQ = dS K · scale (masked:

@@ -79,6 +79,23 @@ def time_gpu(fn, samples=SAMPLES, inner=INNER, warmup=WARMUP, defer=True):
 time_gpu.host_ms = float("nan")     # the last call's host time per fn() call, in ms
 
 
+def time_end_to_end(fn, calls=INNER, warmup=WARMUP):
+    """Milliseconds per call of ``fn`` as a user sees it: ``calls`` calls back to back (host
+    time, allocations and launches included, nothing sleeping in front), CUDA events around
+    them, one synchronisation at the end. Beside ``time_gpu``'s kernel-only figure it shows
+    what the launch layer costs: end to end ≈ kernel-only when the host keeps ahead."""
+    for _ in range(warmup):
+        fn()
+    cuda.synchronize()
+    start, stop = cuda.event(timing=True), cuda.event(timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    stop.record()
+    stop.synchronize()
+    return cuda.event_elapsed_time(start, stop) / calls
+
+
 def _torch():
     try:
         import torch
@@ -151,6 +168,11 @@ def bench_softmax(ns=DEFAULT_NS, dtypes=("float32", "float16"), methods=None,
                 if torch_ms is not None:
                     row["torch GB/s"] = nbytes / torch_ms / 1e6
                     row["vs torch"] = torch_ms / ms
+                # end to end: the public call (torch tensors in when torch is there)
+                xin = tx if torch is not None else x
+                e2e = time_end_to_end(lambda: sm.softmax(xin, method=name))
+                row["e2e GB/s"] = nbytes / e2e / 1e6
+                row["e2e/kernel"] = ms / e2e
                 results.append(row)
                 log(f"{dt} N={n:6d} {name:12s} {ms:8.4f} ms {gbs:7.0f} GB/s "
                     f"err {err:.1e}" + (f"  torch {row['torch GB/s']:.0f} GB/s "
@@ -318,6 +340,11 @@ def bench_attention(shapes=ATTENTION_SHAPES + ATTENTION_SWEEP, causal_modes=(Fal
                 _measure(row, method, method,
                          lambda: fl_attention(q, k, v, causal=causal, method=method), flops,
                          None if ref is None else (lambda o: _rel_err([o], [ref])))
+            if row.get("flash TFLOP/s"):            # end to end: the public call, torch in
+                ins = (tq, tk, tv) if torch is not None else (q, k, v)
+                e2e = time_end_to_end(lambda: fl_attention(*ins, causal=causal))
+                row["flash e2e TFLOP/s"] = flops / e2e / 1e9
+                row["e2e/kernel"] = row["flash e2e TFLOP/s"] / row["flash TFLOP/s"]
             _finish(row, "", results, log)
         del q, k, v
     if long_check:
@@ -568,3 +595,86 @@ def bench_attention_tc_backward(shapes=ATTENTION_SHAPES, causal_modes=(False, Tr
         del t16, q, k, v, do
         torch.cuda.empty_cache()
     return results
+
+
+# ---------------------------------------------------------------------------------------------
+# Host overhead per public call (issue 14): ``flashlesson bench overhead``
+# ---------------------------------------------------------------------------------------------
+def host_us_per_call(fn, calls=200, warmup=3, busy_us=None):
+    """Host µs per call of ``fn``: after ``warmup`` calls (compiling, building plans), a kernel
+    sleeps on the GPU while ``calls`` calls are timed with ``time.perf_counter`` (so the GPU
+    never drains the queue and only the host is timed), then one synchronisation. The sleep is
+    sized from one timed call (×1.5 ×calls, at least 2 ms)."""
+    import time
+
+    from kernels_numba.timing import gpu_sleep
+    for _ in range(warmup):
+        fn()
+    cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    one = time.perf_counter() - t0
+    cuda.synchronize()
+    sleep = int(busy_us or max(2000, 1.5e6 * calls * one))
+    gpu_sleep[1, 1](min(sleep, 2_000_000))
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = time.perf_counter() - t0
+    cuda.synchronize()
+    return 1e6 * host / calls
+
+
+def overhead_cases(torch):
+    """[(function, flashlesson call, torch's equivalent or None)] on torch CUDA tensors."""
+    import flashlesson as fl
+    from flashlesson import torch as flt
+    f = torch.nn.functional
+    dev = "cuda"
+    x = torch.randn(64, 1024, device=dev)
+    q, k, v = (torch.randn(1, 2, 128, 64, device=dev) for _ in range(3))
+    q16, k16, v16 = (t.half() for t in (q, k, v))
+    o, lse = fl.attention(q, k, v, return_lse=True)
+    o16, lse16 = fl.attention(q16, k16, v16, return_lse=True)
+    do, do16 = torch.randn_like(o), torch.randn_like(o16)
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    qt, kt, vt = (t.clone().requires_grad_() for t in (q, k, v))
+
+    def fl_step():
+        flt.scaled_dot_product_attention(qg, kg, vg).backward(do)
+
+    def torch_step():
+        f.scaled_dot_product_attention(qt, kt, vt).backward(do)
+
+    return [
+        ("softmax", lambda: fl.softmax(x), lambda: torch.softmax(x, -1)),
+        ("attention fp32", lambda: fl.attention(q, k, v),
+         lambda: f.scaled_dot_product_attention(q, k, v)),
+        ("attention fp16 (flash_tc)", lambda: fl.attention(q16, k16, v16),
+         lambda: f.scaled_dot_product_attention(q16, k16, v16)),
+        ("attention_backward fp32", lambda: fl.attention_backward(do, q, k, v, o, lse), None),
+        ("attention_backward fp16", lambda: fl.attention_backward(do16, q16, k16, v16, o16,
+                                                                  lse16), None),
+        ("flashlesson.torch forward+backward B1 H2 N128 d64", fl_step, torch_step),
+    ]
+
+
+def bench_overhead(calls=200, log=print):
+    """Host µs per call of each public function on torch tensors, beside torch's equivalent
+    measured the same way in the same process. Returns records with ``function``, ``host_us``,
+    ``torch_host_us`` (None where torch has no single equivalent call) and ``fast_launch``."""
+    device.gpu_only("flashlesson bench overhead")
+    torch = _torch()
+    if torch is None:
+        raise RuntimeError("flashlesson bench overhead needs torch with CUDA (the public calls "
+                           "are timed on torch tensors, beside torch's own)")
+    from . import launch
+    records = []
+    for name, fn, tfn in overhead_cases(torch):
+        us = host_us_per_call(fn, calls)
+        tus = host_us_per_call(tfn, calls) if tfn is not None else None
+        records.append({"function": name, "host_us": round(us, 2),
+                        "torch_host_us": None if tus is None else round(tus, 2),
+                        "fast_launch": launch.FAST and launch.fast_state() is None})
+        log(f"{name:52s} {us:9.1f} µs" + (f"   torch {tus:8.1f} µs" if tus else ""))
+    return records

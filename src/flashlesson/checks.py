@@ -28,7 +28,7 @@ import numpy as np
 from numba import cuda
 
 from . import device
-from .arrays import Operand, empty, is_device_array
+from .arrays import DevArray, Operand, empty, is_device_array, numpy_to_torch, result
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 GRID_X_MAX = 2**31 - 1
@@ -171,7 +171,8 @@ def _byte_range(arr):
         return _byte_bounds(arr)
     if device.SIMULATOR:                        # a FakeCUDAArray wraps a NumPy array
         return _byte_bounds(np.asarray(arr._ary if hasattr(arr, "_ary") else arr))
-    start = cuda.as_cuda_array(arr).__cuda_array_interface__["data"][0]
+    start = arr.ptr if isinstance(arr, DevArray) else \
+        cuda.as_cuda_array(arr).__cuda_array_interface__["data"][0]
     return start, start + arr.size * np.dtype(arr.dtype).itemsize
 
 
@@ -200,13 +201,18 @@ def lse_parts_values(host_lse, name="lse_parts"):
                          f"{host_lse[where]!r} at index {where}")
 
 
-def empty_like_side(shape, dtype, on_host):
-    """An empty (or unwritten) result array of ``shape`` on the host or the device."""
-    return np.empty(shape, dtype) if on_host else empty(shape, dtype)
+def empty_like_side(shape, dtype, on_host, like=None):
+    """An empty (or unwritten) result array of ``shape`` on the host or the device (a torch
+    tensor when ``like``, an Operand, holds one)."""
+    return np.empty(shape, dtype) if on_host else result(empty(shape, dtype, like=like))
 
 
-def filled(shape, dtype, value, on_host):
-    """A result array of ``shape`` filled with ``value``, on the host or the device."""
+def filled(shape, dtype, value, on_host, like=None):
+    """A result array of ``shape`` filled with ``value``, on the host or the device (a torch
+    tensor when ``like``, an Operand, holds one)."""
+    if not on_host and getattr(like, "torch", None) is not None:
+        import torch
+        return torch.full(shape, value, dtype=numpy_to_torch(dtype), device=like.torch.device)
     host = np.full(shape, value, dtype)
     return host if on_host else cuda.to_device(host)
 

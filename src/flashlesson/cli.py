@@ -9,6 +9,7 @@
     flashlesson bench attention --backward   the same for the backward pass (§30–31)
     flashlesson bench attention --tc         tensor cores (§37) vs torch SDPA flash/cuDNN
     flashlesson bench hierarchy       GPU only: §26 GB/s of HBM, L2, shared memory, registers
+    flashlesson bench overhead [--json F]   GPU + torch: host µs per public call vs torch
     flashlesson traffic softmax --method M --shape ROWS N      global reads/writes per array:
     flashlesson traffic attention --method naive|flash --shape B H NQ NK D [--causal]
                                       [--backward] [--key-padding L]
@@ -83,7 +84,8 @@ def _cmd_bench_attention(args):
     else:
         shapes = bench.ATTENTION_SHAPES + (() if args.quick else bench.ATTENTION_SWEEP)
         results = bench.bench_attention(shapes=shapes, long_check=not args.quick)
-        cols = ["B", "H", "N", "d", "causal", "flash TFLOP/s", "naive TFLOP/s",
+        cols = ["B", "H", "N", "d", "causal", "flash TFLOP/s", "flash e2e TFLOP/s",
+                "e2e/kernel", "naive TFLOP/s",
                 "sdpa math TFLOP/s", "sdpa efficient TFLOP/s", "flash / math",
                 "flash / efficient", "flash rel err", "flash MB held", "naive MB held",
                 "flash host ms"]
@@ -122,12 +124,27 @@ def _cmd_bench_hierarchy(args):
     return 0
 
 
+def _cmd_bench_overhead(args):
+    """Host µs per public call on torch tensors, beside torch's (issue 14)."""
+    from . import bench
+    records = bench.bench_overhead()
+    print()
+    print(tabulate([[r["function"], r["host_us"], r["torch_host_us"] or ""] for r in records],
+                   headers=["call", "flashlesson host µs", "torch host µs"], floatfmt=".1f"))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(records, f, indent=1)
+    return 0
+
+
 def _cmd_bench(args):
     from . import bench, softmax_methods as softmax
     if args.what == "attention":
         return _cmd_bench_attention(args)
     if args.what == "hierarchy":
         return _cmd_bench_hierarchy(args)
+    if args.what == "overhead":
+        return _cmd_bench_overhead(args)
     methods = args.method or None
     for m in methods or ():
         if m not in softmax.CHOICES:
@@ -137,6 +154,7 @@ def _cmd_bench(args):
     results, copy_bw = bench.bench_softmax(ns=args.n or bench.DEFAULT_NS, dtypes=args.dtype,
                                            methods=methods, elements=args.elements)
     cols = ["dtype", "N", "method", "runs", "ms", "GB/s", "% copy", "torch GB/s", "vs torch",
+            "e2e GB/s", "e2e/kernel",
             "max err"]
     table = [[r.get(c, "") for c in cols] for r in results]
     print()
@@ -253,7 +271,7 @@ def build_parser():
     s.add_argument("numbers", nargs="+", type=int, metavar="N")
     s.set_defaults(fn=_cmd_section)
     s = sub.add_parser("bench", help="GPU benchmarks")
-    s.add_argument("what", choices=["softmax", "attention", "hierarchy"])
+    s.add_argument("what", choices=["softmax", "attention", "hierarchy", "overhead"])
     s.add_argument("--n", type=int, nargs="+", help="row lengths (default 32 … 32768)")
     s.add_argument("--dtype", nargs="+", default=["float32", "float16"],
                    choices=["float32", "float16"])

@@ -1,19 +1,65 @@
-"""Launching kernels that need more than 48 KB of dynamic shared memory.
+"""Launching kernels: one cached *plan* per launch, a fast path past Numba's dispatcher, and the
+opt-in above 48 KB of shared memory. Every public function launches through ``launch`` here.
+
+A call of a Numba kernel, ``kernel[grid, block, stream, shmem](*args)``, costs 100–400 µs of
+Python on the H200 (type matching, a ``DeviceNDArray`` per array, ~8 driver calls). Most of
+that is the same from one call to the next. So a launch is looked up by its *key* — the kernel,
+grid, block, shared bytes, and per argument its type (arrays: dtype and shape; they are always
+C-contiguous here) — and the first launch with a key builds a :class:`Plan`:
+
+- the grid and shared-memory limits checked once;
+- the kernel compiled once for these argument types (``CUDADispatcher.compile``), and from the
+  compiled overload the driver function (``overload._codelibrary.get_cufunc().kernel``, a
+  ``cuda.core`` ``Kernel``: private Numba attributes, guarded);
+- the launch configuration (``cuda.core.LaunchConfig``) and a parameter template in Numba's
+  kernel ABI (``_Kernel._prepare_args``): an array is (meminfo = 0, parent = 0, nitems,
+  itemsize, data pointer, shape…, strides in bytes…), each a pointer-sized int; an integer
+  scalar is its ctypes type (``c_int64``, ``c_uint32``), float32 ``c_float``, float64
+  ``c_double``, a bool the Python bool. Anything else (records, tuples, complex) keeps the plan
+  on Numba's own launch.
+
+Later calls with the key only put the arrays' data pointers and the scalars into a copy of the
+template and call ``cuda.core.launch(stream, config, kernel, *params)``.
+
+Guards: ``FLASHLESSON_FAST_LAUNCH=0`` (or ``launch.FAST = False``) sends every plan through
+Numba's call instead, ``kernel[grid, block, stream, shmem](*args)``. If building the fast part
+of a plan fails (a Numba that moved its private attributes), or the first fast launch raises,
+or the one-time self-test at the first fast launch (a small kernel launched both ways, results
+compared) disagrees, a warning is printed once on stderr and Numba's call is used from then on:
+slower, never wrong. The simulator always takes Numba's (simulated) launch, through the same
+plan objects, so plan reuse is tested there too.
+
+Streams: a launch goes to ``arrays.current_stream()``, which the public functions set with
+``with arrays.using(operand):`` — torch's current stream when their inputs are torch tensors (so
+``torch.cuda.stream(s)`` blocks and CUDA-graph capture work), the legacy default stream 0
+otherwise.
 
 CUDA gives a kernel at most 48 KB of dynamic shared memory unless the kernel is opted in with
-``cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)`` (up to 227 KB on the H100/H200). Numba has
-no public API for it (numba-cuda issue 94); the workaround below reaches the compiled function's
-handle through the dispatcher, as suggested there, and sets the attribute once per kernel.
-In the simulator there is no limit to lift.
+``cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)`` (up to 227 KB on the H100/H200). Numba
+has no public API for it (numba-cuda issue 94); the plan sets the attribute once per compiled
+kernel through the handle above. In the simulator there is no limit to lift.
 """
+
+import ctypes
+import os
+import sys
 
 import numpy as np
 from numba import cuda
 
-from . import checks, device
+from . import arrays, checks, device
+from .arrays import DevArray
 
 DEFAULT_SMEM = 48 * 1024
 _opted_in = {}
+
+# The fast path: on unless FLASHLESSON_FAST_LAUNCH=0 (tests switch it per test).
+FAST = os.environ.get("FLASHLESSON_FAST_LAUNCH", "1").strip() != "0"
+# Counters (tests read them): plans built, launches by path.
+STATS = {"plans": 0, "fast": 0, "numba": 0}
+MAX_PLANS = 4096                # the cache is cleared past this many keys
+_PLANS = {}
+_STATE = {"broken": None, "self_tested": False, "warned": False}
 
 
 def max_shared_bytes():
@@ -24,28 +70,264 @@ def max_shared_bytes():
     return dev.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
 
 
-def _opt_in(kernel, args, nbytes):
-    spec = kernel.specialize(*args)                 # compiled for these argument types
-    overload = next(iter(spec.overloads.values()))
-    cufunc = overload._codelibrary.get_cufunc()
+def _set_max_shared(cufunc, nbytes):
     if _opted_in.get(cufunc.handle, 0) < nbytes:
         from numba.cuda.cudadrv.driver import binding, driver
         attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         driver.cuKernelSetAttribute(attr, nbytes, cufunc.handle, cufunc.device.id)
         _opted_in[cufunc.handle] = nbytes
+
+
+def _opt_in(kernel, args, nbytes):
+    """Numba's path: a specialization for these argument types, opted in to ``nbytes``."""
+    spec = kernel.specialize(*args)                 # compiled for these argument types
+    overload = next(iter(spec.overloads.values()))
+    _set_max_shared(overload._codelibrary.get_cufunc(), nbytes)
     return spec
 
 
+# --- streams ---------------------------------------------------------------------------------
+# The stream of a call is chosen by ``arrays.using(operand)`` (torch's current stream for torch
+# tensors, else 0), which the public functions enter; launches read it here.
+current_stream = arrays.current_stream
+_CORE_STREAMS = {}
+
+
+def _core_stream(handle):
+    s = _CORE_STREAMS.get(handle)
+    if s is None:
+        from cuda.core import Stream
+        s = _CORE_STREAMS[handle] = Stream.from_handle(handle)
+    return s
+
+
+# --- plans ---------------------------------------------------------------------------------
+class _Unsupported(Exception):
+    """An argument kind the fast path does not flatten: Numba's launch is used."""
+
+
+def _arg_key(a):
+    t = type(a)
+    if t is DevArray:
+        return (a.dtype, a.shape)
+    shape = getattr(a, "shape", None)
+    if shape is not None and hasattr(a, "dtype") and not isinstance(a, np.generic):
+        return (t, np.dtype(a.dtype), tuple(shape))
+    return t
+
+
+def _scalar_converter(ty):
+    from numba.cuda import types
+    if isinstance(ty, types.Integer):
+        return getattr(ctypes, f"c_{ty}")
+    if ty == types.float32:
+        return ctypes.c_float
+    if ty == types.float64:
+        return ctypes.c_double
+    if ty == types.boolean:
+        return bool
+    raise _Unsupported(f"argument type {ty}")
+
+
+def _pointer(a):
+    if type(a) is DevArray:
+        return a.ptr
+    return a.__cuda_array_interface__["data"][0] or 0
+
+
+class Plan:
+    """One launch's fixed part: kernel, grid, block, shared bytes, and on the GPU the compiled
+    function, launch configuration and parameter template (see the module docstring)."""
+
+    __slots__ = ("kernel", "grid", "block", "shared", "fast", "numba_kernel", "cu_kernel",
+                 "config", "template", "arrays", "scalars", "why_slow", "calls")
+
+    def __init__(self, kernel, grid, block, shared, args):
+        STATS["plans"] += 1
+        grid, block = tuple(int(n) for n in grid), tuple(int(n) for n in block)
+        self.kernel, self.grid, self.block, self.shared = kernel, grid, block, shared
+        self.fast, self.numba_kernel, self.why_slow, self.calls = False, None, "", 0
+        checks.grid(grid)                   # (callers name the argument first where they can)
+        if shared > max_shared_bytes():
+            raise ValueError(f"the launch needs {shared} bytes of shared memory per block; "
+                             f"this device allows {max_shared_bytes()}")
+        if device.SIMULATOR:
+            self.why_slow = "the simulator"
+        elif not FAST or _STATE["broken"] is not None:
+            self.why_slow = "fast launch off" if not FAST else "fast launch failed"
+        else:
+            try:
+                self._build_fast(args)
+                self.fast = True
+            except _Unsupported as exc:
+                self.why_slow = str(exc)
+            except Exception as exc:            # noqa: BLE001 - said once, then Numba's call
+                _disable(f"building a launch plan failed ({exc!r})")
+                self.why_slow = "fast launch failed"
+
+    def _build_fast(self, args):
+        from cuda.core import LaunchConfig
+        from numba.cuda import types
+        kernel = self.kernel
+        argtypes = tuple(kernel.typeof_pyval(a) for a in args)
+        overload = kernel.compile(argtypes)
+        if overload.debug or overload.cooperative or overload.extensions:
+            raise _Unsupported("a debug, cooperative or extended kernel")
+        cufunc = overload._codelibrary.get_cufunc()
+        if self.shared > DEFAULT_SMEM:
+            _set_max_shared(cufunc, self.shared)
+        template, arrays, scalars = [], [], []
+        for i, (ty, a) in enumerate(zip(overload.argument_types, args)):
+            if isinstance(ty, types.Array):
+                if ty.layout != "C":
+                    raise _Unsupported(f"argument {i}: layout {ty.layout}")
+                v = a if type(a) is DevArray else DevArray.from_interface(a)
+                template += [0, 0, v.size, v.dtype.itemsize]
+                arrays.append((i, len(template)))
+                template += [v.ptr, *v.shape, *v.strides]
+            else:
+                conv = _scalar_converter(ty)
+                scalars.append((i, len(template), conv))
+                template.append(conv(a))
+        self.cu_kernel = cufunc.kernel
+        self.config = LaunchConfig(grid=self.grid, block=self.block, shmem_size=self.shared)
+        self.template, self.arrays, self.scalars = template, tuple(arrays), tuple(scalars)
+
+    def params(self, args):
+        """The kernel's parameters for these arguments (fast path)."""
+        p = self.template.copy()
+        for i, j in self.arrays:
+            p[j] = _pointer(args[i])
+        for i, j, conv in self.scalars:
+            p[j] = conv(args[i])
+        return p
+
+    def __call__(self, args, stream=0):
+        self.calls += 1
+        if self.fast and _STATE["broken"] is None:
+            if not _STATE["self_tested"]:
+                _self_test()
+            if _STATE["broken"] is None:
+                from cuda.core import launch as core_launch
+                try:
+                    core_launch(_core_stream(stream), self.config, self.cu_kernel,
+                                *self.params(args))
+                    STATS["fast"] += 1
+                    return
+                except Exception as exc:        # noqa: BLE001 - said once, then Numba's call
+                    if self.calls > 1:
+                        raise                   # (it worked before: a real launch error)
+                    _disable(f"the first fast launch of {self.name} raised {exc!r}")
+        self.numba_launch(args, stream)
+
+    def numba_launch(self, args, stream=0):
+        """Numba's own call, ``kernel[grid, block, stream, shared](*args)``."""
+        STATS["numba"] += 1
+        if device.SIMULATOR:
+            self.kernel[self.grid, self.block, 0, self.shared](*args)
+            return
+        kernel = self.numba_kernel
+        if kernel is None:
+            kernel = self.kernel
+            if self.shared > DEFAULT_SMEM:
+                kernel = _opt_in(kernel, args, self.shared)
+            self.numba_kernel = kernel
+        kernel[self.grid, self.block, _core_stream(stream) if stream else 0,
+               self.shared](*args)
+
+    @property
+    def name(self):
+        return getattr(getattr(self.kernel, "py_func", None), "__name__", repr(self.kernel))
+
+
+def _disable(why):
+    """Turn the fast path off for the rest of the process, said once on stderr."""
+    _STATE["broken"] = why
+    if not _STATE["warned"]:
+        _STATE["warned"] = True
+        print(f"flashlesson: warning: {why}; kernels are launched through Numba's call from now "
+              "on (slower, same results)", file=sys.stderr)
+
+
+def _dims(d):
+    if isinstance(d, tuple):
+        return d
+    if isinstance(d, list):
+        return tuple(d)
+    return (int(d),)
+
+
+def plan_for(kernel, grid, block, args, shared_bytes=0):
+    """The plan of this launch: cached per key, built on first use."""
+    grid, block = _dims(grid), _dims(block)
+    key = (kernel, grid, block, shared_bytes) + tuple(_arg_key(a) for a in args)
+    plan = _PLANS.get(key)
+    if plan is None:
+        if len(_PLANS) >= MAX_PLANS:
+            _PLANS.clear()
+        plan = _PLANS[key] = Plan(kernel, grid, block, int(shared_bytes), args)
+    return plan
+
+
 def launch(kernel, grid, block, args, shared_bytes=0):
-    """kernel[grid, block, 0, shared_bytes](*args), opting in above 48 KB of shared memory."""
-    shared_bytes = int(shared_bytes)
-    checks.grid(grid)                   # (callers name the argument first where they can)
-    if shared_bytes > max_shared_bytes():
-        raise ValueError(f"the launch needs {shared_bytes} bytes of shared memory per block; "
-                         f"this device allows {max_shared_bytes()}")
-    if shared_bytes > DEFAULT_SMEM and not device.SIMULATOR:
-        kernel = _opt_in(kernel, args, shared_bytes)
-    kernel[grid, block, 0, shared_bytes](*args)
+    """Launch ``kernel`` on ``args`` (a tuple) through its cached plan, on the stream of the
+    enclosing ``on_stream`` (0 by default); opts in above 48 KB of shared memory."""
+    args = tuple(args)
+    plan_for(kernel, grid, block, args, shared_bytes)(args, current_stream())
+
+
+def fast_state():
+    """None while the fast path is usable, else why it was turned off."""
+    return _STATE["broken"]
+
+
+def clear_plans():
+    """Forget every plan (tests: count builds from zero)."""
+    _PLANS.clear()
+
+
+# --- the self-test of the fast path ----------------------------------------------------------
+_PROBE = None
+
+
+def _probe_kernel():
+    global _PROBE
+    if _PROBE is None:
+        @cuda.jit
+        def probe(out, a, s, n, u, flag, m):
+            i = cuda.grid(1)
+            if i < out.shape[0]:
+                out[i] = a[i // a.shape[1], i % a.shape[1]] * s + n + u + \
+                    (100.0 if flag else 0.0) + m[i]
+        _PROBE = probe
+    return _PROBE
+
+
+def _self_test():
+    """Launch a small kernel (2-D and 1-D arrays, float32, int64, uint32 and bool scalars)
+    through the fast path and compare with the expected values; disagreement turns the fast
+    path off. Runs once, before the first fast launch (one synchronisation)."""
+    _STATE["self_tested"] = True
+    try:
+        from cuda.core import launch as core_launch
+        a = np.arange(12, dtype=np.float32).reshape(3, 4)
+        m = np.arange(12, dtype=np.float32) * 1000
+        da = DevArray.from_interface(cuda.to_device(a))
+        dm = DevArray.from_interface(cuda.to_device(m))
+        dout = cuda.device_array(12, np.float32)
+        out = DevArray.from_interface(dout)
+        args = (out, da, np.float32(0.5), 7, np.uint32(3), True, dm)
+        plan = Plan(_probe_kernel(), (1,), (32,), 0, args)
+        STATS["plans"] -= 1                     # (not a plan of the library's calls)
+        if not plan.fast:
+            raise RuntimeError(plan.why_slow)
+        core_launch(_core_stream(0), plan.config, plan.cu_kernel, *plan.params(args))
+        got = dout.copy_to_host()
+        want = a.reshape(-1) * np.float32(0.5) + 7 + 3 + 100 + m
+        if not np.array_equal(got, want.astype(np.float32)):
+            raise RuntimeError(f"the fast launch computed {got[:4]}…, expected {want[:4]}…")
+    except Exception as exc:                    # noqa: BLE001 - said once, then Numba's call
+        _disable(f"the fast launch path failed its self-test ({exc!r})")
 
 
 # Element-wise kernels with grid-stride loops (the naive paths' masks, dropout, D = rowsum):

@@ -15,7 +15,7 @@ from numba import cuda
 from kernels_numba import linear_attention as KL
 
 from . import checks, device
-from .arrays import empty
+from .arrays import empty, result
 from .attention_methods import operands
 from .launch import stride_grid
 
@@ -122,7 +122,7 @@ def linear_attention(q, k, v, *, causal=False, config=None):
     shape = (B, H, nq, d)
     if qo.on_host:
         return o3.copy_to_host().reshape(shape)
-    return o3.reshape(shape)
+    return result(o3, shape)
 
 
 def _auto_blocks(bh, most):

@@ -100,11 +100,17 @@ def record_launches():
                 int(launch_config.sharedmem or 0), rec.label))
         return out
 
+    from . import launch
+    saved = launch.FAST                 # Numba's call, which is what is recorded, for every
+    launch.FAST = False                 # launch inside (plans rebuilt on that path)
+    launch.clear_plans()
     CUDADispatcher.call = call
     try:
         yield rec
     finally:
         CUDADispatcher.call = original
+        launch.FAST = saved
+        launch.clear_plans()
 
 
 @dataclass(frozen=True)

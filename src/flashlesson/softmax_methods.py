@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
-from numba import cuda
 
 from kernels_numba import softmax as K
 
 from . import checks, device
-from .arrays import Operand, check_out, empty
+from .arrays import Operand, check_out, empty, result, using
+from .launch import launch as _launch
 
 DTYPES = (np.float32, np.float16)
 WARP = 32
@@ -82,27 +82,24 @@ def _launch_rowwise(kernel, shared=0):
     def launch(x2, y2, threads):
         rows, n = x2.shape
         t = _threads_for_block_methods(n, threads)
-        if shared:
-            kernel[rows, t, 0, n * 4](x2, y2)
-        else:
-            kernel[rows, t](x2, y2)
+        _launch(kernel, rows, t, (x2, y2), n * 4 if shared else 0)
     return launch
 
 
 def _launch_three_pass(x2, y2, threads):
     rows, n = x2.shape
     t = _threads_for_block_methods(n, threads)
-    m = cuda.device_array(rows, dtype=np.float32)   # §3: the row maxima go to global memory
-    l = cuda.device_array(rows, dtype=np.float32)   # §3: and so do the sums
-    K.row_max[rows, t](x2, m)
-    K.row_sum_exp[rows, t](x2, m, l)
-    K.normalize[rows, t](x2, m, l, y2)
+    m = empty(rows, np.float32)                     # §3: the row maxima go to global memory
+    l = empty(rows, np.float32)                     # §3: and so do the sums
+    _launch(K.row_max, rows, t, (x2, m))
+    _launch(K.row_sum_exp, rows, t, (x2, m, l))
+    _launch(K.normalize, rows, t, (x2, m, l, y2))
 
 
 def _launch_warp(x2, y2, threads):
     rows = x2.shape[0]
     wpb = _warps_per_block(threads)
-    K.softmax_warp[-(-rows // wpb), wpb * WARP](x2, y2)
+    _launch(K.softmax_warp, -(-rows // wpb), wpb * WARP, (x2, y2))
 
 
 def warp_multi_shape(n, dtype=np.float32):
@@ -125,7 +122,7 @@ def _launch_warp_multi(x2, y2, threads):
     k, r, g = warp_multi_shape(n, x2.dtype)
     wpb = _warps_per_block(threads)
     rows_per_block = wpb * (WARP // g) * r
-    K.warp_multi_kernel(k, r, g)[-(-rows // rows_per_block), wpb * WARP](x2, y2)
+    _launch(K.warp_multi_kernel(k, r, g), -(-rows // rows_per_block), wpb * WARP, (x2, y2))
 
 
 def block_shape(n, dtype=np.float32, threads=None):
@@ -157,7 +154,7 @@ def block_shape(n, dtype=np.float32, threads=None):
 def _launch_block(x2, y2, threads):
     rows, n = x2.shape
     k, t = block_shape(n, x2.dtype, threads)
-    K.block_kernel(k, t)[rows, t](x2, y2)
+    _launch(K.block_kernel(k, t), rows, t, (x2, y2))
 
 
 METHODS = {m.name: m for m in [
@@ -231,22 +228,25 @@ def softmax(x, *, method=AUTO, out=None, threads=None):
     m = METHODS[name]
     m.check_n(n)
     rows = int(np.prod(shape[:-1], dtype=np.int64))
+    out_user = out
     if out is not None:
         out = check_out(out, "out", shape, xo.dtype, xo.on_host)
         checks.no_partial_overlap(out, x if isinstance(x, np.ndarray) else xo.obj, "out", "x")
     if rows == 0 or n == 0:             # empty (as torch: shape (0, N) or (N, 0)): no launch
-        return out if out is not None else checks.empty_like_side(shape, xo.dtype, xo.on_host)
+        return out_user if out is not None else \
+            checks.empty_like_side(shape, xo.dtype, xo.on_host, like=xo)
     checks.grid(rows if name not in ("warp", "warp_multi") else 1, "x: one block per row")
-    x2 = xo.device_view((rows, n))
-    if out is not None and not xo.on_host:
-        y2 = out.reshape((rows, n))
-    else:
-        y2 = empty((rows, n), dtype=xo.dtype)
-    m.launch(x2, y2, threads)
+    with using(xo):                     # torch in: torch's stream, torch.empty
+        x2 = xo.device_view((rows, n))
+        if out is not None and not xo.on_host:
+            y2 = out.reshape((rows, n))
+        else:
+            y2 = empty((rows, n), dtype=xo.dtype)
+        m.launch(x2, y2, threads)
     if xo.on_host:
-        result = y2.copy_to_host().reshape(shape)
+        host = y2.copy_to_host().reshape(shape)
         if out is not None:
-            out[...] = result
+            out[...] = host
             return out
-        return result
-    return out if out is not None else y2.reshape(shape)
+        return host
+    return out_user if out is not None else result(y2, shape)

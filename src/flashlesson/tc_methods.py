@@ -26,7 +26,7 @@ from numba import cuda
 from kernels_numba import attention_tc as KT
 
 from . import checks, device
-from .arrays import Operand, empty, is_device_array
+from .arrays import Operand, empty, is_device_array, result, using
 from .launch import launch, max_shared_bytes, stride_grid
 
 MAX_HEAD_DIM = 256
@@ -148,6 +148,8 @@ def low_precision(x):
 def _operand(x, name):
     """(Operand over 4-byte words or float32, format) with format 'f16', 'bf16' or 'tf32'."""
     if is_torch_bf16(x):
+        if not device.SIMULATOR:                # read directly: a bf16 tensor, bits as uint16
+            return Operand(x, name, (np.uint16,), ndim=4), "bf16"
         x = _torch_bf16(x)
     if isinstance(x, BFloat16):
         return Operand(x.bits, name, (np.uint16,), ndim=4), "bf16"
@@ -165,8 +167,13 @@ def _shapes(qo, ko, vo):
     return B, H, nq, nk, d
 
 
-def _filled(shape, fmt, value, on_host):
-    """A result of an empty problem in the inputs' format (fp16, BFloat16 bits, float32)."""
+def _filled(shape, fmt, value, on_host, like=None):
+    """A result of an empty problem in the inputs' format (fp16, BFloat16 bits, float32; a
+    torch tensor of that dtype when ``like`` holds one)."""
+    if not on_host and getattr(like, "torch", None) is not None:
+        import torch
+        dtype = {"tf32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[fmt]
+        return torch.full(shape, value, dtype=dtype, device=like.torch.device)
     if fmt == "tf32":
         return checks.filled(shape, np.float32, value, on_host)
     if fmt == "f16":
@@ -178,7 +185,6 @@ def _filled(shape, fmt, value, on_host):
 def attention_tc(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropout_p=0.0,
                  return_lse=False, config=None):
     """``attention(..., method="flash_tc")``; see the module docstring for formats."""
-    from .attention_methods import dummy
     qo, fq = _operand(q, "q")
     ko, fk = _operand(k, "k")
     vo, fv = _operand(v, "v")
@@ -209,10 +215,20 @@ def attention_tc(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dr
                         f"{type(cfg).__name__}")
     cfg.check(tf32)
     if B * H * nq == 0 or nk == 0:      # empty: no launch; a row with no key gives 0, −inf
-        o = _filled((B, H, nq, d), fq, 0.0, qo.on_host)
-        lse = checks.filled((B, H, nq), np.float32, -np.inf, qo.on_host)
+        o = _filled((B, H, nq, d), fq, 0.0, qo.on_host, like=qo)
+        lse = checks.filled((B, H, nq), np.float32, -np.inf, qo.on_host, like=qo)
         return (o, lse) if return_lse else o
+    with using(qo):                     # torch in: torch's stream, torch.empty
+        o3, lse2 = _forward_tc(qo, ko, vo, fq, B, H, nq, nk, d, cfg, causal, scale, kpm, tf32)
+    o = _unwords(o3, (B, H, nq, d), fq, qo.on_host)
+    if not return_lse:
+        return o
+    return o, (lse2.copy_to_host().reshape((B, H, nq)) if qo.on_host else
+               result(lse2, (B, H, nq)))
 
+
+def _forward_tc(qo, ko, vo, fq, B, H, nq, nk, d, cfg, causal, scale, kpm, tf32):
+    from .attention_methods import dummy
     bh = B * H
     width = d if tf32 else d // 2                   # float32 columns, or words of two halves
     word = np.float32 if tf32 else np.uint32
@@ -220,7 +236,8 @@ def attention_tc(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dr
     k3 = _words(ko, (bh, nk, width), word)
     v3 = _words(vo, (bh, nk, width), word)
     # poisoned as NaN halves (or NaN floats) in tests, then seen as words
-    o3 = empty((bh, nq, d), np.float32) if tf32 else empty((bh, nq, d), np.float16).view(word)
+    o3 = empty((bh, nq, d), np.float32) if tf32 else \
+        empty((bh, nq, d), np.float16, bf16=fq == "bf16").view(word)
     lse2 = empty((bh, nq), np.float32)
     if tf32:
         kernel = KT.flash_tf32x3_kernel(d, cfg.Bc, cfg.WARPS, causal, kpm is not None)
@@ -235,11 +252,7 @@ def attention_tc(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dr
     launch(kernel, grid, 32 * cfg.WARPS,
            (q3, k3, v3, o3, lse2, np.float32(scale), nq, nk, H, mask),
            KT.tc_smem_bytes(d, cfg.Bc, tf32, bool(cfg.ASYNC)))
-    o = _unwords(o3, (B, H, nq, d), fq, qo.on_host)
-    if not return_lse:
-        return o
-    lse = lse2.copy_to_host() if qo.on_host else lse2
-    return o, lse.reshape((B, H, nq))
+    return o3, lse2
 
 
 def _words(op, shape, word):
@@ -250,13 +263,17 @@ def _words(op, shape, word):
 
 
 def _unwords(o3, shape, fmt, on_host):
+    """The result in the inputs' format: NumPy (bf16 as a BFloat16), a torch tensor of the
+    inputs' dtype (bf16: torch.bfloat16), or a Numba device array (bf16: a BFloat16)."""
     if fmt == "tf32":
-        return o3.copy_to_host().reshape(shape) if on_host else o3.reshape(shape)
+        return o3.copy_to_host().reshape(shape) if on_host else result(o3, shape)
     half = np.float16 if fmt == "f16" else np.uint16
     if on_host:
         out = o3.copy_to_host().view(half).reshape(shape)
     else:
-        out = o3.view(half).reshape(shape)
+        out = result(o3.view(half), shape)
+        if type(out).__module__.startswith("torch"):
+            return out                          # (torch.float16 or torch.bfloat16)
     return BFloat16(out) if fmt == "bf16" else out
 
 
@@ -316,10 +333,6 @@ def attention_backward_tc(do, q, k, v, o, lse, *, causal=False, scale=None,
     """``attention_backward`` for fp16 / bf16 inputs, or float32 ones with method "flash_tc"
     (3xTF32; the forward's ``flash_tc``): gradients in the inputs' format, deterministic (no
     atomics). No dropout. config: a ``TcBwdConfig`` (default per head dim; 3xTF32: no ASYNC)."""
-    from kernels_numba import attention_backward as KBF
-    from kernels_numba import attention_tc_backward as KB
-
-    from .attention_methods import dummy
     ops = [_operand(x, name) for x, name in ((do, "do"), (q, "q"), (k, "k"), (v, "v"),
                                               (o, "o"))]
     fmts = {f for _, f in ops}
@@ -356,7 +369,18 @@ def attention_backward_tc(do, q, k, v, o, lse, *, causal=False, scale=None,
         raise ValueError("config: the 3xTF32 backward has no ASYNC form (KV_ASYNC, Q_ASYNC "
                          "False)")
     if B * H * nq == 0 or nk == 0:      # empty: no launch; what no query or no key reaches is 0
-        return tuple(_filled(x.shape, fmt, 0.0, qo.on_host) for x in (qo, ko, vo))
+        return tuple(_filled(x.shape, fmt, 0.0, qo.on_host, like=qo) for x in (qo, ko, vo))
+    with using(qo):                     # torch in: torch's stream, torch.empty
+        grads = _backward_tc(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal,
+                             scale, kpm, tf32)
+    return tuple(_unwords(g, (B, H, g.shape[1], d), fmt, qo.on_host) for g in grads)
+
+
+def _backward_tc(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, scale, kpm, tf32):
+    from kernels_numba import attention_backward as KBF
+    from kernels_numba import attention_tc_backward as KB
+
+    from .attention_methods import dummy
     bh = B * H
     w = d if tf32 else d // 2                       # float32 columns, or words of two halves
     word = np.float32 if tf32 else np.uint32
@@ -366,9 +390,10 @@ def attention_backward_tc(do, q, k, v, o, lse, *, causal=False, scale=None,
     dvec = empty((bh, nq), np.float32)
     rows = bh * nq
     pre = KBF.bwd_preprocess if tf32 else KB.tc_bwd_preprocess(fmt == "bf16")
-    pre[stride_grid(rows)](o3.reshape((rows, w)), do3.reshape((rows, w)), dvec.reshape(rows))
-    grads = [empty((bh, n, d), np.float32) if tf32 else empty((bh, n, d), np.float16).view(word)
-             for n in (nq, nk, nk)]
+    launch(pre, *stride_grid(rows), (o3.reshape((rows, w)), do3.reshape((rows, w)),
+                                     dvec.reshape(rows)))
+    grads = [empty((bh, n, d), np.float32) if tf32 else
+             empty((bh, n, d), np.float16, bf16=fmt == "bf16").view(word) for n in (nq, nk, nk)]
     dq, dk, dv = grads
     mask = kpm if kpm is not None else dummy("mask")
     pad, bf = kpm is not None, fmt == "bf16"
@@ -394,4 +419,4 @@ def attention_backward_tc(do, q, k, v, o, lse, *, causal=False, scale=None,
     for kern, blocks, warps, out, smem in launches:
         launch(kern, (bh, blocks) if causal else (blocks, bh), 32 * warps,
                (q3, k3, v3, do3, lse2, dvec, *out, np.float32(scale), nq, nk, H, mask), smem)
-    return tuple(_unwords(g, (B, H, g.shape[1], d), fmt, qo.on_host) for g in grads)
+    return grads

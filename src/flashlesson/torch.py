@@ -6,10 +6,11 @@ autograd function over CUDA tensors, zero-copy, usable where a model calls
     out = sdpa(q, k, v, is_causal=True, dropout_p=0.1)        # q, k, v: float32 CUDA tensors
     out.sum().backward()                                      # dq, dk, dv from the §30 kernels
 
-Tensors go to the kernels through ``__cuda_array_interface__`` (no copy) and the results come
-back the same way; the forward saves O and LSE (never P) for the backward, which recomputes P
-tile by tile. Kernels are launched on the default stream, as torch's own work is unless a
-model switches streams.
+Tensors go to the kernels by their data pointers (no copy, no Numba wrapper); the results are
+``torch.empty`` tensors of the inputs' dtype (bf16 stays torch.bfloat16); kernels run on torch's
+current stream, so ``torch.cuda.stream(s)`` blocks and CUDA-graph capture (``torch.cuda.graph``,
+after a warm-up call that compiles the kernels) work. The forward saves O and LSE (never P) for
+the backward, which recomputes P tile by tile.
 
 What differs from ``F.scaled_dot_product_attention``: ``attn_mask`` is taken only as torch
 means a bool mask (True = take part) and only when it is a key padding mask, shape [B, 1, 1, Nk]
@@ -38,8 +39,12 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def _tensor(arr, like):
-    """A numba device array (or a BFloat16 over one) as a torch tensor on like's device,
-    without a copy."""
+    """A result as a torch tensor on like's device. On the GPU the library already returns
+    torch tensors for torch inputs (allocated by ``torch.empty`` on the current stream): they
+    pass through untouched. (A Numba device array or a BFloat16 over one, as the simulator
+    gives, is viewed without a copy.)"""
+    if isinstance(arr, torch.Tensor):
+        return arr
     if isinstance(arr, BFloat16):               # bf16 travels as its 16-bit patterns
         return torch.as_tensor(arr.bits, device=like.device).view(torch.bfloat16)
     return torch.as_tensor(arr, device=like.device)
@@ -47,12 +52,14 @@ def _tensor(arr, like):
 
 class FlashAttentionFunction(torch.autograd.Function):
     """autograd.Function: forward = ``flashlesson.attention(method="flash")``, backward =
-    ``flashlesson.attention_backward(method="flash")``."""
+    ``flashlesson.attention_backward(method="flash")``, both on torch tensors directly (torch's
+    current stream, outputs from ``torch.empty``: usable inside ``torch.cuda.graph``)."""
 
     @staticmethod
     def forward(ctx, q, k, v, causal, scale, key_padding_mask, dropout_p, seed):
-        # (detached: torch refuses __cuda_array_interface__ on a tensor that requires grad)
-        q, k, v = (t.detach().contiguous() for t in (q, k, v))
+        # (detached: the kernels read the memory; autograd is this Function's business)
+        q, k, v = (t.detach() for t in (q, k, v))
+        q, k, v = (t if t.is_contiguous() else t.contiguous() for t in (q, k, v))
         o, lse = attention(q, k, v, causal=causal, scale=scale,
                            key_padding_mask=key_padding_mask, dropout_p=dropout_p, seed=seed,
                            return_lse=True)
@@ -66,8 +73,9 @@ class FlashAttentionFunction(torch.autograd.Function):
     def backward(ctx, do):
         # (detached: autograd marks the saved output o as requiring grad)
         q, k, v, o, lse = (t.detach() for t in ctx.saved_tensors)
-        dq, dk, dv = attention_backward(do.detach().contiguous(), q, k, v, o, lse,
-                                        **ctx.options)
+        do = do.detach()
+        dq, dk, dv = attention_backward(do if do.is_contiguous() else do.contiguous(), q, k, v,
+                                        o, lse, **ctx.options)
         return _tensor(dq, q), _tensor(dk, q), _tensor(dv, q), None, None, None, None, None
 
 
