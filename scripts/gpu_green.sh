@@ -12,10 +12,15 @@ seed_tests=${1:-$RANDOM$RANDOM}; seed_tour=${2:-$RANDOM$RANDOM}
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u +%FT%TZ
   python3 -m flashlesson info; } > "$OUT/gpu.txt" 2>&1
 start=$(date +%s)
-FLASHLESSON_SEED=$seed_tests timeout 560 python3 -m pytest -q -n ${WORKERS:-8} -p no:cacheprovider \
+if [ "${OVERHEAD:-0}" = 1 ]; then       # issue 14's launch-layer check first (< 60 s)
+  timeout 120 python3 scripts/gpu_overhead_check.py --json "$OUT/bench_overhead.json" > "$OUT/overhead.log" 2>&1
+  echo "--- overhead check rc=$?"; tail -25 "$OUT/overhead.log"
+fi
+left=$((570 - $(date +%s) + start))
+FLASHLESSON_SEED=$seed_tests timeout $left python3 -m pytest -q -n ${WORKERS:-8} -p no:cacheprovider \
   ${TESTS:-} > "$OUT/pytest.log" 2>&1 &
 p_tests=$!
-FLASHLESSON_SEED=$seed_tour timeout 540 python3 -m flashlesson tour > "$OUT/tour.log" 2>&1 &
+FLASHLESSON_SEED=$seed_tour timeout $((left - 20)) python3 -m flashlesson tour > "$OUT/tour.log" 2>&1 &
 p_tour=$!
 wait $p_tour; rc_tour=$?
 wait $p_tests; rc_tests=$?
