@@ -11,8 +11,10 @@ dimensions, sizes that are not multiples of the tiles, causal masks (bottom-righ
 rows that see no key: O = 0, LSE = −inf), and §1's outliers (every score near 1000, where
 e^x overflows float32). The error is reported relative to the largest output, next to the
 error of the best float32 answer (the oracle rounded to float32) and float32's epsilon; the
-check is ≤ 1e-5, rounding level. For contrast, an approximation that really is one: keep only
-the 8 largest scores of each row (top-k attention) — its error is orders of magnitude above.
+check is the rounding bound of ``flashlesson.tolerance.attention_tol`` (from d, Nk and the
+inputs' magnitudes: float32 rounding, nothing else), and the table gives the error / bound.
+For contrast, an approximation that really is one: keep only the 8 largest scores of each row
+(top-k attention) — its error is orders of magnitude above that bound.
 
 Run: ``PYTHONPATH=src:. python3 examples/s27_exactness.py`` (or ``flashlesson section 27``).
 """
@@ -21,12 +23,13 @@ import numpy as np
 from tabulate import tabulate
 
 import flashlesson
-from flashlesson.tour import Check, check_close, example_rng
+from flashlesson.tolerance import attention_tol
+from flashlesson.tour import Check, attention_check, example_rng
 from reference import attention
 
 SECTIONS = (27,)
 TOPIC = "exact, not approximate"
-REL = 1e-5                                  # relative to the largest |value|: rounding level
+APPROX = 100          # the contrast: an approximation's error, in units of the rounding bound
 EPS32 = float(np.finfo(np.float32).eps)     # 1.19e-7
 
 SIM_CASES = [  # (name, B, H, Nq, Nk, d, causal)
@@ -61,21 +64,6 @@ def inputs(rng, name, b, h, nq, nk, d):
     return q, k, v
 
 
-def rel_check(kernel, got, want, note):
-    """check_close at |error| ≤ 1e-5·(|want| + max|want|); −inf (rows that saw no key) must be
-    −inf in both, and is left out of the error."""
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    inf = np.isneginf(want)
-    if not np.array_equal(np.isneginf(got), inf):
-        return Check("27", TOPIC, kernel, None, False, f"{note}: −inf in other places than "
-                     "the oracle's")
-    got, want = got[~inf], want[~inf]
-    scale = float(np.max(np.abs(want), initial=0.0))
-    c = check_close("27", TOPIC, kernel, got, want, note, rtol=REL, atol=REL * scale)
-    c.note += f" (rel. {c.max_err / scale if scale else 0:.1e})"
-    return c
-
-
 def top_k_attention(q, k, v, keep):
     """An approximation, for contrast: each row's softmax over its `keep` largest scores only."""
     s = (q.astype(np.float64) @ np.swapaxes(k, -1, -2).astype(np.float64)) / np.sqrt(q.shape[-1])
@@ -90,18 +78,21 @@ def main(verbose=True):
     checks, table = [], []
     for name, b, h, nq, nk, d, causal in SIM_CASES if flashlesson.SIMULATOR else GPU_CASES:
         q, k, v = inputs(rng, name, b, h, nq, nk, d)
-        want_o, want_lse = attention(q, k, v, causal=causal)
         o, lse = flashlesson.attention(q, k, v, causal=causal, return_lse=True)
         shape = f"{b}×{h}×{nq}×{nk}, d={d}{', causal' if causal else ''}"
-        co = rel_check("flash", o, want_o, f"{name} [{shape}]: O")
-        cl = rel_check("flash", lse, want_lse, f"{name} [{shape}]: LSE")
+        (co, cl), want_o, want_lse = attention_check("27", TOPIC, "flash", o, lse, q, k, v,
+                                                     causal=causal, note=f"{name} [{shape}]")
         checks += [co, cl]
+        p = attention(q, k, v, causal=causal, return_p=True)[2]     # the bound the check used
+        tol = attention_tol(q, k, v, p=p, o=want_o)
+        with np.errstate(divide="ignore", invalid="ignore"):        # 0/0: a row with no key
+            of_bound = float(np.nanmax(np.abs(o - want_o) / tol.o, initial=0.0))
         big = float(np.max(np.abs(want_o)))
         best = float(np.max(np.abs(want_o.astype(np.float32) - want_o)))   # float32 rounding
         empty = int(np.isneginf(want_lse).sum())
         table.append([name, shape, empty, f"{co.max_err / big:.1e}" if co.max_err is not None
                       else "—", f"{best / big:.1e}", f"{(co.max_err or 0) / big / EPS32:.1f}",
-                      f"{cl.max_err:.1e}" if cl.max_err is not None else "—"])
+                      f"{of_bound:.2f}", f"{cl.max_err:.1e}" if cl.max_err is not None else "—"])
         if empty:                                   # rows that see no key: exactly 0 and −inf
             rows0 = np.isneginf(want_lse)
             ok = bool(np.all(o[rows0] == 0) and np.all(np.isneginf(lse[rows0])))
@@ -120,18 +111,21 @@ def main(verbose=True):
     want_o, _ = attention(q, k, v)
     approx = top_k_attention(q, k, v, keep=8)
     rel_approx = float(np.max(np.abs(approx - want_o)) / np.max(np.abs(want_o)))
-    checks.append(Check("27", TOPIC, "numpy", rel_approx, rel_approx > 100 * REL,
+    approx_bounds = float(np.max(np.abs(approx - want_o) / attention_tol(q, k, v).o))
+    checks.append(Check("27", TOPIC, "numpy", rel_approx, approx_bounds > APPROX,
                         f"contrast: top-8-keys attention on {nq}×{nk} is off by {rel_approx:.1e} "
-                        "relative: an approximation looks like this, flash does not"))
+                        f"relative, {approx_bounds:.0f}× float32's rounding bound (> {APPROX}): "
+                        "an approximation looks like this, flash does not"))
     if verbose:
         print(__doc__.split("\n\n")[1])
         print(f"\nrandom inputs: seed {seed}; the flash kernel vs reference.attention (float64). "
               f"'rel.' = max |error| / max |O|; float32 eps = {EPS32:.2e}")
         print(tabulate(table, headers=["case", "B×H×Nq×Nk", "rows with no key", "rel. error O",
-                                       "float32 rounding of O", "error / eps", "max |ΔLSE|"],
+                                       "float32 rounding of O", "error / eps",
+                                       "O error / bound", "max |ΔLSE|"],
                        disable_numparse=True))
         print(f"\nfor contrast, top-8-keys attention (an approximation) on the "
-              f"{nq}×{nk} case: rel. error {rel_approx:.1e}")
+              f"{nq}×{nk} case: rel. error {rel_approx:.1e}, {approx_bounds:.0f}× the bound")
     return checks
 
 

@@ -37,6 +37,7 @@ import numpy as np
 from tabulate import tabulate
 
 import flashlesson
+from flashlesson.tolerance import backward_tol
 from flashlesson.tour import Check, attention_inputs, check_close, example_rng
 from reference import attention_backward, attention_backward_flops, attention_flops, \
     naive_attention_bytes
@@ -48,7 +49,6 @@ MiB, GiB = 2 ** 20, 2 ** 30
 B, H, D = 1, 16, 64
 MODEL_NS = (1024, 2048, 4096, 8192, 16384)
 GPU_NS = (1024, 2048, 4096)
-REL = 1e-4
 # H200 SXM datasheet: HBM3e bandwidth, FP32 on CUDA cores, dense FP16/BF16 on tensor cores.
 HBM_BYTES_S = 4.8e12
 PEAK_FP32 = 67e12
@@ -138,6 +138,7 @@ def main(verbose=True):
     q, k, v = attention_inputs(rng, b, h, n, n, d)
     do = rng.standard_normal((b, h, n, d)).astype(np.float32)
     agree = []
+    rel = backward_tol(q, k)     # the error model's bound, relative to each gradient's max
     for causal in (False, True):
         o, lse = flashlesson.attention(q, k, v, causal=causal, return_lse=True)
         refs = attention_backward(do, q, k, v, causal=causal)
@@ -148,13 +149,15 @@ def main(verbose=True):
         for m in ("naive", "flash"):
             worst[m] = max(float(np.max(np.abs(g - r)) / np.max(np.abs(r)))
                            for g, r in zip(got[m], refs))
-            checks.append(Check("31", TOPIC, f"{m} bwd", worst[m], worst[m] <= REL,
-                                f"[{shape}] dQ, dK, dV vs the oracle: rel. {worst[m]:.1e}"))
+            checks.append(Check("31", TOPIC, f"{m} bwd", worst[m], worst[m] <= rel,
+                                f"[{shape}] dQ, dK, dV vs the oracle: rel. {worst[m]:.1e} "
+                                f"(bound {rel:.1e}, flashlesson.tolerance.backward_tol)"))
         top = max(float(np.max(np.abs(r))) for r in refs)
         flat = {m: np.concatenate([g.ravel() for g in got[m]]) for m in got}
+        # kernel vs kernel: each within rel of the oracle, so within twice that of each other
         c = check_close("31", TOPIC, "naive vs flash", flat["naive"], flat["flash"],
                         f"[{shape}] stored-P and recomputed-P gradients agree", rtol=0,
-                        atol=REL * top)
+                        atol=2 * rel * top)
         checks.append(c)
         agree.append([shape, f"{worst['naive']:.1e}", f"{worst['flash']:.1e}",
                       f"{c.max_err / top:.1e}"])
@@ -201,10 +204,9 @@ def _measured(rng, verbose):
                       f"{ms['naive'][-1] / ms['flash'][-1]:.2f}",
                       f"{held['naive'][-1] / MiB:,.0f}", f"{held['flash'][-1] / MiB:,.1f}",
                       f"{store_p(B, H, n)['kept'] / MiB:,.0f}"])
+    # a measurement, not a check: on CUDA cores in float32 the model puts the two about even
+    # (d/4 = 16 FLOP/byte against a balance of 14), a margin no timing pass/fail can rest on
     speedup = ms["naive"][-1] / ms["flash"][-1]
-    checks.append(Check("31", TOPIC, "flash bwd", None, speedup >= 1.0,
-                        f"B{B} H{H} N{GPU_NS[-1]} d{D}: recompute (flash) {ms['flash'][-1]:.2f} "
-                        f"ms, stored P (naive) {ms['naive'][-1]:.2f} ms: ×{speedup:.2f}"))
     grow = {m: math.log2(held[m][-1] / held[m][-2]) for m in held}
     checks.append(Check("31", TOPIC, "naive bwd", None, abs(grow["naive"] - 2) < 0.2,
                         f"memory held ∝ N^{grow['naive']:.2f} ({held['naive'][-1] / MiB:,.0f} "
@@ -220,6 +222,9 @@ def _measured(rng, verbose):
         print(tabulate(table, headers=["N", "naive ms (P stored)", "flash ms (P recomputed)",
                                        "naive / flash", "naive MiB held", "flash MiB held",
                                        "P alone MiB"], disable_numparse=True))
+        print(f"measured, not checked: at N = {GPU_NS[-1]} recompute (flash) "
+              f"{ms['flash'][-1]:.2f} ms, stored P (naive) {ms['naive'][-1]:.2f} ms: "
+              f"×{speedup:.2f}")
         print("both are CUDA-core float32 kernels here, where the model says the arithmetic "
               "and the traffic cost about the same; the naive path also writes and reads dP "
               "and dS, and holds them. The memory is what recomputation always wins.")

@@ -31,7 +31,8 @@ sys.path[:0] = [os.path.join(os.path.dirname(__file__), "..", "src"),
                 os.path.join(os.path.dirname(__file__), "..")]
 
 from flashlesson import tolerance  # noqa: E402
-from reference import attention, attention_backward, causal_mask, softmax_stable  # noqa: E402
+from reference import attention, attention_backward, causal_mask, linear_attention, \
+    merge_attention, softmax_stable  # noqa: E402
 
 F32 = np.float32
 LOG2E = F32(np.log2(np.e))
@@ -131,6 +132,80 @@ def emulate_softmax(x, rng):
     for j in range(x.shape[1]):
         lsum = (lsum + e[:, j]).astype(F32)
     return (e * (F32(1) / lsum)[:, None]).astype(F32)
+
+
+def emulate_phi(x, rng):
+    """φ(x) = elu(x) + 1 in float32: x + 1 (one rounding) for x > 0, else __expf(x)."""
+    return np.where(x > 0, (x + F32(1)).astype(F32), ex2_exp(np.minimum(x, F32(0)), rng))
+
+
+def emulate_linear(q, k, v, causal, rng, splits=2):
+    """Linear attention of one head in float32, as kernels_numba/linear_attention.py: the
+    state KV' = φ(K)ᵀ[V | 1] summed one key at a time (``splits`` partial states, then their
+    sum; causal: one prefix, each query answered from the state after its last key), then
+    φ(q)·KV' one row of D at a time and num / den. → O float32 [Nq, d]."""
+    nq, d = q.shape
+    nk = k.shape[0]
+    fq, fk = emulate_phi(q, rng), emulate_phi(k, rng)
+    v1 = np.concatenate([v, np.ones((nk, 1), F32)], axis=1)
+
+    def answer(state, rows):
+        acc = np.zeros((len(rows), d + 1), F32)
+        for a in range(d):
+            acc = (acc + (fq[rows, a:a + 1] * state[a][None, :]).astype(F32)).astype(F32)
+        den = np.where(acc[:, d] > 0, acc[:, d], F32(1))
+        return np.where(acc[:, d:] > 0, (acc[:, :d] / den[:, None]).astype(F32), F32(0))
+
+    o = np.zeros((nq, d), F32)
+    if not causal:
+        state = np.zeros((d, d + 1), F32)
+        for part in np.array_split(np.arange(nk), splits):
+            s = np.zeros((d, d + 1), F32)
+            for j in part:
+                s = (s + (fk[j][:, None] * v1[j][None, :]).astype(F32)).astype(F32)
+            state = (state + s).astype(F32)
+        return answer(state, np.arange(nq))
+    state = np.zeros((d, d + 1), F32)
+    for j in range(nk):
+        state = (state + (fk[j][:, None] * v1[j][None, :]).astype(F32)).astype(F32)
+        i = j - (nk - nq)                       # the query whose last visible key is j
+        if 0 <= i < nq:
+            o[i] = answer(state, [i])[0]
+    return o
+
+
+def linear_case(rng, b, h, nq, nk, d, causal):
+    """max error / bound of the emulated linear attention against the float64 oracle."""
+    q, k, v = (rng.standard_normal((b, h, n, d)).astype(F32) for n in (nq, nk, nk))
+    o = np.empty((b, h, nq, d), F32)
+    for i in range(b):
+        for j in range(h):
+            o[i, j] = emulate_linear(q[i, j], k[i, j], v[i, j], causal, rng)
+    want = linear_attention(q, k, v, causal)
+    return float(ratio(np.abs(o - want), tolerance.linear_attention_tol(q, k, v,
+                                                                         causal=causal)).max())
+
+
+def merge_case(rng, parts, rows, d, spread):
+    """(o, lse) max error / bound of an emulated float32 merge_attention (§22)."""
+    o_parts = rng.standard_normal((parts, rows, d)).astype(F32)
+    lse = (rng.standard_normal((parts, rows)) * spread).astype(F32)
+    big = lse.max(axis=0)
+    e = ex2_exp((lse - big).astype(F32), rng)
+    total = np.zeros(rows, F32)
+    for p in range(parts):
+        total = (total + e[p]).astype(F32)
+    inv = (F32(1) / total).astype(F32)
+    o = np.zeros((rows, d), F32)
+    for p in range(parts):
+        w = (e[p] * inv).astype(F32)
+        o = (o + (w[:, None] * o_parts[p]).astype(F32)).astype(F32)
+    log = np.log(total.astype(np.float64)).astype(F32)       # logf: correctly rounded here
+    got_lse = (big + log).astype(F32)
+    o_ref, lse_ref = merge_attention(o_parts, lse)
+    tol = tolerance.merge_tol(o_parts, lse)
+    return (float(ratio(np.abs(o - o_ref), tol.o).max()),
+            float(ratio(np.abs(got_lse - lse_ref), tol.lse).max()))
 
 
 def ratio(err, bound):
@@ -259,12 +334,37 @@ def main(argv=None):
             worst = max(worst, got.max())
             if half is None:
                 worst32 = max(worst32, got.max())
+    lin_cases = [(1, 2, 13, 13, 16, False), (1, 2, 13, 13, 16, True), (2, 1, 9, 9, 40, True),
+                 (1, 1, 17, 17, 3, False), (1, 1, 7, 11, 24, True), (1, 1, 11, 7, 24, True),
+                 (1, 1, 300, 300, 64, False), (1, 1, 300, 300, 64, True)]
+    if args.big:
+        lin_cases += [(1, 1, 1000, 1000, 64, False), (1, 1, 1000, 1000, 64, True),
+                      (1, 1, 4097, 4097, 3, False), (1, 1, 1500, 1500, 128, False)]
+    lin_rows = []
+    for shape in lin_cases:
+        size = shape[2] * shape[3]
+        seeds = args.seeds // 10 if size < 5000 else max(args.seeds // 100, 1)
+        r = max(linear_case(rng, *shape) for _ in range(max(seeds, 1)))
+        lin_rows.append((f"linear attention {shape[:5]}{' causal' if shape[5] else ''}", r))
+        worst = max(worst, r)
+        worst32 = max(worst32, r)
+    for parts, spread in ((2, 4.0), (3, 4.0), (8, 30.0)):
+        r = np.zeros(2)
+        for _ in range(max(args.seeds // 10, 3)):
+            r = np.maximum(r, merge_case(rng, parts, 64, 16, spread))
+        lin_rows.append((f"merge_attention P={parts} |lse| ~ {spread:g}: o, lse", *r))
+        worst = max(worst, r.max())
+        worst32 = max(worst32, r.max())
     print(f"{'case':60s} {'O all rows':>11s} {'O row 0':>9s} {'LSE':>9s}   (max error / bound)")
     for name, a, b, c in rows:
         print(f"{name:60s} {a:11.3f} {b:9.3f} {c:9.3f}")
     print(f"{'case':60s} {'dq':>11s} {'dk':>9s} {'dv':>9s}   (max error / bound)")
     for name, a, b, c in bwd_rows:
         print(f"{name:60s} {a:11.3f} {b:9.3f} {c:9.3f}")
+    print(f"{'case':60s} {'O':>11s} {'LSE':>9s}   (max error / bound)")
+    for name, *vals in lin_rows:
+        print(f"{name:60s} " + " ".join(f"{x:11.3f}" if i == 0 else f"{x:9.3f}"
+                                         for i, x in enumerate(vals)))
     print(f"worst ratio {worst:.3f} (must be ≤ 1: the 16-bit roundings are exact bounds, "
           f"taken without a safety factor); float32 attention {worst32:.3f} (the "
           f"probabilistic model times SAFETY = {tolerance.SAFETY:g}: must be ≤ "

@@ -10,9 +10,11 @@ arithmetic does. So here:
   from the first rows, and of the neighbouring sequences' keys in varlen (lengths that are not
   tile multiples, so a tile reaches past a sequence's last key into the next one's);
 * every output is compared with the float64 oracle (which follows the rule): where the oracle
-  is finite the result is finite and within the method's bar; where it is not, the result is
-  not either; O = 0 and LSE = −inf exactly for a row that sees no key; dk = dv = 0 exactly for
-  a padded key.
+  is finite the result is finite and within the error model's bound (flashlesson.tolerance's
+  attention_tol / backward_tol for the method's arithmetic, on the finite part of the inputs:
+  the poisoned rows, which no finite result sees, count as zeros in the magnitudes); where it
+  is not, the result is not either; O = 0 and LSE = −inf exactly for a row that sees no key;
+  dk = dv = 0 exactly for a padded key.
 
 On tensor cores (``flash_tc``, fp16/bf16 and 3xTF32) padded keys are exact too: their loaders
 write a padded key's K and V rows as zeros on chip, both loader forms (register-staged and
@@ -24,11 +26,12 @@ does not. ``test_tensor_cores_causal_limit`` asserts exactly what is documented.
 
 import numpy as np
 import pytest
-from conftest import by_device
+from conftest import by_device, packed_tol
 
 from flashlesson import BFloat16, TcBwdConfig, TcConfig, attention, attention_backward, \
     varlen_attention, varlen_attention_backward
 import reference
+from flashlesson.tolerance import attention_tol, backward_tol
 from reference.attention_backward import attention_backward as ref_backward
 from reference.varlen import varlen_attention as ref_varlen, \
     varlen_attention_backward as ref_varlen_backward
@@ -45,10 +48,10 @@ TC_FWD = {"f16": TcConfig(Bc=by_device(16, 64), WARPS=by_device(2, 4)),
                            ASYNC=True)}
 TC_BWD = {"f16": TcBwdConfig(*by_device((16, 1, 16, 2), (64, 4, 64, 4))),
           "f16a": TcBwdConfig(*by_device((16, 1, 16, 2), (64, 8, 64, 8)), True, True)}
-# relative error bars, as the methods' own tests (fp32 CUDA cores; 16-bit P and dS on tensor
-# cores): the poison must not move a finite result at all, so the usual bars apply
-REL_FWD = {"f32": 1e-5, "tf32": 1e-5, "f16": 1e-2, "f16a": 1e-2, "bf16": 1e-2}
-REL_BWD = {"f32": 1e-4, "tf32": 1e-4, "f16": 2e-2, "f16a": 2e-2, "bf16": 5e-2}
+# the arithmetic of each input format, for flashlesson.tolerance: the poison must not move a
+# finite result at all, so the error model's usual bounds apply
+DTYPE = {"f32": "float32", "tf32": "tf32", "f16": "float16", "f16a": "float16",
+         "bf16": "bfloat16"}
 POISON = (np.nan, np.inf, -np.inf)
 
 # B, H, Nq, Nk, d: Nk not a multiple of any tile (16, 32, 64), d a multiple of 16 (flash_tc)
@@ -106,13 +109,36 @@ def _exempt_rows(method, case, nq):
     return np.zeros(nq, bool)
 
 
+def _finite(*arrays):
+    """The inputs with every non-finite entry set to 0: the finite part whose magnitudes the
+    error model takes (a finite result sees no poisoned key)."""
+    return [np.where(np.isfinite(x), x, 0.0) for x in arrays]
+
+
+def _fwd_tol(q64, k64, v64, fmt, causal, kpm):
+    """flashlesson.tolerance.attention_tol on the finite part of the inputs, elementwise with
+    the oracle's P there (a row with a finite oracle result sees the same keys in both)."""
+    q0, k0, v0 = _finite(q64, k64, v64)
+    o0, _, p0 = reference.attention(q0, k0, v0, causal=causal, key_padding_mask=kpm,
+                                    return_p=True)
+    return attention_tol(q0, k0, v0, dtype=DTYPE[fmt], p=p0, o=o0)
+
+
+def _bwd_bound(ref, q64, k64, fmt):
+    """backward_tol (relative to a gradient's largest |value|, as conftest.check_grads) on the
+    finite part of q, k, as an absolute bound for this gradient."""
+    top = np.max(np.abs(ref[np.isfinite(ref)]), initial=0.0)
+    return backward_tol(*_finite(q64, k64), dtype=DTYPE[fmt]) * top
+
+
 def _config(method, fmt, table):
     return table.get(fmt) if method == "flash_tc" else None
 
 
-def _match(got, ref, rel, name, exempt=None):
-    """Finite where the oracle is finite and within rel of its largest finite |value|;
-    non-finite where the oracle is not. ``exempt``: bool over the rows (axis −2 of O, dq)."""
+def _match(got, ref, bound, name, exempt=None):
+    """Finite where the oracle is finite and within ``bound`` (absolute, broadcastable to
+    ref) of it there; non-finite where the oracle is not. ``exempt``: bool over the rows
+    (axis −2 of O, dq)."""
     got = _f64(got)
     fin = np.isfinite(ref)
     check = np.ones(ref.shape, bool)
@@ -122,9 +148,10 @@ def _match(got, ref, rel, name, exempt=None):
     assert not bad.any(), f"{name}: finite/non-finite differs from the oracle at " \
                           f"{np.argwhere(bad)[:5].tolist()}"
     sel = check & fin
-    top = max(np.max(np.abs(ref[sel]), initial=0.0), 1e-30)
-    err = np.max(np.abs(got[sel] - ref[sel]), initial=0.0) / top
-    assert err <= rel, f"{name}: relative error {err:.2e} > {rel:.0e}"
+    bound = np.broadcast_to(bound, ref.shape)[sel]
+    err = np.abs(got[sel] - ref[sel])
+    worst = np.max(err / np.maximum(bound, 1e-300), initial=0.0)
+    assert np.all(err <= bound), f"{name}: error {np.max(err):.2e}, {worst:.2f}× the bound"
 
 
 @pytest.mark.parametrize("case", ["pad", "causal"])
@@ -137,8 +164,9 @@ def test_forward(rng, method, fmt, case):
                        method=method, config=_config(method, fmt, TC_FWD))
     o_ref, lse_ref = reference.attention(q64, k64, v64, causal=causal, key_padding_mask=kpm)
     exempt = _exempt_rows(method, case, o_ref.shape[2])
-    _match(o, o_ref, REL_FWD[fmt], "O", exempt)
-    _match(lse, lse_ref, REL_FWD[fmt], "LSE", exempt)
+    tol = _fwd_tol(q64, k64, v64, fmt, causal, kpm)
+    _match(o, o_ref, tol.o, "O", exempt)
+    _match(lse, lse_ref, tol.lse, "LSE", exempt)
     assert np.isfinite(o_ref[..., :min(HIDDEN), :]).all()      # (the test means something)
     if case == "pad":                      # the row that sees no key: exactly 0 and −inf
         assert np.all(_f64(o)[1] == 0) and np.all(np.isneginf(lse[1]))
@@ -156,11 +184,12 @@ def test_backward(rng, method, fmt, case):
                                method=method, config=_config(method, fmt, TC_BWD))
     refs = ref_backward(do64, q64, k64, v64, causal=causal, key_padding_mask=kpm)
     exempt = _exempt_rows(method, case, q64.shape[2])
-    _match(grads[0], refs[0], REL_BWD[fmt], "dq", exempt)
+    bound = [_bwd_bound(r, q64, k64, fmt) for r in refs]
+    _match(grads[0], refs[0], bound[0], "dq", exempt)
     if exempt.any():
         return                             # (a NaN row of dS reaches every key it sees)
-    _match(grads[1], refs[1], REL_BWD[fmt], "dk")
-    _match(grads[2], refs[2], REL_BWD[fmt], "dv")
+    _match(grads[1], refs[1], bound[1], "dk")
+    _match(grads[2], refs[2], bound[2], "dv")
     if case == "pad":                      # a padded key gets exactly nothing
         hidden = ~kpm[:, None, :, None]
         for g in grads[1:]:
@@ -190,13 +219,15 @@ def test_varlen(rng, causal):
     q, k, v, do, cu_q, cu_k, sizes = _varlen(rng)
     o, lse = varlen_attention(q, k, v, cu_q, cu_k, causal=causal, return_lse=True, **sizes)
     o_ref, lse_ref = ref_varlen(q, k, v, cu_q, cu_k, causal=causal, return_lse=True)
-    _match(o, o_ref, REL_FWD["f32"], "O")
-    _match(lse, lse_ref, REL_FWD["f32"], "LSE")
+    tol = packed_tol(*_finite(q, k, v))    # (every packed key counted: an upper bound)
+    _match(o, o_ref, tol.o, "O")
+    _match(lse, lse_ref, tol.lse, "LSE")
     assert np.isfinite(o_ref[cu_q[1]:cu_q[2]]).all()   # the middle sequence: exact
     grads = varlen_attention_backward(do, q, k, v, o, lse, cu_q, cu_k, causal=causal, **sizes)
     refs = ref_varlen_backward(do, q, k, v, cu_q, cu_k, causal=causal)
+    qh, kh = (np.swapaxes(x, 0, 1) for x in (q, k))    # [H, total, d]: every packed row
     for name, g, r in zip(("dq", "dk", "dv"), grads, refs):
-        _match(g, r, REL_BWD["f32"], name)
+        _match(g, r, _bwd_bound(r, qh, kh, "f32"), name)
 
 
 # The tensor cores' documented limit, exactly: N queries = N keys, causal, one poisoned key J
@@ -227,8 +258,9 @@ def test_tensor_cores_causal_limit(rng, fmt):
     o_ref, lse_ref = reference.attention(q64, k64, v64, causal=True)
     limit = _limit_rows(fwd.Br, fwd.Bc, N_LIM, J_LIM)
     assert limit.any() and (~limit[:J_LIM]).any()          # (both kinds of rows exist)
-    _match(lse, lse_ref, REL_FWD[fmt], "LSE")               # every row: K is masked by select
-    _match(o, o_ref, REL_FWD[fmt], "O", limit)
+    tol = _fwd_tol(q64, k64, v64, fmt, True, None)
+    _match(lse, lse_ref, tol.lse, "LSE")                    # every row: K is masked by select
+    _match(o, o_ref, tol.o, "O", limit)
     # the backward from the oracle's O and LSE (finite in rows < J: D is), so that what is
     # checked is the backward kernels' own limit: dq's rows as O's, with the dQ kernel's tiles
     o_in = _cast([o_ref.astype(np.float32)], fmt)[0][0]
@@ -237,5 +269,5 @@ def test_tensor_cores_causal_limit(rng, fmt):
     dq_ref = ref_backward(do64, q64, k64, v64, causal=True)[0]
     limit = _limit_rows(16 * bwd.Q_WARPS, bwd.Bk, N_LIM, J_LIM)
     assert limit.any() and (~limit[:J_LIM]).any()
-    _match(dq, dq_ref, REL_BWD[fmt], "dq", limit)
+    _match(dq, dq_ref, _bwd_bound(dq_ref, q64, k64, fmt), "dq", limit)
     assert np.isfinite(_f64(dq)[..., :J_LIM, :][..., ~limit[:J_LIM], :]).all()

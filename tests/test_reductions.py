@@ -1,11 +1,17 @@
 """The shared device functions of kernels_numba/reductions.py (§6, §10, §19), each through a tiny
-kernel, against NumPy. Outputs are NaN-poisoned before each launch."""
+kernel, against NumPy. Outputs are NaN-poisoned before each launch.
+
+A max is exact (compared with ==); a float32 sum of n terms is within
+flashlesson.tolerance.sum_tol (S·λ·u·√n·Σ|x|: its error scales with Σ|x|, not with the
+possibly cancelling sum); §19's merged l within merge_l_tol (per state, its path's
+roundings and the shifts e^{m_p − m})."""
 
 import numpy as np
 import pytest
 from conftest import by_device
 from numba import cuda, float32
 
+from flashlesson.tolerance import merge_l_tol, sum_tol
 from kernels_numba import reductions as R
 from reference import merge_ml as merge_ml_oracle
 
@@ -38,9 +44,10 @@ def test_warp_reductions_every_lane_gets_the_result(rng):
         lanes = slice(32 * w, 32 * w + 32)
         assert np.all(got[lanes, 0] == x[lanes].max())
         assert np.all(got[lanes, 2] == x[lanes].max())
-        want, tol = x[lanes].astype(np.float64).sum(), 1e-6 * np.abs(x[lanes]).sum()
-        np.testing.assert_allclose(got[lanes, 1], want, rtol=1e-5, atol=tol)   # (tol: Σ|x|
-        np.testing.assert_allclose(got[lanes, 3], want, rtol=1e-5, atol=tol)   # sets the error)
+        want = x[lanes].astype(np.float64).sum()
+        tol = sum_tol(np.abs(x[lanes]).astype(np.float64).sum(), 32)
+        np.testing.assert_allclose(got[lanes, 1], want, rtol=0, atol=tol)
+        np.testing.assert_allclose(got[lanes, 3], want, rtol=0, atol=tol)
 
 
 def _lanes_kernel(G):
@@ -60,8 +67,9 @@ def test_lane_group_reductions_stay_inside_their_group(G, rng):
     got = out.copy_to_host()
     groups = x.reshape(-1, G)
     np.testing.assert_array_equal(got[:, 0], np.repeat(groups.max(1), G))
-    np.testing.assert_allclose(got[:, 1], np.repeat(groups.astype(np.float64).sum(1), G),
-                               rtol=1e-5, atol=1e-6 * np.abs(x).sum())
+    tol = sum_tol(np.abs(groups).astype(np.float64).sum(1), G)
+    assert np.all(np.abs(got[:, 1] - np.repeat(groups.astype(np.float64).sum(1), G))
+                  <= np.repeat(tol, G))
 
 
 @cuda.jit
@@ -85,9 +93,9 @@ def test_block_reductions(threads, rng):
     for b in range(2):
         blk = slice(b * threads, (b + 1) * threads)
         assert np.all(got[blk, 0] == x[blk].max())
-        # float32 summation error scales with Σ|x|, not with the (possibly cancelling) sum
-        np.testing.assert_allclose(got[blk, 1], x[blk].astype(np.float64).sum(), rtol=1e-5,
-                                   atol=1e-6 * np.abs(x[blk]).astype(np.float64).sum())
+        np.testing.assert_allclose(got[blk, 1], x[blk].astype(np.float64).sum(), rtol=0,
+                                   atol=sum_tol(np.abs(x[blk]).astype(np.float64).sum(),
+                                                threads))
 
 
 @cuda.jit
@@ -115,7 +123,8 @@ def test_merge_ml_matches_oracle(rng):
     want_m, want_l = merge_ml_oracle(ma.astype(np.float64), la.astype(np.float64),
                                      mb.astype(np.float64), lb.astype(np.float64))
     np.testing.assert_array_equal(got[:, 0], want_m.astype(np.float32))
-    np.testing.assert_allclose(got[:, 1], want_l, rtol=2e-6)
+    tol = merge_l_tol(np.stack([ma, mb]), np.stack([la, lb]), depth=1)
+    assert np.all(np.abs(got[:, 1] - want_l) <= tol)
     assert got[2, 0] == -np.inf and got[2, 1] == 0
 
 
@@ -130,7 +139,9 @@ def _block_merge_kernel(m_in, l_in, out):
 
 
 def test_block_merge_ml_equals_whole_row_state(rng):
-    """§19 over a block: per-thread states of pieces of a row merge into the row's (m, l)."""
+    """§19 over a block: per-thread states of pieces of a row merge into the row's (m, l) —
+    the row's max exactly; its l = Σ_t e^{m_t − m}·l_t of the float32 states the kernel got,
+    within merge_l_tol for two levels of warp butterflies (depth 2·log₂32)."""
     threads = by_device(64, 256)
     pieces = rng.standard_normal((threads, 5)) * 4
     pieces[3] = -np.inf                                  # one thread saw only −inf: empty state
@@ -141,6 +152,7 @@ def test_block_merge_ml_equals_whole_row_state(rng):
     _block_merge_kernel[1, threads](cuda.to_device(m_t.astype(np.float32)),
                                     cuda.to_device(l_t.astype(np.float32)), out)
     got = out.copy_to_host()
-    m = pieces.max()
-    np.testing.assert_allclose(got[:, 0], m, rtol=1e-6)
-    np.testing.assert_allclose(got[:, 1], np.exp(pieces - m).sum(), rtol=2e-5)
+    m32, l32 = (x.astype(np.float32).astype(np.float64) for x in (m_t, l_t))
+    assert np.all(got[:, 0] == np.float32(pieces.max()))      # a max: exact
+    want_l = np.sum(np.exp(np.where(np.isfinite(m32), m32 - m32.max(), -np.inf)) * l32)
+    assert np.all(np.abs(got[:, 1] - want_l) <= merge_l_tol(m32, l32, depth=10))

@@ -63,6 +63,24 @@ comes from rows where dS = P∘(dP − D) does not cancel, so these relative err
  too: + ``HALF_BWD``·u_h (8: two roundings per product path, ×2 for dP − D's cancellation;
  the emulation sees ≤ 2·u_h).
 
+**Sums, merges, linear attention** (float32; each function's docstring has the details):
+ - ``sum_tol``: a sum of n terms in any order (the §6/§10 warp and block sums): n − 1
+   roundings, each ≤ u·Σ|x|: S·λ·u·√n·Σ|x|. A max is exact (compared with ==).
+ - ``merge_l_tol``: §19's l = Σ_p e^{m_p − m}·l_p through a tree of pairwise merges of depth
+   D: a state's shifts along its path add up to m − m_p, so its term is off by ≤ u·(1 + 4D
+   + 2.2·(m − m_p)) relative (subtraction, __expf, product, sum per level); deterministic.
+ - ``merge_tol``: §22's merge of P (o_p, lse_p): x_p = lse_p − M is rounded absolutely, so
+   e^{x_p} carries u·(2 + 2.2|x_p|) relative and lse an absolute error of ulps of |M| — the
+   cancellation of an lse near 0 — plus the log and the final sum; o: each w_p·o_p's
+   relative error and the P − 1 sums. Deterministic (P is small), times S.
+ - ``linear_attention_tol`` (§45, O(N·d²)): O_i = Σ_j w_ij v_j / Σ_j w_ij with positive
+   weights w_ij = φ(q_i)·φ(k_j); φ's roundings (x + 1, or __expf: e_φ = u·(2 + 1.2·X), X the
+   largest −x) move O by ≤ 2e_φ·(W + |O|), W = Σ_j w_ij|v_jc|/Σ_j w_ij; the state sums over
+   the n_i keys a query sees are random walks (random-sign v): λ·RANDOM_SUM·u·√(2n_i + 2)·R,
+   R = √(Σ_j (φ(q_i)²·φ(k_j)²)·v_jc²)/Σ_j w_ij; the normalizer's positive sums:
+   λ·POSITIVE_SUM·u·√(2n_i)·|O|; the dot products over d (terms of one sign):
+   λ·POSITIVE_SUM·u·√(2d + 2)·(W + |O|); the division u·|O|; all times S. Elementwise.
+
 **Safety factor** S = ``SAFETY`` = 2 over the probabilistic (float32) part of the model; the
 16-bit roundings of the forward are exact bounds of round-to-nearest and are taken as they
 are. Observed (``python3 scripts/tolerance_check.py --seeds 200 --big``: a float32 NumPy
@@ -71,7 +89,10 @@ error drawn at random, P and O (forward), P and dS (backward) rounded to 16 bits
 fp16/bf16; the backward from the emulated forward's O and LSE — at the tests' and the tour's
 shapes and at GPU shapes: §42's B=1 H=4 Nq=500 Nk=2000 d=128 causal, Q's row 0 × 4 or × 30;
 the backward at the tests' GPU shapes 100², 257×130 d=80, 77×300 d=96, 200×65 d=256,
-1000² d=64 causal), the largest max-error / bound over all seeds:
+1000² d=64 causal; linear attention, the kernels' float32 steps one rounding at a time — φ,
+the state summed key by key in two splits (causal: a prefix, each query answered after its
+last key), φ(q)·state row by row — at the tests' shapes and 1000² d=64, 4097² d=3, 1500²
+d=128; merge_attention of 2, 3, 8 parts), the largest max-error / bound over all seeds:
 
     ==========================================  =========  =========  =========
     case                                         float32     fp16       bf16
@@ -82,6 +103,9 @@ the backward at the tests' GPU shapes 100², 257×130 d=80, 77×300 d=96, 200×6
     attention LSE (all shapes)                   0.10–0.24  (float32 model)
     backward dq, dk, dv (random inputs)          0.02–0.11  ≤ 0.26     ≤ 0.24
     backward, one q and one k row × 5 or × 30    ≤ 0.02     —          —
+    linear attention, tests' shapes, causal      0.05–0.08  —          —
+    linear attention, N = 300 … 4097, full       0.010–0.02 —          —
+    merge_attention o, lse (P = 2, 3, 8)         0.11–0.37  —          —
     ==========================================  =========  =========  =========
 
 So the float32 bounds sit 4–25× above the emulated error (the GPU's FMA contraction, __expf
@@ -91,7 +115,10 @@ missed rescale gives (errors of order |V|: a last K/V tile left unrescaled fails
 bound, a causal mask off by one at 10⁵×); the softmax's float32 rtol keeps the worst-case
 λ·√n (a row with one dominant entry: thousands of tiny terms added to ~1 round one way, not
 at random — the emulation reaches 0.64 at n = 4096 with a sequential sum; the kernels' tree
-sums do better). The 16-bit bounds are within 1.4–4× of what is seen (the roundings are the
+sums do better). Linear attention's bound sits 12–100× above the emulated error (the
+deterministic φ and dot-product terms, scaled by W ≈ the mean |v| while O, an average of N
+values of v, shrinks as 1/√N); one key left out gives 500× the bound at N = 4097, d = 3,
+960× at 1000², d = 64. The 16-bit bounds are within 1.4–4× of what is seen (the roundings are the
 error), so a 16-bit packing bug that doubles the error fails. The simulator computes in
 float64 between stores, so its errors are smaller still.
 """
@@ -251,6 +278,127 @@ def backward_tol(q, k, v=None, do=None, *, scale=None, dtype="float32"):
     return rel
 
 
-__all__ = ["AttentionTol", "HALF", "POSITIVE_SUM", "RANDOM_SUM", "SCORE_STD", "LAMBDA", "SAFETY", "UNIT_ROUNDOFF",
-           "attention_tol", "backward_tol", "dtype_name", "forward_terms", "score_bound",
-           "softmax_tol", "unit_roundoff"]
+def sum_tol(abs_sum, n, dtype="float32"):
+    """Bound on |Σ̂x − Σx| for a float32 sum of n terms in any order (sequential, a tree, a
+    butterfly): each of the n − 1 additions rounds once, an error of at most u times its
+    partial sum, itself at most Σ|x|; independent errors: S·λ·u·√n·Σ|x| (``abs_sum`` = Σ|x|,
+    an array broadcasts). A max is exact: it needs no bound."""
+    n = _count(n, "n")
+    return SAFETY * LAMBDA * unit_roundoff(dtype) * math.sqrt(n) * np.asarray(abs_sum,
+                                                                                np.float64)
+
+
+def merge_l_tol(m_parts, l_parts, depth, axis=0):
+    """Bound on |l̂ − l| for l = Σ_p e^{m_p − m}·l_p (§19's merge of P states (m_p, l_p), in a
+    tree of ``depth`` pairwise merges, float32), along ``axis``. State p reaches the root
+    through ≤ depth merges, each a subtraction (u·|x|), an __expf (u·(2 + 1.2|x|)), a
+    product and a sum (u each); the shifts x of its path add up to m − m_p, so its term
+    t_p = e^{m_p − m}·l_p has a relative error ≤ u·(1 + 4·depth + 2.2·(m − m_p)) (the 1: l_p
+    rounded to float32 on input). Deterministic (depth is small): S·u·Σ_p that·t_p."""
+    m_parts = np.asarray(m_parts, np.float64)
+    l_parts = np.asarray(l_parts, np.float64)
+    m = np.max(m_parts, axis=axis, keepdims=True)
+    safe = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(invalid="ignore"):
+        t = np.where(np.isneginf(m_parts), 0.0, np.exp(m_parts - safe) * l_parts)
+        shift = np.where(t > 0, safe - m_parts, 0.0)
+    u = UNIT_ROUNDOFF["float32"]
+    return SAFETY * u * np.sum((1 + 4 * depth + 2.2 * shift) * t, axis=axis)
+
+
+def merge_tol(o_parts, lse_parts):
+    """Bounds on |o − o_ref| (per element) and |lse − lse_ref| (per row) of §22's merge
+    (``merge_attention``, float32): M = max_p lse_p, x_p = lse_p − M, w_p = e^{x_p}/Σ e^{x},
+    lse = M + ln Σ_p e^{x_p}, o = Σ_p w_p·o_p. As an :class:`AttentionTol`.
+     - x_p: one rounding, u·|x_p| — absolute in x, so a relative error of e^{x_p}: this is
+       where an lse near 0 from parts of size |lse_p| gets an error of ulps of max|lse_p|,
+       not of itself; __expf: u·(2 + 1.2|x_p|). The total (P positive terms, ≥ 1): relative
+       r = u·Σ_p w_p·(2 + 2.2|x_p|) + (P − 1)·u.
+     - lse: r, the log (≤ 1 ulp of a value in [0, ln P]: u·(1 + 2 ln P)) and the final sum
+       (u·|lse| ≤ u·(|M| + ln P)).
+     - o: each w_p·o_p off by u·(4 + 2.2|x_p|) + r relative (exp, reciprocal, product), the
+       P − 1 sums u·Σ_p w_p|o_p| each.
+    Deterministic (P is small), times S."""
+    o_parts = np.asarray(o_parts, np.float64)
+    lse_parts = np.asarray(lse_parts, np.float64)
+    n_parts = max(lse_parts.shape[0], 1)
+    u = UNIT_ROUNDOFF["float32"]
+    big = np.max(lse_parts, axis=0, initial=-np.inf)
+    safe = np.where(np.isfinite(big), big, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        e = np.where(np.isneginf(lse_parts), 0.0, np.exp(lse_parts - safe))
+        x = np.where(e > 0, np.abs(lse_parts - safe), 0.0)
+        total = e.sum(axis=0)
+        w = np.where(total > 0, e / np.where(total > 0, total, 1.0), 0.0)
+    r = u * np.sum(w * (2 + 2.2 * x), axis=0) + (n_parts - 1) * u
+    log_p = math.log(n_parts)
+    lse = np.where(total > 0, r + u * (1 + 2 * log_p) + u * (np.abs(safe) + log_p), 0.0)
+    wo = w[..., None] * np.abs(o_parts)
+    o = np.sum(wo * (u * (4 + 2.2 * x[..., None]) + r[None, ..., None]), axis=0) + \
+        (n_parts - 1) * u * wo.sum(axis=0)
+    return AttentionTol(SAFETY * o, SAFETY * lse)
+
+
+def linear_attention_tol(q, k, v, *, causal=False):
+    """Bound on |O − O_ref| per element of §45's linear attention (float32 kernels,
+    ``kernels_numba/linear_attention.py``): O_ic = N_ic/Z_i, N_ic = Σ_a φ(q_i)_a·KV_ac,
+    Z_i = Σ_a φ(q_i)_a·z_a, KV_ac = Σ_j φ(k_j)_a·v_jc, z_a = Σ_j φ(k_j)_a over the n_i keys
+    query i sees (Nk, or the causal prefix). With the weights w_ij = φ(q_i)·φ(k_j) > 0,
+    O_i = Σ_j w_ij v_j / Σ_j w_ij, and the two scales are W_ic = Σ_j w_ij|v_jc|/Z_i (the
+    weighted mean of |v|) and R_ic = √(Σ_j (Σ_a φ(q_i)_a²φ(k_j)_a²)·v_jc²)/Z_i (the random-walk
+    size of the key sums, as seen through φ(q_i)). Sources, each absolute in O:
+     - φ(x) = x + 1 (one rounding) or __expf(x): relative ≤ e_φ = u·(2 + 1.2·X), X the largest
+       −x of q and k. A weight w_ij gets ≤ 2·e_φ (positive sums of products), in N and Z alike,
+       so O moves by ≤ 2·e_φ·Σ_j w_ij|v_jc − O_ic|/Z_i ≤ 2·e_φ·(W_ic + |O_ic|).
+     - KV over n_i keys (random-sign terms: v; the splits' partials and their sum: ≤ 2·n_i
+       roundings; one product each): std ≤ RANDOM_SUM·u·√(2n_i + 2)·T_ac, T_ac² = Σ_j
+       φ(k_j)_a²v_jc²; through φ(q_i) (independent over a): λ·RANDOM_SUM·u·√(2n_i + 2)·R_ic.
+     - z over n_i keys (positive): relative λ·POSITIVE_SUM·u·√(2n_i), so |O| times that.
+     - the dot products over D = d rows (products, G groups' partials, their sum: ≤ 2d + 2
+       roundings) — N's terms share their sign (every KV_ac is a positive combination of the
+       same v_:c), so both are positive-sum-like: λ·POSITIVE_SUM·u·√(2d + 2)·(W_ic + |O_ic|);
+       the division: u·|O_ic|.
+     o_ic = S·(2e_φ·(W + |O|) + λ·u·(RANDOM_SUM·√(2n_i + 2)·R + POSITIVE_SUM·(√(2n_i)·|O|
+            + √(2d + 2)·(W + |O|))) + u·|O|);
+    a query that sees no key: 0 (the kernel writes 0 exactly). Assumes random-sign v (as
+    the attention model assumes of its dot products). Returns an array of O's shape.
+    O(Nq·Nk·d) per head (the quadratic form): for test shapes."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    nq, d = q.shape[-2:]
+    nk = k.shape[-2]
+    u = UNIT_ROUNDOFF["float32"]
+
+    def phi(x):
+        return np.where(x > 0, x + 1.0, np.exp(np.minimum(x, 0.0)))
+
+    visible = np.ones((nq, nk), bool)
+    if causal:                                   # bottom-right: query i sees j ≤ i + Nk − Nq
+        visible = np.arange(nk)[None, :] <= np.arange(nq)[:, None] + (nk - nq)
+    n_i = visible.sum(axis=1).astype(np.float64)[:, None]            # keys each query sees
+    lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    out = np.zeros(lead + (nq, v.shape[-1]))
+    qb, kb, vb = (np.broadcast_to(x, lead + x.shape[-2:]) for x in (q, k, v))
+    for idx in np.ndindex(*lead):
+        qi, ki, vi = qb[idx], kb[idx], vb[idx]
+        fq, fk = phi(qi), phi(ki)
+        x_neg = max(0.0, -float(min(qi.min(initial=0.0), ki.min(initial=0.0))))
+        e_phi = u * (2 + 1.2 * x_neg)
+        w = np.where(visible, fq @ fk.T, 0.0)
+        w2 = np.where(visible, (fq ** 2) @ (fk ** 2).T, 0.0)
+        z = w.sum(axis=1, keepdims=True)
+        zs = np.where(z > 0, z, 1.0)
+        o = np.abs(w @ vi) / zs
+        big_w = (w @ np.abs(vi)) / zs
+        r = np.sqrt(w2 @ vi ** 2) / zs
+        bound = (2 * e_phi * (big_w + o) +
+                 LAMBDA * u * (RANDOM_SUM * np.sqrt(2 * n_i + 2) * r +
+                               POSITIVE_SUM * (np.sqrt(2 * n_i) * o +
+                                               math.sqrt(2 * d + 2) * (big_w + o))) + u * o)
+        out[idx] = np.where(z > 0, SAFETY * bound, 0.0)
+    return out
+
+
+__all__ = ["AttentionTol", "HALF", "POSITIVE_SUM", "RANDOM_SUM", "SCORE_STD", "LAMBDA", "SAFETY",
+           "UNIT_ROUNDOFF", "attention_tol", "backward_tol", "dtype_name", "forward_terms",
+           "linear_attention_tol", "merge_l_tol", "merge_tol", "score_bound", "softmax_tol",
+           "sum_tol", "unit_roundoff"]
