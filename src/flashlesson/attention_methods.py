@@ -129,6 +129,7 @@ class AttentionMethod:
     idea: str
     kernels: str
     hbm_extra: str          # what it keeps in HBM beyond Q, K, V, O (and LSE)
+    lesson_kernel: str = ""     # its lesson-tier kernel(s) in kernels_numba/lesson/ ("": none)
 
 
 METHODS = {m.name: m for m in [
