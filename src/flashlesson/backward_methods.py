@@ -153,7 +153,7 @@ METHODS = {m.name: m for m in [
                     "dV and one over Q tiles for dQ, S and P recomputed from Q, K and LSE; no "
                     "atomics", "attention_backward.bwd_preprocess, flash_bwd_dkdv_kernel, "
                     "flash_bwd_dq_kernel", "D [B·H, Nq] (nothing N × N)",
-                    lesson_kernel="lesson.backward.D_kernel, dkdv_kernel, dq_kernel"),
+                    lesson_kernels="lesson.backward.D_kernel, dkdv_kernel, dq_kernel"),
     AttentionMethod("flash_tc", "30, 37", "the flash backward on tensor cores: fp16/bf16 "
                     "inputs (m16n8k16, chosen by themselves), float32 inputs with 3xTF32 "
                     "(three m16n8k8 tf32 mmas a product); no dropout",
@@ -163,7 +163,7 @@ METHODS = {m.name: m for m in [
 ]}
 CHOICES = tuple(METHODS)
 # The methods with a lesson-tier kernel (``tier="lesson"``), read from the registry.
-LESSON_METHODS = tuple(name for name, m in METHODS.items() if m.lesson_kernel)
+LESSON_METHODS = tuple(name for name, m in METHODS.items() if m.lesson_kernels != "—")
 
 
 def lesson_tiles(d):
