@@ -1,6 +1,21 @@
 """FlashAttention backward (lesson §30–31), with §34 causal, §35 key padding and packed
 variable-length sequences, and §36 dropout.
 
+Ladder (issue 13: from the lesson kernel to this file, step by step; H200 numbers from the
+repository's own records, with their date — "not measured yet" where none exists)
+| step | what changed                                     | measured on the H200            | reproduce                       |
+|------|--------------------------------------------------|---------------------------------|---------------------------------|
+| 0    | lesson tier, ``kernels_numba/lesson/backward.py``| not measured yet                | ``attention_backward(...,       |
+|      | (§30): a thread per key (dK/dV) or query (dQ),   |                                 | tier="lesson")``                |
+|      | its rows in local memory, one tile in shared     |                                 |                                 |
+| 1    | this file: TR × TC threads share a tile, S and   | 12.5 TFLOP/s at B4 H16 N1024    | ``flashlesson bench attention   |
+|      | dP as register blocks (4 along d per load), Kj,  | d64 vs 4.4 for the naive (§31)  | --backward``                    |
+|      | Vj and Qi, dOi in padded shared tiles            | (docs/bench_attention_backward_ |                                 |
+|      |                                                  | h200.json, 2026-11-30)          |                                 |
+| 2    | tiles per head dim from a sweep (BWD_GPU_CONFIGS)| d64: (128, 64, 32, 8) 12.7 vs   | ``scripts/tune_backward.py``    |
+|      |                                                  | 12.1 for (64, 64, 16, 8)        |                                 |
+|      |                                                  | (B1 H16 N4096, 2026-11-30)      |                                 |
+
 Menu
 | kernel                                   | §         | what                                    |
 |------------------------------------------|-----------|-----------------------------------------|

@@ -2,6 +2,17 @@
 loop order: ``attention.flash_forward_kernel`` with the next K/V tile on its way while the
 current one is computed.
 
+Ladder (issue 13; H200 numbers from docs/bench_loop_order_h200.json, 2026-11-30, fp32, B2 H16
+N4096 d64, tiles Br=128 Bc=64 TR=16 TC=8; the single-buffered ``flash``: 31.5 TFLOP/s)
+| step | what changed                                     | measured on the H200            | reproduce                       |
+|------|--------------------------------------------------|---------------------------------|---------------------------------|
+| 0    | lesson tier: §42/§43 plain double buffer and     | not written yet (issue 13 open) | —                               |
+|      | producer/consumer                                |                                 |                                 |
+| 1    | this file, producers = 0: next K/V tile through  | 19.0 TFLOP/s (7.25 ms): slower  | ``scripts/bench_loop_order.py`` |
+|      | registers, two buffers, one barrier a tile       | than flash (double the shared   |                                 |
+|      |                                                  | memory, fewer blocks per SM)    |                                 |
+| 2    | producers = 1: one warp only loads (§43)         | 22.9 TFLOP/s (6.0 ms)           | ``scripts/bench_loop_order.py`` |
+
 Menu
 | kernel                                  | §  | what                                           |
 |-----------------------------------------|----|------------------------------------------------|

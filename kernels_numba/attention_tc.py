@@ -11,6 +11,22 @@ Menu
 |                                                   | x = big + small, a·b ≈ big·big + big·small +  |
 |                                                   | small·big (m16n8k8 tf32), fp32 accuracy       |
 
+Ladder (issue 13: from the lesson kernel to this file, step by step; H200 numbers from the
+repository's own records, with their date — "not measured yet" where none exists). Ratios are
+× torch SDPA flash in the same process, fp16, B2 H16 N4096 d64.
+| step | what changed                                     | measured on the H200            | reproduce                       |
+|------|--------------------------------------------------|---------------------------------|---------------------------------|
+| 0    | lesson tier, ``kernels_numba/lesson/tensor_core. | not measured yet                | ``attention(..., method=        |
+|      | py`` (§37): one warp per 16 rows, plain loads,   |                                 | "flash_tc", tier="lesson")``    |
+|      | natural-log softmax, l per row                   |                                 |                                 |
+| 1    | several warps a block, fragments straight from   | 0.59× (MT = 2, register-staged; | ``scripts/tune_tc.py``          |
+|      | words, MT = 2 row blocks per warp                | tc_methods, 2026-11-30)         |                                 |
+| 2    | ASYNC: cp.async K/V stages, ldmatrix fragments,  | 0.74× (4 warps), 0.80× (8 warps)| ``scripts/tune_tc.py``          |
+|      | 8 warps                                          | (2026-11-30)                    |                                 |
+| 3    | base-2 exponentials (mma.ex2, log2e folded into  | 0.90× (README's bench; forward  | ``flashlesson bench attention   |
+|      | the scale), 32-bit shared addresses              | 0.77–0.99× over the sizes, git  | --tc``                          |
+|      |                                                  | a4b5d17, 2026-11-30)            |                                 |
+
 The same loop as ``flash_forward_kernel`` (kernels_numba/attention.py, §32), with the two
 products moved to the tensor cores (§37)::
 

@@ -9,6 +9,19 @@ Menu
 | ``flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL,       | one block per 16·WARPS queries, K/V     |
 |   PAD, BF16, ASYNC)``                                | tiles streamed: dQ += dS K              |
 
+Ladder (issue 13; H200 numbers from the repository's own records, with their date)
+| step | what changed                                     | measured on the H200            | reproduce                       |
+|------|--------------------------------------------------|---------------------------------|---------------------------------|
+| 0    | lesson tier: §30 on CUDA cores, float32          | not measured yet                | ``attention_backward(...,       |
+|      | (``kernels_numba/lesson/backward.py``); there is |                                 | tier="lesson")``                |
+|      | no lesson tensor-core backward                   |                                 |                                 |
+| 1    | this file: D, dK/dV on the transposed problem,   | not measured separately         | ``scripts/tune_tc_bwd.py``      |
+|      | dQ, all on mma.sync (git 04ac8dc, 2026-11-30)    |                                 |                                 |
+| 2    | ASYNC loads, base-2 exponentials (mma.ex2)       | 0.62–0.84× SDPA flash backward  | ``flashlesson bench attention   |
+|      | (git a4b5d17, 2026-11-30)                        | (a4b5d17); 166.9 TFLOP/s at B2  | --tc --backward``               |
+|      |                                                  | H16 N4096 d64, 0.63× (docs/bench|                                 |
+|      |                                                  | _attention_tc_backward_h200)    |                                 |
+
 The same three kernels as the CUDA-core backward (kernels_numba/attention_backward.py): S and P
 recomputed from Q, K and the forward's LSE (nothing N × N stored), no atomics (every gradient
 element is summed by one block in a fixed order: bitwise the same from run to run). Every

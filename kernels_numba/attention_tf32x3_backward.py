@@ -8,6 +8,17 @@ Menu
 | ``flash_tf32x3_bwd_dq_kernel(D, Bk, WARPS, CAUSAL,     | one block per 16·WARPS queries, K/V   |
 |   PAD)``                                               | tiles streamed: dQ += dS K            |
 
+Ladder (issue 13; H200 numbers from the repository's own records, with their date)
+| step | what changed                                     | measured on the H200            | reproduce                       |
+|------|--------------------------------------------------|---------------------------------|---------------------------------|
+| 0    | lesson tier: §30 on CUDA cores, float32          | not measured yet                | ``attention_backward(...,       |
+|      | (``kernels_numba/lesson/backward.py``)           |                                 | tier="lesson")``                |
+| 1    | this file: the tensor-core backward with three   | 23.7 TFLOP/s at B4 H16 N1024    | ``flashlesson bench attention   |
+|      | tf32 mmas a product (3xTF32)                     | d64, 0.71× SDPA efficient fp32; | --tc --backward``               |
+|      |                                                  | 25.5 at B2 H16 N4096 d64 (docs/ |                                 |
+|      |                                                  | bench_attention_tc_backward_    |                                 |
+|      |                                                  | h200.json, 2026-11-30)          |                                 |
+
 (D_i = Σ_c dO_ic·O_ic comes from the CUDA-core backward's ``bwd_preprocess``: float32 O, dO.)
 
 The fp16/bf16 tensor-core backward (kernels_numba/attention_tc_backward.py) with float32

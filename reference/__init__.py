@@ -36,6 +36,7 @@ from .attention_backward import (
     attention_backward,
     attention_backward_flops,
     attention_backward_intermediates,
+    flash_attention_backward_tiled,
 )
 from .varlen import (
     check_cu_seqlens,

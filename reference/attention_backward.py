@@ -11,6 +11,11 @@ Menu (§ = section of the lesson, see ``shared/lesson/OUTLINE.md``)::
                                           §30  the same, with every matrix on the way in a dict:
                                                S, P (rebuilt from lse), Z, P̃, O, lse, D, dP̃,
                                                dP, dS, dq, dk, dv (for teaching and tests)
+    flash_attention_backward_tiled(do, q, k, v, Br, Bc, ...)
+                                          §30  the same gradients tile by tile, line for line
+                                               with kernels_numba/lesson/backward.py: K/V tiles
+                                               outside and Q tiles inside for dK, dV; Q tiles
+                                               outside for dQ (S, P, dP, dS, D, LSE named alike)
     attention_backward_flops(b, h, nq, nk, d, causal)
                                           §31  5 matmuls instead of the forward's 2: 2.5 × the
                                                forward FLOPs, 10·B·H·Nq·Nk·d (halved if causal)
@@ -81,6 +86,7 @@ from .attention import (
 __all__ = [
     "attention_backward",
     "attention_backward_intermediates",
+    "flash_attention_backward_tiled",
     "attention_backward_flops",
 ]
 
@@ -163,6 +169,116 @@ def attention_backward(do, q, k, v, *, causal=False, scale=None, key_padding_mas
                                          key_padding_mask=key_padding_mask,
                                          dropout_mask=dropout_mask, dropout_p=dropout_p)
     return r["dq"], r["dk"], r["dv"]
+
+
+def _tile_size(value, name):
+    """A tile size: a positive int (bool refused), else an error naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be a positive int; got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be a positive int; got {value}")
+    return int(value)
+
+
+def flash_attention_backward_tiled(do, q, k, v, Br, Bc, *, causal=False, scale=None,
+                                   key_padding_mask=None):
+    """§30 as the lesson kernels compute it (``kernels_numba/lesson/backward.py``), in NumPy::
+
+        O, LSE = forward(Q, K, V)                     (the forward keeps O and LSE, not P)
+        D = rowsum(dO ∘ O)                            ← the D kernel, one row per thread
+        for each K/V tile Kj, Vj:                     ← the dK/dV kernel, one block per tile
+            dKj = dVj = 0
+            for each Q tile Qi, dOi, LSE_i, D_i:      (causal: from the first Q tile that
+                                                       sees key c0 on)
+                Sᵀ  = Kj Qiᵀ · scale                  [Bc, Br]  recomputed (−inf where hidden)
+                Pᵀ  = exp(Sᵀ − LSE_i)                 the forward's P, from its saved LSE
+                dVj += Pᵀ dOi
+                dPᵀ = Vj dOiᵀ
+                dSᵀ = Pᵀ ∘ (dPᵀ − D_i)                (0 where hidden, even if dPᵀ is NaN)
+                dKj += dSᵀ Qi · scale
+        for each Q tile Qi:                           ← the dQ kernel, one block per tile
+            dQi = 0
+            for each K/V tile Kj, Vj:                 (causal: up to the diagonal)
+                S, P, dP, dS as above, untransposed   [Br, Bc]
+                dQi += dS Kj · scale                  (hidden keys add nothing)
+
+    The dK/dV loop works on the transposes (a key per row) because that is how its kernel
+    holds them: one thread per key of Kj, its row of Sᵀ is that key's scores against every
+    query of Qi. FlashAttention-2 adds dS Kj into dQ inside the first loop with atomics; the
+    lesson kernels (and the fast ones) spend a second loop instead and stay deterministic.
+
+    Arguments as :func:`attention_backward` (no dropout: the lesson tier has none in its
+    backward), plus the tile sizes Br (queries) and Bc (keys), positive ints; any size works,
+    the last tiles are simply shorter. Equal to :func:`attention_backward` up to rounding
+    (tests/test_reference_backward.py). Returns float64 ``(dq, dk, dv)``.
+    """
+    q, k, v = _check_qkv(q, k, v)
+    Br, Bc = _tile_size(Br, "Br"), _tile_size(Bc, "Bc")
+    scale = _check_scale(scale, q.shape[-1])
+    visible = _visible(q, k, causal, key_padding_mask)  # bool [.., Nq, Nk] or None: all
+    o, lse = attention(q, k, v, causal=causal, scale=scale, key_padding_mask=key_padding_mask)
+    do = _check_do(do, o.shape)
+    nq, nk = q.shape[-2], k.shape[-2]
+    offset = nk - nq                                    # §34: query i sees key j iff j ≤ i + offset
+    LSE = _safe_max(lse)                                # −inf (no key seen) → 0: P = e^{−inf} = 0
+    D = np.sum(do * o, axis=-1)                         # D_i = Σ_c dO_ic O_ic
+    sw = np.swapaxes
+    dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+
+    def tile_visible(r0, r1, c0, c1):
+        """Which (query, key) pairs of the tile take part: bool [.., rows, keys], or None."""
+        if visible is None:
+            return None
+        return np.broadcast_to(visible, q.shape[:-2] + (nq, nk))[..., r0:r1, c0:c1]
+
+    for c0 in range(0, nk, Bc):                         # for each K/V tile (a block):
+        c1 = min(c0 + Bc, nk)
+        Kj, Vj = k[..., c0:c1, :], v[..., c0:c1, :]     #     load Kj, Vj        [.., Bc, d]
+        dKj, dVj = np.zeros(Kj.shape), np.zeros(Vj.shape)   # dKj = dVj = 0
+        first = max(c0 - offset, 0) // Br if causal else 0  # §34: Q tiles above: no query sees
+        for r0 in range(first * Br, nq, Br):            #     for each Q tile Qi:
+            r1 = min(r0 + Br, nq)
+            Qi, dOi = q[..., r0:r1, :], do[..., r0:r1, :]   # load Qi, dOi, LSE_i, D_i
+            LSE_i, D_i = LSE[..., r0:r1], D[..., r0:r1]
+            vis = tile_visible(r0, r1, c0, c1)
+            visT = None if vis is None else sw(vis, -1, -2)
+            with np.errstate(invalid="ignore"):         # (NaN/inf K or V rows: masked below)
+                ST = (Kj @ sw(Qi, -1, -2)) * scale      #         Sᵀ = Kj Qiᵀ · scale  [.., Bc, Br]
+                dPT = Vj @ sw(dOi, -1, -2)              #         dPᵀ = Vj dOiᵀ        [.., Bc, Br]
+            if visT is not None:
+                ST = np.where(visT, ST, -np.inf)        #         hidden: Sᵀ = −inf (a select)
+            PT = np.exp(ST - LSE_i[..., None, :])       #         Pᵀ = exp(Sᵀ − LSE_i)
+            dVj += PT @ dOi                             #         dVj += Pᵀ dOi
+            with np.errstate(invalid="ignore"):         #         (0·NaN: selected away below)
+                dST = PT * (dPT - D_i[..., None, :])    #         dSᵀ = Pᵀ ∘ (dPᵀ − D_i)
+            if visT is not None:
+                dST = np.where(visT, dST, 0.0)          #         hidden: dSᵀ = 0 (dPᵀ may be NaN)
+            dKj += (dST @ Qi) * scale                   #         dKj += dSᵀ Qi · scale
+        dk[..., c0:c1, :], dv[..., c0:c1, :] = dKj, dVj     # write dKj, dVj
+
+    for r0 in range(0, nq, Br):                         # for each Q tile (a block):
+        r1 = min(r0 + Br, nq)
+        Qi, dOi = q[..., r0:r1, :], do[..., r0:r1, :]   #     load Qi, dOi, LSE_i, D_i
+        LSE_i, D_i = LSE[..., r0:r1], D[..., r0:r1]
+        dQi = np.zeros(Qi.shape)                        #     dQi = 0
+        last = min(nk, r1 + offset) if causal else nk   #     §34: keys ≤ (r1 − 1) + offset
+        for c0 in range(0, max(last, 0), Bc):           #     for each K/V tile Kj, Vj:
+            c1 = min(c0 + Bc, nk)
+            Kj, Vj = k[..., c0:c1, :], v[..., c0:c1, :]
+            vis = tile_visible(r0, r1, c0, c1)
+            with np.errstate(invalid="ignore"):
+                S = (Qi @ sw(Kj, -1, -2)) * scale       #         S = Qi Kjᵀ · scale  [.., Br, Bc]
+                dP = dOi @ sw(Vj, -1, -2)               #         dP = dOi Vjᵀ
+            if vis is not None:
+                S = np.where(vis, S, -np.inf)
+            P = np.exp(S - LSE_i[..., None])            #         P = exp(S − LSE_i)
+            with np.errstate(invalid="ignore"):         #         (0·NaN: selected away below)
+                dS = P * (dP - D_i[..., None])          #         dS = P ∘ (dP − D_i)
+            if vis is not None:
+                dS = np.where(vis, dS, 0.0)
+            dQi += _visible_product(dS, Kj, vis) * scale    # dQi += dS Kj · scale
+        dq[..., r0:r1, :] = dQi                         #     write dQi
+    return dq, dk, dv
 
 
 def attention_backward_flops(b, h, nq, nk, d, causal=False):

@@ -20,6 +20,8 @@ from flashlesson.tolerance import backward_tol
 import reference as R
 
 METHODS = list(bwd_module.FP32_METHODS)      # (flash_tc: tests/test_attention_tc_backward.py)
+# (method, tier): every fast method, then each lesson kernel (issue 13: the same oracles)
+TIERED = [(m, "fast") for m in METHODS] + [(m, "lesson") for m in bwd_module.LESSON_METHODS]
 
 # (B, H, Nq, Nk, d): N = 1 (d = 1), N not a multiple of any tile, Nq ≠ Nk both ways, odd d
 SHAPES = by_device(
@@ -62,13 +64,13 @@ def _check(grads, do, q, k, v, *, causal=False, scale=None, pad=None, mask=None,
     return check_grads(grads, refs, q, k, scale=scale)   # (N = 1: dq = dk = 0 analytically)
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method, tier", TIERED)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_matches_oracle(method, causal, shape, rng):
+def test_matches_oracle(method, tier, causal, shape, rng):
     q, k, v, do = _inputs(rng, *shape)
     o, lse = _forward(q, k, v, causal=causal)
-    grads = _run(do, q, k, v, o, lse, causal=causal, method=method)
+    grads = _run(do, q, k, v, o, lse, causal=causal, method=method, tier=tier)
     _check(grads, do, q, k, v, causal=causal)
 
 
@@ -82,9 +84,9 @@ def test_with_the_flash_forward(causal, rng):
         _check(grads, do, q, k, v, causal=causal)
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method, tier", TIERED)
 @pytest.mark.parametrize("causal", [False, True])
-def test_key_padding(method, causal, rng):
+def test_key_padding(method, tier, causal, rng):
     """§35: padded keys get dk = dv = 0 exactly; batch row 1 has no valid key at all (its rows
     see no key: dq = 0, never NaN)."""
     B, H, nq, nk, d = by_device((3, 1, 21, 37, 8), (3, 4, 200, 333, 64))
@@ -93,7 +95,8 @@ def test_key_padding(method, causal, rng):
     pad[1] = False
     pad[2, -5:] = False
     o, lse = _forward(q, k, v, causal=causal, pad=pad)
-    grads = _run(do, q, k, v, o, lse, causal=causal, key_padding_mask=pad, method=method)
+    grads = _run(do, q, k, v, o, lse, causal=causal, key_padding_mask=pad, method=method,
+                 tier=tier)
     _check(grads, do, q, k, v, causal=causal, pad=pad)
     dq, dk, dv = grads
     assert np.all(dq[1] == 0)                               # [B, H, N, d] → [B, N, H, d]
@@ -126,9 +129,9 @@ def test_dropout_padding_causal_together(rng):
     _check(grads, do, q, k, v, causal=True, pad=pad, mask=mask, p=p)
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method, tier", TIERED)
 @pytest.mark.parametrize("factor", [5, 30])
-def test_outliers_and_scale(method, factor, rng):
+def test_outliers_and_scale(method, tier, factor, rng):
     """One query and one key scaled up: scores far above the rest, e^S overflows float32 for
     both factors (never computed: P = e^{S − LSE} ≤ 1). ×30 (|S| ~ 2000): float32 holds S only
     to a few ulps of |S|, ~1e-4, and P and dS = P(dP − D) inherit it whatever the kernel does
@@ -136,18 +139,18 @@ def test_outliers_and_scale(method, factor, rng):
     term (flashlesson.tolerance.backward_tol) sets the bar."""
     q, k, v, do = _inputs(rng, 1, 2, 24, 19, 8, outliers=factor)
     o, lse = _forward(q, k, v, scale=0.7)
-    grads = _run(do, q, k, v, o, lse, scale=0.7, method=method)
+    grads = _run(do, q, k, v, o, lse, scale=0.7, method=method, tier=tier)
     _check(grads, do, q, k, v, scale=0.7)
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_rows_that_see_no_key(method, rng):
+@pytest.mark.parametrize("method, tier", TIERED)
+def test_rows_that_see_no_key(method, tier, rng):
     """Causal with Nq > Nk: the first Nq − Nk queries see no key (LSE = −inf): dq = 0 there and
     nothing flows from them into dk, dv — never NaN."""
     q, k, v, do = _inputs(rng, 1, 1, 21, 4, 5)
     o, lse = _forward(q, k, v, causal=True)
     assert np.all(np.isneginf(lse[0, 0, :17]))
-    grads = _run(do, q, k, v, o, lse, causal=True, method=method)
+    grads = _run(do, q, k, v, o, lse, causal=True, method=method, tier=tier)
     assert np.all(grads[0][0, 0, :17] == 0)
     _check(grads, do, q, k, v, causal=True)
 
@@ -277,6 +280,40 @@ def test_bad_inputs():
         call(config=BwdConfig(Bc=32, Br=10, TR=8, TC=4, dq_Br=32, dq_Bc=16, dq_TR=8, dq_TC=4))
     with pytest.raises(ValueError, match="dq_TC = 3 must be a power of 2"):
         call(config=BwdConfig(Bc=32, Br=16, TR=8, TC=4, dq_Br=32, dq_Bc=12, dq_TR=8, dq_TC=3))
+
+
+def test_lesson_tier_refusals_and_tiles(rng):
+    """tier="lesson": method "flash" only, float32, no dropout, no config — each refusal names
+    its argument; any tiles, §33's Bc = 2 too, against the tiled NumPy twin."""
+    z = np.zeros((1, 1, 4, 8), np.float32)
+    lse = np.zeros((1, 1, 4), np.float32)
+    with pytest.raises(ValueError, match="tier: expected one of fast, lesson"):
+        attention_backward(z, z, z, z, z, lse, tier="slow")
+    with pytest.raises(ValueError, match="tier: attention_backward method 'naive' has no lesson"):
+        attention_backward(z, z, z, z, z, lse, method="naive", tier="lesson")
+    with pytest.raises(ValueError, match="dropout_p: the lesson tier"):
+        attention_backward(z, z, z, z, z, lse, dropout_p=0.1, tier="lesson")
+    with pytest.raises(ValueError, match="config: the lesson tier"):
+        attention_backward(z, z, z, z, z, lse, config=bwd_module.BWD_SIM_CONFIG, tier="lesson")
+    h = z.astype(np.float16)
+    with pytest.raises(TypeError, match="q: the lesson tier's backward takes float32"):
+        attention_backward(h, h, h, h, h, lse, tier="lesson")
+    assert bwd_module.METHODS["flash"].lesson_kernels != "—"           # the registry records it
+
+    B, H, nq, nk, d = 2, 1, 7, 5, 3
+    q, k, v, do = _inputs(rng, B, H, nq, nk, d)
+    pad = np.ones((B, nk), bool)
+    pad[0, 2] = False
+    o, lse = _forward(q, k, v, causal=True, pad=pad)
+    dev = [cuda.to_device(a.reshape((B * H,) + a.shape[2:])) for a in (q, k, v, do, o, lse)]
+    grads = [cuda.device_array((B * H, n, d), np.float32) for n in (nq, nk, nk)]
+    bwd_module.lesson_backward(*dev, *grads, scale=d ** -0.5, causal=True,
+                               kpm=cuda.to_device(pad.astype(np.uint8)), heads=H, tiles=(3, 2))
+    grads = tuple(g.copy_to_host().reshape(x.shape) for g, x in zip(grads, (q, k, v)))
+    _check(grads, do, q, k, v, causal=True, pad=pad)
+    with pytest.raises(ValueError, match="Bc = 2048: the lesson kernels take tiles"):
+        bwd_module.lesson_backward(*dev, *grads, scale=1.0, causal=False, kpm=None, heads=H,
+                                   tiles=(2, 2048))
 
 
 def test_config_too_big():

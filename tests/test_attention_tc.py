@@ -100,6 +100,30 @@ def test_matches_oracle(rng, shape, causal, fmt):
     _check(o, lse, o_ref, lse_ref, tol, fmt, _torch_error(q64, k64, v64, fmt, causal, o_ref))
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_lesson_tier(rng, causal):
+    """§37's lesson kernel (kernels_numba/lesson/tensor_core.py: one warp, plain loads, natural
+    logs) against the oracle under the same fp16 error model; key padding with a fully padded
+    sequence; the refusals name their argument."""
+    from flashlesson.tc_methods import attention_tc
+    B, H, nq, nk, d = by_device((2, 1, 21, 35, 32), (2, 3, 257, 300, 128))
+    (q, k, v), (q64, k64, v64) = _inputs(rng, B, H, nq, nk, d, "f16")
+    pad = rng.random((B, nk)) > 0.3
+    pad[1] = False
+    for kpm in (None, pad):
+        o, lse = attention_tc(q, k, v, causal=causal, key_padding_mask=kpm, return_lse=True,
+                              tier="lesson")
+        o_ref, lse_ref, tol = _ref("f16", q64, k64, v64, causal=causal, key_padding_mask=kpm)
+        _check(o, lse, o_ref, lse_ref, tol, "f16")
+    with pytest.raises(TypeError, match="q: the lesson tier's tensor-core kernel takes float16"):
+        attention_tc(q64.astype(np.float32), k64.astype(np.float32), v64.astype(np.float32),
+                     tier="lesson")
+    with pytest.raises(ValueError, match="config: the lesson tier"):
+        attention_tc(q, k, v, config=TcConfig(), tier="lesson")
+    with pytest.raises(ValueError, match="tier: expected one of"):
+        attention_tc(q, k, v, tier="Lesson")
+
+
 def test_fp16_goes_to_tensor_cores_by_itself(rng):
     (q, k, v), (q64, k64, v64) = _inputs(rng, 1, 1, 20, 20, 16, "f16")
     o = attention(q, k, v)                     # method "flash" (the default)

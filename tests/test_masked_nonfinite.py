@@ -197,6 +197,23 @@ def test_backward(rng, method, fmt, case):
         assert np.all(_f64(grads[0])[1] == 0)           # rows that see no key: dq = 0
 
 
+@pytest.mark.parametrize("case", ["pad", "causal"])
+def test_backward_lesson_tier(rng, case):
+    """The lesson tier's backward (kernels_numba/lesson/backward.py) under the same rule."""
+    q, k, v, do, kpm, causal = _problem(rng, case)
+    (q, k, v, do), (q64, k64, v64, do64) = _cast([q, k, v, do], "f32")
+    o, lse = attention(q, k, v, causal=causal, key_padding_mask=kpm, return_lse=True)
+    grads = attention_backward(do, q, k, v, o, lse, causal=causal, key_padding_mask=kpm,
+                               tier="lesson")
+    refs = ref_backward(do64, q64, k64, v64, causal=causal, key_padding_mask=kpm)
+    for g, r, name in zip(grads, refs, ("dq", "dk", "dv")):
+        _match(g, r, REL_BWD["f32"], name)
+    if case == "pad":                      # a padded key gets exactly nothing
+        hidden = ~kpm[:, None, :, None]
+        for g in grads[1:]:
+            assert np.all(np.where(hidden, _f64(g), 0.0) == 0.0)
+
+
 # varlen: three sequences, lengths not tile multiples; the outer two hold poison in their last
 # key (seen only by their last rows when causal), the middle one none: it must be exact
 LENS_Q, LENS_K = by_device(([5, 7, 4], [6, 9, 3]), ([70, 200, 41], [90, 257, 33]))

@@ -23,6 +23,7 @@ from reference import (
     attention_flops,
     check_cu_seqlens,
     cu_seqlens,
+    flash_attention_backward_tiled,
     pack,
     packed_to_padded,
     padded_to_packed,
@@ -205,6 +206,40 @@ def test_intermediates_are_the_formulas(rng):
     # no dropout: Z is ones and P̃ = P
     r0 = attention_backward_intermediates(g, q, k, v)
     assert np.all(r0["Z"] == 1) and np.array_equal(r0["Pd"], r0["P"])
+
+
+@pytest.mark.parametrize(
+    "nq, nk, Br, Bc, causal",
+    [
+        (7, 7, 2, 2, True),     # §33's tiles; Nq = Nk
+        (5, 9, 3, 2, True),     # Nq < Nk, Br ≠ Bc, shorter last tiles
+        (9, 4, 2, 3, True),     # Nq > Nk: rows that see no key, Q tiles that see none
+        (6, 5, 4, 8, False),    # a K/V tile larger than Nk
+    ],
+)
+def test_tiled_backward_equals_the_oracle(rng, nq, nk, Br, Bc, causal):
+    """§30 tile by tile (K/V outside for dK, dV; Q outside for dQ) = the whole-matrix oracle,
+    with key padding (a hole, a fully padded sequence) and a NaN/inf K, V row of a padded key."""
+    b, h, d = 2, 2, 3
+    q, k, v = _qkv(rng, b, h, nq, nk, d)
+    g = rng.standard_normal((b, h, nq, d))
+    for mask in (None, np.ones((b, nk), bool)):
+        if mask is not None:
+            mask[0, 1] = False                      # a hole
+            mask[1, :] = False                      # no key at all
+            k[0, :, 1], v[0, :, 1] = np.nan, np.inf    # the hidden key holds NaN/inf
+        with np.errstate(invalid="ignore"):        # (the whole-matrix oracle's 0·NaN, dropped)
+            want = attention_backward(g, q, k, v, causal=causal, key_padding_mask=mask)
+        got = flash_attention_backward_tiled(g, q, k, v, Br, Bc, causal=causal,
+                                             key_padding_mask=mask)
+        for name, x, y in zip(("dq", "dk", "dv"), got, want):
+            assert np.all(np.isfinite(x)), name
+            _close(x, y)
+    dq, dk, dv = flash_attention_backward_tiled(g[0, 0], q[0, 0], k[0, 0], v[0, 0], Br, Bc)
+    assert dq.shape == (nq, d) and dk.shape == (nk, d)      # 2-D inputs: one head
+    for bad, error in ((0, ValueError), (1.5, TypeError), (True, TypeError)):
+        with pytest.raises(error, match="Br must be a positive int"):
+            flash_attention_backward_tiled(g, q, k, v, bad, Bc)
 
 
 def test_backward_checks_its_arguments(rng):

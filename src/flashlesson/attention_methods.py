@@ -129,6 +129,7 @@ class AttentionMethod:
     idea: str
     kernels: str
     hbm_extra: str          # what it keeps in HBM beyond Q, K, V, O (and LSE)
+    lesson_kernels: str = "—"   # its lesson-tier kernels (tier="lesson"), "—" if none
 
 
 METHODS = {m.name: m for m in [
@@ -150,7 +151,8 @@ METHODS = {m.name: m for m in [
     AttentionMethod("flash_tc", "37", "flash on tensor cores: S = QKᵀ and PV as mma.sync "
                     "(fp16/bf16 in, fp32 accumulate; float32 in: 3xTF32), softmax on CUDA cores",
                     "attention_tc.flash_tc_kernel, attention_tc.flash_tf32x3_kernel",
-                    "nothing (m, l, acc stay on chip)"),
+                    "nothing (m, l, acc stay on chip)",
+                    "lesson.tensor_core.flash_tc_kernel (fp16)"),
 ]}
 CHOICES = tuple(METHODS)
 # Methods that take every float32 option of ``attention`` (dropout, any d): the shared tests

@@ -10,7 +10,8 @@ Two methods, one API: "flash" (§30) recomputes S and P tile by tile from Q, K a
 LSE and never stores an N × N matrix; "naive" (§31's contrast) stores P = exp(S − LSE) and dP/dS
 in global memory and runs GEMM launches around two element-wise kernels. Validation, the
 registry, launch configurations and dispatch live here; the kernels are in
-``kernels_numba/attention_backward.py`` and ``kernels_numba/gemm.py``.
+``kernels_numba/attention_backward.py`` and ``kernels_numba/gemm.py`` (the fast tier, the
+default) and ``kernels_numba/lesson/backward.py`` (``tier="lesson"``: method "flash" only).
 """
 
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ import numpy as np
 from numba import cuda
 
 from kernels_numba import attention_backward as KB
+from kernels_numba.lesson import backward as LB
 
 from . import checks, device
 from .arrays import Operand, empty, result, using
@@ -150,7 +152,8 @@ METHODS = {m.name: m for m in [
     AttentionMethod("flash", "30, 34–36", "D = rowsum(dO∘O); one kernel over K/V tiles for dK, "
                     "dV and one over Q tiles for dQ, S and P recomputed from Q, K and LSE; no "
                     "atomics", "attention_backward.bwd_preprocess, flash_bwd_dkdv_kernel, "
-                    "flash_bwd_dq_kernel", "D [B·H, Nq] (nothing N × N)"),
+                    "flash_bwd_dq_kernel", "D [B·H, Nq] (nothing N × N)",
+                    lesson_kernels="lesson.backward.D_kernel, dkdv_kernel, dq_kernel"),
     AttentionMethod("flash_tc", "30, 37", "the flash backward on tensor cores: fp16/bf16 "
                     "inputs (m16n8k16, chosen by themselves), float32 inputs with 3xTF32 "
                     "(three m16n8k8 tf32 mmas a product); no dropout",
@@ -159,6 +162,22 @@ METHODS = {m.name: m for m in [
                     "flash_tf32x3_bwd_dq_kernel", "D [B·H, Nq] (nothing N × N)"),
 ]}
 CHOICES = tuple(METHODS)
+# The methods with a lesson-tier kernel (``tier="lesson"``), read from the registry.
+LESSON_METHODS = tuple(name for name, m in METHODS.items() if m.lesson_kernels != "—")
+
+
+def lesson_tiles(d):
+    """The lesson kernels' default tiles (Br queries, Bc keys) for head dimension d: any sizes
+    work; a block has Bc (dK/dV) or Br (dQ) threads, each with rows of d floats in local
+    memory, and two [tile, d] float32 arrays of static shared memory (≤ 48 KB: tile ≤ 6144/d).
+    Plain, not tuned: 16 in the simulator; 64, 32 or 16 on a GPU."""
+    if device.SIMULATOR:
+        return 16, 16
+    t = 64 if d <= 64 else 32 if d <= 128 else 16
+    return t, t
+
+
+LESSON_STATIC_SHARED = 48 * 1024        # bytes of static shared memory a block may declare
 # The float32 CUDA-core methods: tests/test_attention_backward.py runs them all (any d, dropout);
 # "flash_tc" has its own (tests/test_attention_tc_backward.py).
 FP32_METHODS = tuple(m for m in METHODS if m != "flash_tc")
@@ -180,7 +199,7 @@ def _like_q(arr, name, qo):
 
 
 def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_padding_mask=None,
-                       dropout_p=0.0, seed=0, method="flash", config=None):
+                       dropout_p=0.0, seed=0, method="flash", config=None, tier="fast"):
     """Gradients (dq, dk, dv) of O = attention(q, k, v, ...) for the upstream gradient do = ∂L/∂O.
 
     q, do, o: float32 [B, H, Nq, d]; k, v: float32 [B, H, Nk, d]; lse: float32 [B, H, Nq], the
@@ -198,6 +217,9 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
         no dropout).
     config: a ``BwdConfig`` for method "flash", a ``TcBwdConfig`` for "flash_tc"; default per
         head dim.
+    tier: "fast" (the tuned kernels, the default) or "lesson" (method "flash" only: the three
+        plain kernels of ``kernels_numba/lesson/backward.py``, float32, no dropout, no config;
+        checked by the same tests and oracles).
 
     Dispatch: D = rowsum(dO ∘ O) first (one small kernel), then the method's kernels. Masked
     scores give exact zeros: a padded key gets dk = dv = 0, a row that sees no key dq = 0,
@@ -212,7 +234,11 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
     """
     if method not in CHOICES:
         raise ValueError(f"method: expected one of {', '.join(CHOICES)}; got {method!r}")
+    tier = checks.tier(tier, method, LESSON_METHODS, "attention_backward")
     from . import tc_methods
+    if tier == "lesson" and tc_methods.low_precision(q):
+        raise TypeError("q: the lesson tier's backward takes float32 inputs; fp16/bf16 run on "
+                        "tier 'fast' (the tensor-core backward)")
     if method == "flash_tc" or tc_methods.low_precision(q):    # §37: the tensor-core backward
         checks.integer(seed, "seed", 0, 2**64)      # (no dropout there, but a seed is a seed)
         if method not in ("flash", "flash_tc"):
@@ -237,7 +263,14 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
     p, drop_args = checks.dropout(dropout_p, seed, "drop probability")   # (and the seed)
     scale = checks.scale(scale, d)
     causal = checks.flag(causal, "causal")
-    if method == "flash":
+    if tier == "lesson":
+        if p > 0.0:
+            raise ValueError("dropout_p: the lesson tier's backward has no dropout; use "
+                             "tier='fast'")
+        if config is not None:
+            raise ValueError("config: the lesson tier takes no configuration (its tiles are "
+                             "lesson_tiles(d))")
+    elif method == "flash":
         cfg = config or default_config(d)
         if not isinstance(cfg, BwdConfig):
             raise TypeError(f"config: expected a BwdConfig, got {type(cfg).__name__}")
@@ -249,8 +282,9 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
                      for x in (qo, ko, vo))
     with using(qo):                     # torch in: torch's stream, torch.empty
         dq3, dk3, dv3 = _backward(qo, ko, vo, doo, oo, lo, B, H, nq, nk, d, method,
-                                  cfg if method == "flash" else None, pad, p, drop_args,
-                                  scale, causal)
+                                  cfg if method == "flash" and tier == "fast" else None, pad,
+                                  p, drop_args,
+                                  scale, causal, tier)
     if qo.on_host:
         return (dq3.copy_to_host().reshape(qo.shape), dk3.copy_to_host().reshape(ko.shape),
                 dv3.copy_to_host().reshape(vo.shape))
@@ -258,7 +292,7 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
 
 
 def _backward(qo, ko, vo, doo, oo, lo, B, H, nq, nk, d, method, cfg, pad, p, drop_args, scale,
-              causal):
+              causal, tier):
     bh = B * H
     q3 = qo.device_view((bh, nq, d))
     k3 = ko.device_view((bh, nk, d))
@@ -269,6 +303,11 @@ def _backward(qo, ko, vo, doo, oo, lo, B, H, nq, nk, d, method, cfg, pad, p, dro
     dq3 = empty((bh, nq, d), np.float32)        # (NaN-filled when arrays.POISON: the tests)
     dk3 = empty((bh, nk, d), np.float32)
     dv3 = empty((bh, nk, d), np.float32)
+
+    if tier == "lesson":
+        lesson_backward(q3, k3, v3, do3, o3, lse2, dq3, dk3, dv3, scale=scale, causal=causal,
+                        kpm=pad, heads=H)
+        return dq3, dk3, dv3
 
     # D_i = Σ_c dO_ic O_ic, one thread per row
     dvec = empty((bh, nq), np.float32)
@@ -285,6 +324,37 @@ def _backward(qo, ko, vo, doo, oo, lo, B, H, nq, nk, d, method, cfg, pad, p, dro
         _naive(q3, k3, v3, do3, lse2, dvec, dq3, dk3, dv3, np.float32(scale), causal, pad, H,
                dropping, drop_args)
     return dq3, dk3, dv3
+
+
+def lesson_backward(q3, k3, v3, do3, o3, lse2, dq3, dk3, dv3, *, scale, causal, kpm, heads,
+                    tiles=None):
+    """§30, lesson tier: D = rowsum(dO∘O), then the dK/dV kernel (one block per K/V tile, Bc
+    threads), then the dQ kernel (one block per Q tile, Br threads), on [B·H, N, d] device
+    arrays (lse2 [B·H, Nq]; kpm uint8 [B, Nk] or None). tiles = (Br, Bc), default
+    ``lesson_tiles(d)``; any positive sizes (§33's Bc = 2 included) up to 1024 threads and
+    48 KB of shared memory."""
+    bh, nq, d = q3.shape
+    Br, Bc = tiles or lesson_tiles(d)
+    Br, Bc = checks.positive_int(Br, "Br"), checks.positive_int(Bc, "Bc")
+    for name, t in (("Br", Br), ("Bc", Bc)):
+        if t > 1024 or 2 * t * d * 4 > LESSON_STATIC_SHARED:
+            raise ValueError(f"{name} = {t}: the lesson kernels take tiles of at most 1024 rows "
+                             f"and 2·{name}·d·4 ≤ {LESSON_STATIC_SHARED} bytes (d = {d})")
+    nk = k3.shape[1]
+    D = empty((bh, nq), np.float32)
+    rows = bh * nq
+    LB.D_kernel[-(-rows // 128), 128](o3.reshape((rows, d)), do3.reshape((rows, d)),
+                                       D.reshape(rows))
+    mask = dummy("mask") if kpm is None else kpm
+    flags = (d, Br, Bc, bool(causal), kpm is not None)
+    grid = (-(-nk // Bc), bh)
+    checks.grid(grid, f"k: {nk} keys in tiles of Bc = {Bc}")
+    launch(LB.dkdv_kernel(*flags), grid, Bc,
+           (q3, k3, v3, do3, lse2, D, dk3, dv3, np.float32(scale), heads, mask))
+    grid = (-(-nq // Br), bh)
+    checks.grid(grid, f"q: {nq} queries in tiles of Br = {Br}")
+    launch(LB.dq_kernel(*flags), grid, Br,
+           (q3, k3, v3, do3, lse2, D, dq3, np.float32(scale), heads, mask))
 
 
 def varlen_attention_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q,

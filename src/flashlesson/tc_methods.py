@@ -24,6 +24,7 @@ import numpy as np
 from numba import cuda
 
 from kernels_numba import attention_tc as KT
+from kernels_numba.lesson import tensor_core as LT
 
 from . import checks, device
 from .arrays import Operand, empty, is_device_array, result, using
@@ -183,8 +184,10 @@ def _filled(shape, fmt, value, on_host, like=None):
 
 
 def attention_tc(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropout_p=0.0,
-                 return_lse=False, config=None):
-    """``attention(..., method="flash_tc")``; see the module docstring for formats."""
+                 return_lse=False, config=None, tier="fast"):
+    """``attention(..., method="flash_tc")``; see the module docstring for formats.
+    tier="lesson": fp16 only, no config — ``kernels_numba/lesson/tensor_core.py`` (§37: one
+    warp per 16-row Q block, plain loads, natural-log softmax)."""
     qo, fq = _operand(q, "q")
     ko, fk = _operand(k, "k")
     vo, fv = _operand(v, "v")
@@ -209,6 +212,12 @@ def attention_tc(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dr
     causal = checks.flag(causal, "causal")
     return_lse = checks.flag(return_lse, "return_lse")
     kpm = checks.key_padding_mask(key_padding_mask, B, nk)
+    checks.tier(tier, "flash_tc", ("flash_tc",), "attention")
+    if tier == "lesson" and fq != "f16":
+        raise TypeError(f"q: the lesson tier's tensor-core kernel takes float16 inputs; got "
+                        f"{fq} (use tier='fast')")
+    if tier == "lesson" and config is not None:
+        raise ValueError("config: the lesson tier's tensor-core kernel takes no config")
     cfg = config or default_tc_config(d, tf32)
     if not isinstance(cfg, TcConfig):
         raise TypeError(f"config: expected a TcConfig for method 'flash_tc', got "
@@ -219,7 +228,8 @@ def attention_tc(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dr
         lse = checks.filled((B, H, nq), np.float32, -np.inf, qo.on_host, like=qo)
         return (o, lse) if return_lse else o
     with using(qo):                     # torch in: torch's stream, torch.empty
-        o3, lse2 = _forward_tc(qo, ko, vo, fq, B, H, nq, nk, d, cfg, causal, scale, kpm, tf32)
+        o3, lse2 = _forward_tc(qo, ko, vo, fq, B, H, nq, nk, d, cfg, causal, scale, kpm, tf32,
+                                tier)
     o = _unwords(o3, (B, H, nq, d), fq, qo.on_host)
     if not return_lse:
         return o
@@ -227,7 +237,7 @@ def attention_tc(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dr
                result(lse2, (B, H, nq)))
 
 
-def _forward_tc(qo, ko, vo, fq, B, H, nq, nk, d, cfg, causal, scale, kpm, tf32):
+def _forward_tc(qo, ko, vo, fq, B, H, nq, nk, d, cfg, causal, scale, kpm, tf32, tier):
     from .attention_methods import dummy
     bh = B * H
     width = d if tf32 else d // 2                   # float32 columns, or words of two halves
@@ -239,13 +249,19 @@ def _forward_tc(qo, ko, vo, fq, B, H, nq, nk, d, cfg, causal, scale, kpm, tf32):
     o3 = empty((bh, nq, d), np.float32) if tf32 else \
         empty((bh, nq, d), np.float16, bf16=fq == "bf16").view(word)
     lse2 = empty((bh, nq), np.float32)
+    mask = kpm if kpm is not None else dummy("mask")      # (a copy here would synchronize)
+    if tier == "lesson":                            # one warp per 16 rows, plain loads
+        grid = (-(-nq // 16), bh)
+        checks.grid(grid, f"q: {nq} queries in blocks of 16 rows")
+        launch(LT.flash_tc_kernel(d, causal, kpm is not None), grid, 32,
+               (q3, k3, v3, o3, lse2, np.float32(scale), H, mask))
+        return o3, lse2
     if tf32:
         kernel = KT.flash_tf32x3_kernel(d, cfg.Bc, cfg.WARPS, causal, kpm is not None)
     else:
         kernel = KT.flash_tc_kernel(d, cfg.Bc, cfg.WARPS, causal, kpm is not None,
                                     fq == "bf16", cfg.MT, bool(cfg.PF), bool(cfg.ASYNC))
     tiles = -(-nq // cfg.Br)
-    mask = kpm if kpm is not None else dummy("mask")      # (a copy here would synchronize)
     grid = (bh, tiles) if causal else (tiles, bh)
     checks.grid(grid, f"q: {nq} queries in tiles of Br = {cfg.Br}"
                 + (" (causal: query tiles on the grid's y axis)" if causal else ""))
