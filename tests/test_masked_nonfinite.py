@@ -93,7 +93,8 @@ def _problem(rng, case):
     for n, j in enumerate(HIDDEN):         # causal alone (Nq = Nk): key j hidden from rows < j
         k[:, :, j] = POISON[n]
         v[:, :, HIDDEN[-1 - n]] = POISON[n]
-    return q[:, :, :nk - 1], k[:, :, :nk - 1], v[:, :, :nk - 1], do[:, :, :nk - 1], None, True
+    q, do = (rng.standard_normal((B, H, nk - 1, d)).astype(np.float32) for _ in range(2))
+    return q, k[:, :, :nk - 1], v[:, :, :nk - 1], do, None, True     # Nq = Nk = nk − 1
 
 
 def _tensor_cores(method, case):

@@ -212,7 +212,6 @@ def test_method_limits_are_clear_errors():
 @pytest.mark.parametrize("bad, err, match", [
     (np.zeros((2, 3), np.float64), TypeError, "x: dtype float64"),
     (np.zeros((2, 3), np.int32), TypeError, "x: dtype int32"),
-    (np.zeros((2, 0), np.float32), ValueError, "last axis"),
     (np.float32(1.0), TypeError, "x: expected a NumPy array"),
     (np.zeros((), np.float32), ValueError, "at least 1 dimension"),
     ("abc", TypeError, "x: expected"),

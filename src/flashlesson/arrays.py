@@ -177,8 +177,8 @@ def numpy_to_torch(dtype, bf16=False):
     """The torch dtype of a result in NumPy ``dtype`` (uint16 = bf16 bits when ``bf16``)."""
     import torch
     dtype = np.dtype(dtype)
-    if dtype == np.uint16 and bf16:
-        return torch.bfloat16
+    if bf16 and dtype in (np.dtype(np.uint16), np.dtype(np.float16)):
+        return torch.bfloat16                   # (bf16 bits, allocated as 16-bit halves)
     return {np.dtype(np.float32): torch.float32, np.dtype(np.float16): torch.float16,
             np.dtype(np.float64): torch.float64, np.dtype(np.int32): torch.int32,
             np.dtype(np.int64): torch.int64, np.dtype(np.uint8): torch.uint8,
@@ -387,7 +387,7 @@ def result(arr, shape=None, bf16=False):
 
 
 # --- the stream-ordered pool (GPU, no torch) ---------------------------------------------------
-_POOL = {"ready": False, "stream": None, "failed": None}
+_POOL = {"ready": False, "stream": None, "failed": None, "pool": None}
 
 
 class PoolBlock:
@@ -420,6 +420,7 @@ def _pool_ready():
             _POOL["stream"] = drv.CUstream(0)
             err, pool = drv.cuDeviceGetDefaultMemPool(ctx.device.id)
             if err == drv.CUresult.CUDA_SUCCESS:  # keep freed blocks for reuse
+                _POOL["pool"] = pool
                 drv.cuMemPoolSetAttribute(
                     pool, drv.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
                     drv.cuuint64_t(2**64 - 1))
@@ -430,6 +431,24 @@ def _pool_ready():
                           f"({exc!r}); results are allocated by Numba instead",
                           RuntimeWarning, stacklevel=3)
     return _POOL["failed"] is None
+
+
+def pool_usage(reset_peak=False):
+    """(bytes in use at the peak since the last reset, bytes the pool holds from the driver) of
+    the stream-ordered pool; (0, 0) where it is not in use (simulator, or not started yet).
+    ``reset_peak`` starts a new peak at the bytes in use now. ``flashlesson.bench``'s memory
+    measurement (§15, §29) adds the peak to what free memory says, since memory the pool
+    already holds does not show in cuMemGetInfo."""
+    pool = _POOL["pool"]
+    if pool is None or _POOL["failed"] is not None:
+        return 0, 0
+    from cuda.bindings import driver as drv
+    attr = drv.CUmemPool_attribute
+    if reset_peak:
+        drv.cuMemPoolSetAttribute(pool, attr.CU_MEMPOOL_ATTR_USED_MEM_HIGH, drv.cuuint64_t(0))
+    got = [drv.cuMemPoolGetAttribute(pool, a)
+           for a in (attr.CU_MEMPOOL_ATTR_USED_MEM_HIGH, attr.CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)]
+    return tuple(int(v) if err == drv.CUresult.CUDA_SUCCESS else 0 for err, v in got)
 
 
 def pool_array(shape, dtype):

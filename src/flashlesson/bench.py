@@ -18,7 +18,7 @@ import statistics
 import numpy as np
 from numba import cuda
 
-from . import device
+from . import arrays, device
 from . import softmax_methods as sm
 
 INNER = 10          # launches per timing sample
@@ -248,13 +248,17 @@ def device_bytes_held(fn):
     cuda.synchronize()
     flush_frees(ctx)
     free0 = ctx.get_memory_info()[0]
+    used0, reserved0 = arrays.pool_usage(reset_peak=True)
     with cuda.defer_cleanup():
         out = fn()
         cuda.synchronize()
         free1 = ctx.get_memory_info()[0]
+    # the stream-ordered pool (arrays.pool_usage) serves results from memory it already holds,
+    # which free memory does not show: count its peak in use, not what it newly reserved
+    peak, reserved1 = arrays.pool_usage()
     del out
     flush_frees(ctx)
-    return free0 - free1
+    return free0 - free1 - (reserved1 - reserved0) + max(peak - used0, 0)
 
 
 def _time_sdpa_backends(torch, make_fn, flops, row, key, log, what):

@@ -287,7 +287,7 @@ def _unwords(o3, shape, fmt, on_host):
     if on_host:
         out = o3.copy_to_host().view(half).reshape(shape)
     else:
-        out = result(o3.view(half), shape)
+        out = result(o3.view(half), shape, bf16=fmt == "bf16")
         if type(out).__module__.startswith("torch"):
             return out                          # (torch.float16 or torch.bfloat16)
     return BFloat16(out) if fmt == "bf16" else out
