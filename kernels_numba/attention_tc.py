@@ -43,10 +43,18 @@ next tile's while this one is computed, with no registers held for them; B fragm
 the rows by ``ldmatrix`` (mma.py): K's as they are, V's through ``.trans``, so no Vᵀ copy is
 made. One barrier a tile: wait for my copies, barrier, start the next tile's, compute.
 
-Limits: D a multiple of 16 (64, 80, 96, 128, 256 are used); Bc a multiple of 16; a full-warp
+Limits: fp16/bf16 any head dim d in 1 … 256: the kernel's compile-time D is d rounded up to a
+multiple of 16 (``padded_head_dim``), the true d a compile-time bound (``head_io``): columns
+d … D − 1 are loaded as zeros (so they add 0 to S = Q Kᵀ, and acc's are 0) and never written.
+Rows travel as 16-byte pieces when d % 8 == 0 (a piece past the row: cp.async's zero-fill form,
+or zeros without a load), else half by half (a row start is then only 2-byte aligned: 8 loads
+a piece, no cp.async — the ASYNC kernel's copies are then plain loads and stores). d = D
+compiles to the same code as before. The mmas run over D: d/D of their work is useful (d = 111:
+112, 99 %; d = 40: 48, 83 %). 3xTF32: D = d, a multiple of 8. Bc a multiple of 16; a full-warp
 instruction, so every warp runs every tile even past Nq (its rows are just not written).
-Inputs [BH, N, D/2] uint32 (fp16/bf16 pairs) or [BH, N, D] float32 (3xTF32); outputs O in the
-input's format, LSE [BH, Nq] float32 (−inf and O = 0 for a row that sees no key). Causal is
+Inputs [BH, N, d/2] uint32 (fp16/bf16 pairs; d % 8 ≠ 0: [BH, N, d] uint16 halves) or [BH, N, D]
+float32 (3xTF32); outputs O in the input's format, LSE [BH, Nq] float32 (−inf and O = 0 for a
+row that sees no key). Causal is
 aligned bottom-right (query i sees key j iff j ≤ i + Nk − Nq), like the CUDA-core kernel. No
 dropout, no varlen here (the CUDA-core kernel has them).
 

@@ -44,9 +44,12 @@ in flight while this one is computed; one barrier a tile); the transposed operan
 ``ldmatrix.trans`` from the rows, and the block's own rows (K and V in the dK/dV kernel, Q
 and dO in the dQ kernel) stay in shared memory, their A fragments read by ``ldmatrix`` at each
 use instead of held in registers (the defaults on the H200: README, "Attention on tensor
-cores"). Causal grids run their heaviest blocks first (lane_rows). Limits: D a multiple of 16;
-no dropout, no varlen (the fp32 backward has them). Inputs/outputs [BH, N, D/2] uint32 words of
-two halves; LSE and D [BH, Nq] float32.
+cores"). Causal grids run their heaviest blocks first (lane_rows). Limits: any head dim d in
+1 … 256, run as D = d rounded up to a multiple of 16 with zeros in columns d … D − 1 on chip
+and nothing written there (attention_tc.head_io: Q, K, V, dO zero-padded give dK = dSᵀ Q and
+dQ = dS K zero there, and D_i sums the true d); no dropout, no varlen (the fp32 backward has
+them). Inputs/outputs [BH, N, d/2] uint32 words of two halves (d % 8 ≠ 0: [BH, N, d] uint16
+halves, loaded one by one); LSE and D [BH, Nq] float32.
 
 Masked keys (README; attention_tc's menu): with PAD, padded keys' K and V rows are zeros on
 chip — the dQ kernel's streamed tiles (both loader forms), the dK/dV kernel's own rows (A
