@@ -141,7 +141,7 @@ def head_io(D, d):
            by cp.async (words) once the thread waits, or at once (halves);
     word(x, bh, row, wi) → word wi of row (columns 2wi, 2wi + 1; zeros past d);
     put_word(o, bh, row, wi, w) → writes columns 2wi, 2wi + 1 of row where < d."""
-    DW, DT = D // 2, d
+    DT = d
     FULL = d == D
     if word_rows(d):
         DWT = d // 2                # the global row's words
