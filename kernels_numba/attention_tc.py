@@ -59,10 +59,18 @@ next tile's while this one is computed, with no registers held for them; B fragm
 the rows by ``ldmatrix`` (mma.py): K's as they are, V's through ``.trans``, so no Vᵀ copy is
 made. One barrier a tile: wait for my copies, barrier, start the next tile's, compute.
 
-Limits: D a multiple of 16 (64, 80, 96, 128, 256 are used); Bc a multiple of 16; a full-warp
+Limits: fp16/bf16 any head dim d in 1 … 256: the kernel's compile-time D is d rounded up to a
+multiple of 16 (``padded_head_dim``), the true d a compile-time bound (``head_io``): columns
+d … D − 1 are loaded as zeros (so they add 0 to S = Q Kᵀ, and acc's are 0) and never written.
+Rows travel as 16-byte pieces when d % 8 == 0 (a piece past the row: cp.async's zero-fill form,
+or zeros without a load), else half by half (a row start is then only 2-byte aligned: 8 loads
+a piece, no cp.async — the ASYNC kernel's copies are then plain loads and stores). d = D
+compiles to the same code as before. The mmas run over D: d/D of their work is useful (d = 111:
+112, 99 %; d = 40: 48, 83 %). 3xTF32: D = d, a multiple of 8. Bc a multiple of 16; a full-warp
 instruction, so every warp runs every tile even past Nq (its rows are just not written).
-Inputs [BH, N, D/2] uint32 (fp16/bf16 pairs) or [BH, N, D] float32 (3xTF32); outputs O in the
-input's format, LSE [BH, Nq] float32 (−inf and O = 0 for a row that sees no key). Causal is
+Inputs [BH, N, d/2] uint32 (fp16/bf16 pairs; d % 8 ≠ 0: [BH, N, d] uint16 halves) or [BH, N, D]
+float32 (3xTF32); outputs O in the input's format, LSE [BH, Nq] float32 (−inf and O = 0 for a
+row that sees no key). Causal is
 aligned bottom-right (query i sees key j iff j ≤ i + Nk − Nq), like the CUDA-core kernel. No
 dropout, no varlen here (the CUDA-core kernel has them).
 
@@ -85,7 +93,7 @@ How to run: ``flashlesson section 37``, ``pytest tests/test_attention_tc.py``,
 import math
 from functools import lru_cache
 
-from numba import cuda, float32, uint32
+from numba import cuda, float32, uint16, uint32
 
 from .attention import block_tile, kv_tiles
 from .mma import ex2, ldsm_x4, ldsm_x4_trans, mma_bf16, mma_f16, mma_tf32, pack_bf16, \
@@ -113,6 +121,100 @@ def tc_smem_bytes(D, Bc, TF32, ASYNC=False):
     if ASYNC:
         return 2 * 2 * Bc * KS * 4            # two stages of (K rows, V rows)
     return 2 * (Bc * KS + D * VS) * 4         # two stages (ping-pong)
+
+
+def padded_head_dim(d):
+    """D: the head dimension d rounded up to a multiple of 16, the kernels' compile-time width
+    (k16 steps of S = Q Kᵀ, 8-column blocks of O). Columns d … D − 1 are zeros on chip and never
+    written out (``head_io``)."""
+    return -(-d // 16) * 16
+
+
+def word_rows(d):
+    """Whether rows of d halves travel as uint32 words, 16 bytes a piece (d % 8 == 0: then every
+    row starts 16-byte aligned) — or else as uint16 halves, one load per half (``head_io``)."""
+    return d % 8 == 0
+
+
+@lru_cache(maxsize=None)
+def head_io(D, d):
+    """Global memory ↔ chip for rows of d halves, held on chip as D/2 words (D =
+    padded_head_dim(d)): zeros in for columns ≥ d, nothing out for them. Chosen at compile
+    time:
+
+    words  (word_rows(d)): x is uint32 [.., d/2]; a 16-byte piece (words c … c + 3) lies all
+           inside the row or all past it (d/2 is a multiple of 4), so a piece past it is four
+           zero words, not loaded (cp.async: the zero-fill form). d = D: no test at all — the
+           same code as a kernel of head dimension D.
+    halves (d % 8 ≠ 0, a row start is only 2-byte aligned): x is uint16 [.., d]; a piece is 8
+           loads of one half, each past d a zero, packed into words; no cp.async (its sizes are
+           4, 8, 16 bytes, aligned), so ``piece_async`` loads and stores to shared memory at
+           once — the cost of a misaligned d: 8 loads where one would do, and no copy in flight
+           behind the products.
+
+    piece(x, rf, c) → 4 words c … c + 3 of flat row rf (= bh·N + row);
+    piece_async(smem, di, x, rf, c, ok) → smem[di … di + 3] = that piece (zeros if not ok),
+           by cp.async (words) once the thread waits, or at once (halves);
+    word(x, bh, row, wi) → word wi of row (columns 2wi, 2wi + 1; zeros past d);
+    put_word(o, bh, row, wi, w) → writes columns 2wi, 2wi + 1 of row where < d."""
+    DT = d
+    FULL = d == D
+    if word_rows(d):
+        DWT = d // 2                # the global row's words
+
+        @cuda.jit(device=True)
+        def piece(x, rf, c):
+            if FULL or c < DWT:
+                return load4(x, rf * DWT + c)
+            return uint32(0), uint32(0), uint32(0), uint32(0)
+
+        @cuda.jit(device=True)
+        def piece_async(smem, di, x, rf, c, ok):
+            live = ok and (FULL or c < DWT)
+            cp_async16(smem, di, x, rf * DWT + c if live else 0, live)
+
+        @cuda.jit(device=True)
+        def word(x, bh, row, wi):
+            return x[bh, row, wi] if FULL or wi < DWT else uint32(0)
+
+        @cuda.jit(device=True)
+        def put_word(o, bh, row, wi, w):
+            if FULL or wi < DWT:
+                o[bh, row, wi] = w
+        return piece, piece_async, word, put_word
+
+    @cuda.jit(device=True)
+    def half_pair(x, at, col):
+        """The word of halves x[at + col], x[at + col + 1] (flat; zeros at columns ≥ d)."""
+        lo = uint32(load1(x, at + col)) if col < DT else uint32(0)
+        hi = uint32(load1(x, at + col + 1)) if col + 1 < DT else uint32(0)
+        return uint32(lo | (hi << uint32(16)))
+
+    @cuda.jit(device=True)
+    def piece(x, rf, c):
+        at = rf * DT
+        return (half_pair(x, at, 2 * c), half_pair(x, at, 2 * c + 2),
+                half_pair(x, at, 2 * c + 4), half_pair(x, at, 2 * c + 6))
+
+    @cuda.jit(device=True)
+    def piece_async(smem, di, x, rf, c, ok):
+        w0 = w1 = w2 = w3 = uint32(0)
+        if ok:
+            w0, w1, w2, w3 = piece(x, rf, c)
+        store4(smem, di, w0, w1, w2, w3)
+
+    @cuda.jit(device=True)
+    def word(x, bh, row, wi):
+        return half_pair(x, (bh * x.shape[1] + row) * DT, 2 * wi)
+
+    @cuda.jit(device=True)
+    def put_word(o, bh, row, wi, w):
+        col = 2 * wi
+        if col < DT:
+            o[bh, row, col] = uint16(w & uint32(0xFFFF))
+        if col + 1 < DT:
+            o[bh, row, col + 1] = uint16(w >> uint32(16))
+    return piece, piece_async, word, put_word
 
 
 @lru_cache(maxsize=None)
@@ -291,18 +393,20 @@ def products_for(NB, KC, MT, BF16, ASYNC, TRANS):
 
 
 @lru_cache(maxsize=None)
-def rows_async(D, B, T, PAD=False):
-    """Start copying rows r0 … r0 + B − 1 of x[bh] (uint32 words, D/2 per row) to smem[off +
+def rows_async(D, B, T, PAD=False, d=None):
+    """Start copying rows r0 … r0 + B − 1 of x[bh] (d halves a row; ``head_io``) to smem[off +
     row·(D/2 + 4) + word] with cp.async, 16 bytes a piece, zeros past n (so 0·NaN cannot reach
-    an accumulator); the thread's ``cp_async_wait_all`` and a barrier land them. PAD (K and V
-    rows): a key whose key_padding_mask kpm[b, key] is 0 is zeros too — cp.async's zero-fill
-    form (src-size 0), the same instruction with no global read, decided when the copy is
-    issued (one mask byte per piece); overwriting after the wait would cost a second pass over
-    the tile and a barrier before it."""
+    an accumulator) and in columns d … D − 1; the thread's ``cp_async_wait_all`` and a barrier
+    land them. PAD (K and V rows): a key whose key_padding_mask kpm[b, key] is 0 is zeros too —
+    cp.async's zero-fill form (src-size 0), the same instruction with no global read, decided
+    when the copy is issued (one mask byte per piece); overwriting after the wait would cost a
+    second pass over the tile and a barrier before it. (d % 8 ≠ 0: plain loads and stores,
+    head_io.)"""
     DW = D // 2
     KS = DW + 4
     ITEMS = B * (DW // 4)
     IT = (ITEMS + T - 1) // T
+    _, piece_async, _, _ = head_io(D, D if d is None else d)
 
     @cuda.jit(device=True)
     def issue(x, bh, n, r0, smem, off, tid, kpm, b_idx):
@@ -312,8 +416,7 @@ def rows_async(D, B, T, PAD=False):
                 r = item // (DW // 4)
                 c = (item % (DW // 4)) * 4
                 ok = r0 + r < n and (not PAD or kpm[b_idx, r0 + r] != 0)
-                cp_async16(smem, off + r * KS + c, x, ((bh * n) + r0 + r) * DW + c if ok else 0,
-                           ok)
+                piece_async(smem, off + r * KS + c, x, (bh * n) + r0 + r, c, ok)
     return issue
 
 
@@ -338,16 +441,17 @@ def pack_accumulators(KC2, MT, NB, BF16):
 
 
 @lru_cache(maxsize=None)
-def kv_loader_tc(D, Bc, T, WITH_V=True, PAD=False):
+def kv_loader_tc(D, Bc, T, WITH_V=True, PAD=False, d=None):
     """Copy K/V tile rows k0 … k0 + Bc − 1 of head bh (uint32 words) to shared memory: K as
     it is, V transposed into key pairs (``pair_lo``/``pair_hi``); zeros past Nk (P is 0 there,
     but 0·NaN would still poison acc) and, PAD, for keys whose kpm[b_idx, key] is 0 (the
     load is not issued: one mask byte read per piece instead). In two halves, so the global
     reads can be issued before the current tile's products and stored after them (``fetch`` →
     registers, ``put`` → shared memory): ``fetch`` returns this thread's KI + 2·VI groups of
-    four words."""
+    four words. Rows of d halves (``head_io``): zeros in columns d … D − 1."""
     DW = D // 2
     KS, VS = tc_shapes(D, Bc)
+    piece, _, _, _ = head_io(D, D if d is None else d)
     K_ITEMS = Bc * (DW // 4)        # 16-byte pieces of a K tile
     V_ITEMS = (Bc // 2) * (DW // 4)  # (key pair, 4 words) pieces of a V tile
     KI = (K_ITEMS + T - 1) // T     # pieces per thread
@@ -364,7 +468,7 @@ def kv_loader_tc(D, Bc, T, WITH_V=True, PAD=False):
             c = (item % (DW // 4)) * 4
             w0 = w1 = w2 = w3 = uint32(0)
             if item < K_ITEMS and k0 + r < n_k and (not PAD or kpm[b_idx, k0 + r] != 0):
-                w0, w1, w2, w3 = load4(k, ((bh * n_k) + k0 + r) * DW + c)
+                w0, w1, w2, w3 = piece(k, (bh * n_k) + k0 + r, c)
             w[4 * it], w[4 * it + 1], w[4 * it + 2], w[4 * it + 3] = w0, w1, w2, w3
         for it in range(VI):
             item = it * T + tid
@@ -374,7 +478,7 @@ def kv_loader_tc(D, Bc, T, WITH_V=True, PAD=False):
                 w0 = w1 = w2 = w3 = uint32(0)
                 key = k0 + 2 * kp + e
                 if item < V_ITEMS and key < n_k and (not PAD or kpm[b_idx, key] != 0):
-                    w0, w1, w2, w3 = load4(v, ((bh * n_k) + key) * DW + c)
+                    w0, w1, w2, w3 = piece(v, (bh * n_k) + key, c)
                 at = 4 * KI + 8 * it + 4 * e
                 w[at], w[at + 1], w[at + 2], w[at + 3] = w0, w1, w2, w3
 
@@ -403,7 +507,7 @@ def kv_loader_tc(D, Bc, T, WITH_V=True, PAD=False):
 
 
 @lru_cache(maxsize=None)
-def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False):
+def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False, d=None):
     """fp16 (BF16=False) or bf16 FlashAttention forward; see the module menu.
 
     MT: m16 row blocks per warp (Br = 16·MT·WARPS): every K/V fragment read from shared
@@ -411,7 +515,10 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False
     registers before this tile's products and to shared memory after them, so their latency
     hides behind the mmas (costs 4·(KI + 2·VI) registers). ASYNC: the next tile's K and V
     rows travel by cp.async while this tile is computed (no registers held), and the B
-    fragments come from the rows by ldmatrix (V's through .trans): no Vᵀ copy, no prmt."""
+    fragments come from the rows by ldmatrix (V's through .trans): no Vᵀ copy, no prmt.
+    d: the true head dimension (D = padded_head_dim(d); None: d = D) — columns d … D − 1 are
+    zeros on chip and not written (``head_io``)."""
+    d = D if d is None else d
     Br = 16 * MT * WARPS
     T = 32 * WARPS
     KC = D // 16                    # k-steps of S = Q Kᵀ (k16 each)
@@ -427,12 +534,13 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False
     if ASYNC:
         STAGE = 2 * K_WORDS         # … or, ASYNC, V rows like K's
         V_STRIDE = KS
-    assert D % 16 == 0 and Bc % 16 == 0 and not (PF and ASYNC)
+    assert D == padded_head_dim(d) and Bc % 16 == 0 and not (PF and ASYNC)
     pack = pack_bf16 if BF16 else pack_f16
     update = online_softmax_tc(NBS, NBO, MT)
     mask = mask_scores_tc(NBS, CAUSAL, PAD, MT)
-    fetch, put, REGS = kv_loader_tc(D, Bc, T, True, PAD)
-    rows = rows_async(D, Bc, T, PAD)
+    fetch, put, REGS = kv_loader_tc(D, Bc, T, True, PAD, d)
+    rows = rows_async(D, Bc, T, PAD, d)
+    _, _, word, put_word = head_io(D, d)
     qk = products_for(NBS, KC, MT, BF16, ASYNC, False)
     pv = products_for(NBO, KC2, MT, BF16, ASYNC, True)
     to_a = pack_accumulators(KC2, MT, NBS, BF16)
@@ -440,8 +548,9 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False
 
     @cuda.jit
     def flash_tc(q, k, v, o, lse, scale, n_q, n_k, heads, kpm):
-        """q [BH, Nq, D/2], k, v [BH, Nk, D/2], o [BH, Nq, D/2]: uint32 words of two halves;
-        lse [BH, Nq] float32; kpm uint8 [B, Nk] (PAD)."""
+        """q [BH, Nq, d/2], k, v [BH, Nk, d/2], o [BH, Nq, d/2]: uint32 words of two halves
+        (d % 8 ≠ 0: [.., d] uint16 halves, head_io); lse [BH, Nq] float32; kpm uint8 [B, Nk]
+        (PAD)."""
         bh, q0 = block_tile(CAUSAL, Br)             # (causal: heaviest Q tiles first, §34)
         tid = cuda.threadIdx.x
         warp = tid // 32
@@ -465,7 +574,7 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False
                 for r in range(4):
                     row = r_lo + 16 * mt + 8 * (r & 1)
                     qa[4 * (mt * KC + kc) + r] = \
-                        q[bh, row, 8 * kc + 4 * (r >> 1) + t] if row < n_q else 0
+                        word(q, bh, row, 8 * kc + 4 * (r >> 1) + t) if row < n_q else 0
 
         s = cuda.local.array(SN, float32)           # S, then P, of this tile (accumulators)
         acc = cuda.local.array(AN, float32)         # un-normalized output   (§32: acc)
@@ -532,12 +641,14 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False
                     inv_l = safe_reciprocal(l_row)  # a row that saw no key: O = 0
                     for nb in range(NBO):
                         y = 4 * (mt * NBO + nb) + 2 * half
-                        o[bh, row, 4 * nb + t] = pack(acc[y] * inv_l, acc[y + 1] * inv_l)
+                        put_word(o, bh, row, 4 * nb + t,       # (columns < d only)
+                                 pack(acc[y] * inv_l, acc[y + 1] * inv_l))
                     if t == 0:
                         lse[bh, row] = NEG_INF if l_row == ZERO else \
                             ml[r] * LN2 + math.log(l_row)       # LSE = m·ln2 + ln l
 
-    BUILT[("flash_tc_kernel", D, Bc, WARPS, CAUSAL, PAD, BF16, MT, PF, ASYNC)] = flash_tc
+    BUILT[("flash_tc_kernel", D, Bc, WARPS, CAUSAL, PAD, BF16, MT, PF, ASYNC)
+          + ((d,) if d != D else ())] = flash_tc
     return flash_tc
 
 

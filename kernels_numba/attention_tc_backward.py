@@ -57,9 +57,12 @@ in flight while this one is computed; one barrier a tile); the transposed operan
 ``ldmatrix.trans`` from the rows, and the block's own rows (K and V in the dK/dV kernel, Q
 and dO in the dQ kernel) stay in shared memory, their A fragments read by ``ldmatrix`` at each
 use instead of held in registers (the defaults on the H200: README, "Attention on tensor
-cores"). Causal grids run their heaviest blocks first (lane_rows). Limits: D a multiple of 16;
-no dropout, no varlen (the fp32 backward has them). Inputs/outputs [BH, N, D/2] uint32 words of
-two halves; LSE and D [BH, Nq] float32.
+cores"). Causal grids run their heaviest blocks first (lane_rows). Limits: any head dim d in
+1 … 256, run as D = d rounded up to a multiple of 16 with zeros in columns d … D − 1 on chip
+and nothing written there (attention_tc.head_io: Q, K, V, dO zero-padded give dK = dSᵀ Q and
+dQ = dS K zero there, and D_i sums the true d); no dropout, no varlen (the fp32 backward has
+them). Inputs/outputs [BH, N, d/2] uint32 words of two halves (d % 8 ≠ 0: [BH, N, d] uint16
+halves, loaded one by one); LSE and D [BH, Nq] float32.
 
 Masked keys (README; attention_tc's menu): with PAD, padded keys' K and V rows are zeros on
 chip — the dQ kernel's streamed tiles (both loader forms), the dK/dV kernel's own rows (A
@@ -77,8 +80,8 @@ from numba import cuda, float32, uint32
 
 from .attention import block_tile, first_q_tile, kv_tiles
 from .attention_backward import lse_or_inf
-from .attention_tc import BUILT, LOG2E, kv_loader_tc, ldsm_products_a, \
-    pack_accumulators, products_for, rows_async, tc_shapes, zeros
+from .attention_tc import BUILT, LOG2E, head_io, kv_loader_tc, ldsm_products_a, \
+    pack_accumulators, padded_head_dim, products_for, rows_async, tc_shapes, zeros
 from .jit import pure_device
 from .mma import ex2, pack_bf16, pack_f16, unpack_bf16, unpack_f16
 from .reductions import NEG_INF, ZERO
@@ -98,7 +101,8 @@ def tc_bwd_smem_bytes(D, B, WARPS, ASYNC=False):
 
 @lru_cache(maxsize=None)
 def tc_bwd_preprocess(BF16):
-    """D[r] = Σ_c dO[r, c]·O[r, c] over rows r of o, do [R, D/2] (words), d [R] float32."""
+    """D[r] = Σ_c dO[r, c]·O[r, c] over rows r of o, do [R, d/2] (words) or [R, d] (uint16
+    halves: d % 8 ≠ 0, attention_tc.head_io), d [R] float32."""
     unpack = unpack_bf16 if BF16 else unpack_f16
 
     @cuda.jit
@@ -106,9 +110,9 @@ def tc_bwd_preprocess(BF16):
         row = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
         while row < o.shape[0]:
             total = ZERO
-            for c in range(o.shape[1]):
-                o0, o1 = unpack(o[row, c])
-                g0, g1 = unpack(do[row, c])
+            for c in range(o.shape[1]):         # (a half as a word: its high half 0)
+                o0, o1 = unpack(uint32(o[row, c]))
+                g0, g1 = unpack(uint32(do[row, c]))
                 total += g0 * o0 + g1 * o1          # D_i = Σ_c dO_ic O_ic
             dvec[row] = total
             row += cuda.gridDim.x * cuda.blockDim.x
@@ -242,15 +246,18 @@ def clear_padded(N, ODD):
 
 
 @lru_cache(maxsize=None)
-def a_fragments(KC):
-    """A fragments (m16 × k16 words) of rows r_lo, r_lo + 8 of x[bh] (zeros past n)."""
+def a_fragments(KC, d=None):
+    """A fragments (m16 × k16 words) of rows r_lo, r_lo + 8 of x[bh] (zeros past n, and in
+    columns ≥ d: attention_tc.head_io)."""
+    D = 16 * KC
+    _, _, word, _ = head_io(D, D if d is None else d)
 
     @cuda.jit(device=True)
     def load(x, bh, r_lo, n, t, frag):
         for kc in range(KC):
             for r in range(4):
                 row = r_lo + 8 * (r & 1)
-                frag[4 * kc + r] = x[bh, row, 8 * kc + 4 * (r >> 1) + t] if row < n else 0
+                frag[4 * kc + r] = word(x, bh, row, 8 * kc + 4 * (r >> 1) + t) if row < n else 0
     return load
 
 
@@ -288,10 +295,13 @@ def accumulate(KC2, NBO, NB, BF16, ASYNC):
 
 
 @lru_cache(maxsize=None)
-def write_rows(NBO, BF16, F32=False):
+def write_rows(NBO, BF16, F32=False, d=None):
     """out[bh, row, 4nb + t] = the packed pair of acc for rows r_lo, r_lo + 8 (< n), · factor
-    (F32, the 3xTF32 kernels: out[bh, row, 8nb + 2t (+1)] = the two floats)."""
+    (F32, the 3xTF32 kernels: out[bh, row, 8nb + 2t (+1)] = the two floats); fp16/bf16 rows of
+    d halves: columns ≥ d not written (attention_tc.head_io)."""
     pack = pack_bf16 if BF16 else pack_f16
+    D = 8 * NBO
+    _, _, _, put_word = head_io(D, D if (F32 or d is None) else d)
 
     @cuda.jit(device=True)
     def write(out, bh, r_lo, n, t, acc, factor):
@@ -305,16 +315,19 @@ def write_rows(NBO, BF16, F32=False):
                         out[bh, row, 8 * nb + 2 * t] = lo
                         out[bh, row, 8 * nb + 2 * t + 1] = hi
                     else:
-                        out[bh, row, 4 * nb + t] = pack(lo, hi)
+                        put_word(out, bh, row, 4 * nb + t, pack(lo, hi))
     return write
 
 
 @lru_cache(maxsize=None)
-def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
+def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC=False, d=None):
     """dK, dV: one block per 16·WARPS keys; see the module menu. ASYNC: Q/dO rows and LSE/D
     of the next tile travel by cp.async during this one (two stages, one barrier a tile), and
     the transposed operands are read by ldmatrix.trans from the rows; the block's K and V
-    rows stay in shared memory (A fragments by ldmatrix) instead of registers."""
+    rows stay in shared memory (A fragments by ldmatrix) instead of registers. d: the true
+    head dimension (D = padded_head_dim(d); None: d = D), as in flash_tc_kernel."""
+    d = D if d is None else d
+    assert D == padded_head_dim(d)
     Bk = 16 * WARPS                 # keys per block (rows of the transposed problem)
     T = 32 * WARPS
     KC = D // 16                    # k16 steps over d
@@ -333,15 +346,15 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
         DO_AT, QT_AT, DOT_AT, BT = ROWS, 0, ROWS, KS
     K_AT = 2 * STAGE                # ASYNC: the block's K rows, then its V rows
     V_AT = K_AT + Bk * KS
-    fetch, put, REGS = kv_loader_tc(D, Bq, T)
-    rows = rows_async(D, Bq, T)
-    block_rows = rows_async(D, Bk, T, PAD)      # the block's K, V rows: padded keys' zeros
-    frags = a_fragments(KC)
+    fetch, put, REGS = kv_loader_tc(D, Bq, T, True, False, d)
+    rows = rows_async(D, Bq, T, False, d)
+    block_rows = rows_async(D, Bk, T, PAD, d)   # the block's K, V rows: padded keys' zeros
+    frags = a_fragments(KC, d)
     unpad_a, unpad_acc = clear_padded(KC, True), clear_padded(NBO, False)
     prod = products(KC, NBQ, BF16, ASYNC)
     prod_a = products(KC, NBQ, BF16, True, True)
     acc_tile = accumulate(KC2, NBO, NBQ, BF16, ASYNC)
-    write = write_rows(NBO, BF16)
+    write = write_rows(NBO, BF16, False, d)
     clear_o = zeros(AO)
     ds_t = ds_transposed(NBQ, Bq, CAUSAL, PAD)
 
@@ -438,15 +451,18 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
         write(dv, bh, key_lo, n_k, t, dv_acc, float32(1.0))
         write(dk, bh, key_lo, n_k, t, dk_acc, scale)              # dK = scale · Σ dSᵀ Q
 
-    BUILT[("flash_tc_bwd_dkdv_kernel", D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC)] = dkdv
+    BUILT[("flash_tc_bwd_dkdv_kernel", D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC)
+          + ((d,) if d != D else ())] = dkdv
     return dkdv
 
 
 @lru_cache(maxsize=None)
-def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
+def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16, ASYNC=False, d=None):
     """dQ: one block per 16·WARPS queries; see the module menu. ASYNC: as in the dK/dV kernel
     (K/V rows by cp.async, two stages; Kᵀ read by ldmatrix.trans; the block's Q and dO rows
-    in shared memory, not registers)."""
+    in shared memory, not registers). d: the true head dimension, as in the dK/dV kernel."""
+    d = D if d is None else d
+    assert D == padded_head_dim(d)
     Bq = 16 * WARPS
     T = 32 * WARPS
     KC = D // 16
@@ -463,15 +479,15 @@ def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
         V_AT, KT_AT, BT = ROWS, 0, KS
     Q_AT = 2 * STAGE                    # ASYNC: the block's Q rows, then its dO rows
     DO_AT = Q_AT + Bq * KS
-    fetch_kt, put_kt, REGS = kv_loader_tc(D, Bk, T, True, PAD)   # (PAD: padded keys' zeros)
-    fetch_v, put_v, _ = kv_loader_tc(D, Bk, T, False, PAD)
-    rows = rows_async(D, Bk, T, PAD)
-    block_rows = rows_async(D, Bq, T)
-    frags = a_fragments(KC)
+    fetch_kt, put_kt, REGS = kv_loader_tc(D, Bk, T, True, PAD, d)   # (PAD: padded keys' zeros)
+    fetch_v, put_v, _ = kv_loader_tc(D, Bk, T, False, PAD, d)
+    rows = rows_async(D, Bk, T, PAD, d)
+    block_rows = rows_async(D, Bq, T, False, d)
+    frags = a_fragments(KC, d)
     prod = products(KC, NBK, BF16, ASYNC)
     prod_a = products(KC, NBK, BF16, True, True)
     acc_tile = accumulate(KC2, NBO, NBK, BF16, ASYNC)
-    write = write_rows(NBO, BF16)
+    write = write_rows(NBO, BF16, False, d)
     clear_o = zeros(AO)
     ds = ds_rows(NBK, CAUSAL, PAD)
 
@@ -536,5 +552,6 @@ def flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD, BF16, ASYNC=False):
 
         write(dq, bh, r_lo, n_q, t, dq_acc, scale)        # dQ = scale · Σ dS K
 
-    BUILT[("flash_tc_bwd_dq_kernel", D, Bk, WARPS, CAUSAL, PAD, BF16, ASYNC)] = dq_kernel
+    BUILT[("flash_tc_bwd_dq_kernel", D, Bk, WARPS, CAUSAL, PAD, BF16, ASYNC)
+          + ((d,) if d != D else ())] = dq_kernel
     return dq_kernel

@@ -184,6 +184,37 @@ def test_async_head_dims_and_padding(rng, d, fmt):
     _check(o, lse, *_ref(fmt, q64, k64, v64, key_padding_mask=kpm), fmt)
 
 
+# Head dims that are not multiples of 16 (flash-attn takes any d ≤ 256): the kernels run D = d
+# padded to 16, zeros loaded past d, nothing written there (attention_tc.head_io); d % 8 == 0
+# (8, 40, 200) travels in 16-byte pieces (cp.async zero-fill past the row), the rest (1, 59,
+# 111) half by half. Simulator: one case per d, each loader form once; GPU: flash-attn's
+# sequence-length pairs, both dtypes, causal and not, default configs (ASYNC up to D = 128,
+# register-staged above). (fmt, d, causal, (B, H, Nq, Nk), config)
+ODD_HEAD_DIMS = by_device(
+    [("f16", 1, True, (1, 2, 9, 13), None),
+     ("f16", 40, False, (1, 1, 11, 20), TcConfig(Bc=16, WARPS=1, ASYNC=True)),
+     ("f16", 59, True, (1, 1, 13, 7), TcConfig(Bc=16, WARPS=1, ASYNC=True)),
+     ("bf16", 8, True, (2, 1, 21, 17), TcConfig(Bc=16, WARPS=1, ASYNC=True)),
+     ("bf16", 111, False, (1, 1, 9, 18), TcConfig(Bc=16, WARPS=1, MT=2, PF=True)),
+     ("f16", 200, True, (1, 1, 5, 7), TcConfig(Bc=16, WARPS=1))],
+    [(fmt, d, causal, shape, None) for fmt in ("f16", "bf16") for d in (40, 59, 111, 200)
+     for causal in (False, True) for shape in ((2, 3, 113, 203), (1, 2, 1024, 1024))])
+
+
+@pytest.mark.parametrize("fmt, d, causal, shape, config", ODD_HEAD_DIMS,
+                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else
+                         str(x) if not isinstance(x, TcConfig) else "cfg")
+def test_head_dims_not_a_multiple_of_16(rng, fmt, d, causal, shape, config):
+    """O and LSE against the oracle (and 2× torch's error on the GPU); O poisoned first, so a
+    column ≤ d not written fails, and a write past d would land in the next row (or outside
+    the array, an IndexError in the simulator)."""
+    (q, k, v), (q64, k64, v64) = _inputs(rng, *shape, d, fmt)
+    o, lse = attention(q, k, v, causal=causal, return_lse=True, config=config)
+    assert o.shape == q.shape
+    o_ref, lse_ref, tol = _ref(fmt, q64, k64, v64, causal=causal)
+    _check(o, lse, o_ref, lse_ref, tol, fmt, _torch_error(q64, k64, v64, fmt, causal, o_ref))
+
+
 def test_torch_dtypes_are_read_from_their_cuda_interface():
     """np.dtype() cannot read torch.float16: a torch tensor's fp16-ness comes from the typestr
     of its __cuda_array_interface__ (stand-ins here: torch is optional and the CI has no GPU)."""
@@ -204,9 +235,12 @@ def test_torch_dtypes_are_read_from_their_cuda_interface():
 
 
 def test_bad_inputs(rng):
-    q = rng.standard_normal((1, 1, 8, 24)).astype(np.float16)
-    with pytest.raises(ValueError, match="multiple of 16"):
+    q = rng.standard_normal((1, 1, 8, 264)).astype(np.float16)
+    with pytest.raises(ValueError, match=r"head dimension in 1 … 256 \(f16\); got d = 264"):
         attention(q, q, q)
+    q = rng.standard_normal((1, 1, 8, 12)).astype(np.float32)
+    with pytest.raises(ValueError, match="multiple of 8 up to 256 .3xTF32"):
+        attention(q, q, q, method="flash_tc")
     q = rng.standard_normal((1, 1, 8, 16)).astype(np.float16)
     with pytest.raises(TypeError, match="same format"):
         attention(q, q, q.astype(np.float32), method="flash_tc")

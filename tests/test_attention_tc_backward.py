@@ -40,11 +40,19 @@ def _torch_errors(q64, k64, v64, do64, causal, refs, fmt):
         import torch
     except ImportError:
         return None
-    if not torch.cuda.is_available() or q64.shape[2] != k64.shape[2]:
-        return None                            # (torch's causal aligns top-left: Nq = Nk only)
+    if not torch.cuda.is_available():
+        return None
+    nq, nk = q64.shape[2], k64.shape[2]
+    mask = None
+    if causal and nq != nk:                    # bottom-right, as flashlesson's causal (torch's
+        i = torch.arange(nq, device="cuda")[:, None]        # is_causal aligns top-left)
+        mask = torch.arange(nk, device="cuda")[None, :] <= i + nk - nq
+        if not mask.any(dim=1).all():
+            return None                        # torch gives NaN rows where we give zeros
     dt = torch.float16 if fmt == "f16" else torch.bfloat16
     t = [torch.tensor(a, device="cuda").to(dt).requires_grad_(True) for a in (q64, k64, v64)]
-    o = torch.nn.functional.scaled_dot_product_attention(*t, is_causal=causal)
+    o = torch.nn.functional.scaled_dot_product_attention(
+        *t, attn_mask=mask, is_causal=causal and mask is None)
     grads = torch.autograd.grad(o, t, torch.tensor(do64, device="cuda").to(dt))
     return [float(np.max(np.abs(g.double().cpu().numpy() - r))) for g, r in zip(grads, refs)]
 
@@ -72,6 +80,32 @@ def test_matches_oracle(rng, shape, causal, fmt):
     (q, k, v, do), (q64, k64, v64, do64) = _inputs(rng, *shape, fmt)
     o, lse = attention(q, k, v, causal=causal, return_lse=True)
     grads = attention_backward(do, q, k, v, o, lse, causal=causal)
+    refs = ref_backward(do64, q64, k64, v64, causal=causal)
+    _check(grads, refs, fmt, q64, k64, _torch_errors(q64, k64, v64, do64, causal, refs, fmt))
+
+
+# Head dims that are not multiples of 16 (test_attention_tc.ODD_HEAD_DIMS: D = d padded to 16
+# inside the kernels). Simulator: d = 1 (register-staged dK/dV, ASYNC dQ: halves), 40 (both
+# ASYNC: 16-byte pieces, zero-filled past the row), 59 (ASYNC dK/dV, register-staged dQ:
+# halves); GPU: flash-attn's sequence-length pairs, both dtypes, causal and not, defaults.
+ODD_HEAD_DIMS = by_device(
+    [("f16", 1, True, (1, 2, 9, 13), TcBwdConfig(16, 1, 16, 1, False, True)),
+     ("f16", 40, False, (1, 1, 11, 20), TcBwdConfig(16, 1, 16, 1, True, True)),
+     ("f16", 59, True, (1, 1, 13, 7), TcBwdConfig(16, 1, 16, 1, True, False))],
+    [(fmt, d, causal, shape, None) for fmt in ("f16", "bf16") for d in (40, 59, 111, 200)
+     for causal in (False, True) for shape in ((2, 3, 113, 203), (1, 2, 1024, 1024))])
+
+
+@pytest.mark.parametrize("fmt, d, causal, shape, config", ODD_HEAD_DIMS,
+                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else
+                         str(x) if not isinstance(x, TcBwdConfig) else "cfg")
+def test_head_dims_not_a_multiple_of_16(rng, fmt, d, causal, shape, config):
+    """dq, dk, dv against the oracle (and 2× torch's error on the GPU), each poisoned first:
+    a column < d not written is NaN, a write past d lands in the next row."""
+    (q, k, v, do), (q64, k64, v64, do64) = _inputs(rng, *shape, d, fmt)
+    o, lse = attention(q, k, v, causal=causal, return_lse=True)
+    grads = attention_backward(do, q, k, v, o, lse, causal=causal, config=config)
+    assert all(g.shape == x.shape for g, x in zip(grads, (q, k, v)))
     refs = ref_backward(do64, q64, k64, v64, causal=causal)
     _check(grads, refs, fmt, q64, k64, _torch_errors(q64, k64, v64, do64, causal, refs, fmt))
 

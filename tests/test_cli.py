@@ -36,6 +36,16 @@ def test_bench_rejects_unknown_method(capsys):
     assert "--method: expected one of" in capsys.readouterr().err
 
 
+def test_bench_headdims_are_checked(capsys):
+    """``bench attention --tc --headdims``: head dims in 1 … 256, and only with --tc."""
+    assert main(["bench", "attention", "--headdims", "80"]) == 2
+    assert "--headdims: goes with --tc" in capsys.readouterr().err
+    for bad in ("0,64", "257", "64,x"):
+        with pytest.raises(SystemExit):
+            main(["bench", "attention", "--tc", "--headdims", bad])
+        assert "--headdims" in capsys.readouterr().err
+
+
 def test_section_argument_must_be_a_number():
     with pytest.raises(SystemExit):
         main(["section", "eight"])

@@ -29,16 +29,18 @@ def test_autograd_matches_torch_math(causal, shape):
         assert err < 1e-4, f"{name}: relative error {err:.2e}"
 
 
+@pytest.mark.parametrize("d", [64, 59, 40])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_half_precision_on_tensor_cores(dtype, causal):
+def test_half_precision_on_tensor_cores(dtype, causal, d):
     """fp16 / bf16 tensors take the tensor-core kernels (§37) forward and backward: output and
     gradients in the input dtype, errors against float64 no more than 2× those of torch's own
-    SDPA in the same dtype (+ a small floor)."""
+    SDPA in the same dtype (+ a small floor). Any head dim: 59 (rows of halves), 40 (16-byte
+    pieces, padded to 48 inside the kernels)."""
     from flashlesson.torch import scaled_dot_product_attention as fl_sdpa
     F = torch.nn.functional
     dt = getattr(torch, dtype)
-    q, k, v, do = (torch.randn(2, 3, 150, 64, device="cuda").to(dt) for _ in range(4))
+    q, k, v, do = (torch.randn(2, 3, 150, d, device="cuda").to(dt) for _ in range(4))
     got = _grads(lambda a, b, c: fl_sdpa(a, b, c, is_causal=causal), q, k, v, do)
     theirs = _grads(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=causal),
                     q, k, v, do)

@@ -213,6 +213,14 @@ ATTENTION_SHAPES = (            # (B, H, N, d): the issue's three, then an N swe
     (1, 16, 8192, 128),
 )
 ATTENTION_SWEEP = tuple((1, 16, n, 64) for n in (256, 512, 1024, 2048, 4096, 8192, 16384))
+# §37 head dims (``bench attention --tc``; ``--headdims`` replaces the list): d = 80, 96, 111
+# beside 64 and 128 at one shape; the tensor-core kernels run D = d padded to a multiple of 16
+TC_HEADDIMS = (64, 80, 96, 111, 128)
+
+
+def tc_headdim_shapes(headdims=TC_HEADDIMS, b=2, h=16, n=4096):
+    """(B, H, N, d) rows of the head-dim sweep of ``bench attention --tc``."""
+    return tuple((b, h, n, d) for d in headdims)
 
 
 def attention_flops(b, h, nq, nk, d, causal):
@@ -452,9 +460,24 @@ def _torch_sdpa(what):
     return torch, SDPBackend, sdpa_kernel, torch.nn.functional.scaled_dot_product_attention
 
 
-def bench_attention_tc(shapes=ATTENTION_SHAPES, causal_modes=(False, True), log=print):
+def _padded_row(row, fmt):
+    """The cost of padding the head dimension, named: D (the tensor-core kernels' d rounded up
+    to 16) and the rate the tensor cores ran at, counting the padded columns' FLOPs too
+    (TFLOP/s × D/d; the row's TFLOP/s counts the true d's)."""
+    d, D = row["d"], row["D"]
+    if f"tc {fmt} TFLOP/s" in row:
+        row[f"tc {fmt} TFLOP/s at D"] = row[f"tc {fmt} TFLOP/s"] * D / d
+
+
+def bench_attention_tc(shapes=ATTENTION_SHAPES + tc_headdim_shapes(),
+                       causal_modes=(False, True), log=print):
     """Check (one head against float64), then time flash_tc in fp16, bf16 and 3xTF32 with
-    torch SDPA's flash and cuDNN backends (fp16, bf16) and efficient (fp32) in the same run."""
+    torch SDPA's flash and cuDNN backends (fp16, bf16) and efficient (fp32) in the same run.
+    FLOPs with the true d (attention_flops); "D" is the kernels' padded head dimension and
+    "tc fp16 TFLOP/s at D" the rate counting the padded columns (the padding's cost: d/D of
+    the tensor-core work is useful). 3xTF32 (multiples of 8 only) is skipped at other d."""
+    from kernels_numba.attention_tc import padded_head_dim
+
     from .attention_methods import attention as fl_attention
     from .tc_methods import BFloat16
     torch, SDPBackend, sdpa_kernel, sdpa = _torch_sdpa("flashlesson bench attention --tc")
@@ -463,10 +486,12 @@ def bench_attention_tc(shapes=ATTENTION_SHAPES, causal_modes=(False, True), log=
         t32 = [torch.randn(b, h, n, d, device="cuda") for _ in range(3)]
         for causal in causal_modes:
             flops = attention_flops(b, h, n, n, d, causal)
-            row = {"B": b, "H": h, "N": n, "d": d, "causal": causal}
+            row = {"B": b, "H": h, "N": n, "d": d, "D": padded_head_dim(d), "causal": causal}
             ref = sdpa(*(x[:1, :1].double() for x in t32), is_causal=causal)[0, 0].cpu().numpy()
             for fmt, dt in (("fp16", torch.float16), ("bf16", torch.bfloat16),
                             ("fp32", torch.float32)):
+                if fmt == "fp32" and d % 8:
+                    continue                    # (3xTF32: multiples of 8)
                 tq, tk, tv = (x.to(dt) for x in t32)
                 backends = ((("flash", SDPBackend.FLASH_ATTENTION),
                              ("cudnn", SDPBackend.CUDNN_ATTENTION)) if fmt != "fp32" else
@@ -499,6 +524,8 @@ def bench_attention_tc(shapes=ATTENTION_SHAPES, causal_modes=(False, True), log=
                     return float(np.max(np.abs(got - ref)))
                 _measure(row, f"tc {fmt}", f"tc {fmt}", run, flops, err_of)
                 row[f"tc {fmt} err"] = row.pop(f"tc {fmt} rel err")
+                if fmt != "fp32":
+                    _padded_row(row, fmt)
                 for name in ("flash", "cudnn", "efficient"):
                     theirs = row.get(f"sdpa {name} {fmt} TFLOP/s")
                     if theirs:
@@ -543,12 +570,16 @@ def _tf32x3_backward_row(row, torch, SDPBackend, sdpa_kernel, sdpa, t16, causal,
         row["tf32x3 bwd / efficient"] = row["tf32x3 bwd TFLOP/s"] / theirs
 
 
-def bench_attention_tc_backward(shapes=ATTENTION_SHAPES, causal_modes=(False, True), log=print):
+def bench_attention_tc_backward(shapes=ATTENTION_SHAPES + tc_headdim_shapes(),
+                                causal_modes=(False, True), log=print):
     """fp16 tensor-core backward (``attention_backward`` on fp16 inputs) against torch SDPA's
     flash and cuDNN backward in fp16, and the 3xTF32 backward (float32 inputs, method
     "flash_tc") against torch's fp32 efficient backward; same process; FLOPs counted as 2.5 ×
     the forward's. Checked first: max |error| of dq, dk, dv on one head against torch's float64
-    autograd (the fp32 inputs are the fp16 ones, exactly)."""
+    autograd (the fp32 inputs are the fp16 ones, exactly). d and the padded D as in
+    ``bench_attention_tc`` ("tc bwd TFLOP/s at D"); 3xTF32 only at multiples of 8."""
+    from kernels_numba.attention_tc import padded_head_dim
+
     from .attention_methods import attention as fl_attention
     from .backward_methods import attention_backward as fl_backward
     torch, SDPBackend, sdpa_kernel, sdpa = _torch_sdpa(
@@ -559,7 +590,7 @@ def bench_attention_tc_backward(shapes=ATTENTION_SHAPES, causal_modes=(False, Tr
         q, k, v, do = (cuda.as_cuda_array(x) for x in t16)
         for causal in causal_modes:
             flops = BACKWARD_FLOP_FACTOR * attention_flops(b, h, n, n, d, causal)
-            row = {"B": b, "H": h, "N": n, "d": d, "causal": causal}
+            row = {"B": b, "H": h, "N": n, "d": d, "D": padded_head_dim(d), "causal": causal}
             x64 = [x[:1, :1].double().requires_grad_(True) for x in t16[:3]]
             refs = torch.autograd.grad(sdpa(*x64, is_causal=causal), x64, t16[3][:1, :1].double())
             refs = [r[0, 0].cpu().numpy() for r in refs]
@@ -587,12 +618,14 @@ def bench_attention_tc_backward(shapes=ATTENTION_SHAPES, causal_modes=(False, Tr
                            for gi, r in zip(grads, refs))
             _measure(row, "tc bwd", "tc bwd", run, flops, err_of)
             row["tc bwd err"] = row.pop("tc bwd rel err")
+            _padded_row(row, "bwd")
             for name in ("flash", "cudnn"):
                 theirs = row.get(f"sdpa {name} bwd TFLOP/s")
                 if theirs:
                     row[f"tc bwd / {name}"] = row["tc bwd TFLOP/s"] / theirs
-            _tf32x3_backward_row(row, torch, SDPBackend, sdpa_kernel, sdpa, t16, causal, flops,
-                                 refs, err_of, log)
+            if d % 8 == 0:                      # (3xTF32: multiples of 8)
+                _tf32x3_backward_row(row, torch, SDPBackend, sdpa_kernel, sdpa, t16, causal,
+                                     flops, refs, err_of, log)
             results.append(row)
             log(" ".join(f"{key}={val:.4g}" if isinstance(val, float) else f"{key}={val}"
                          for key, val in row.items()))

@@ -8,6 +8,7 @@
     flashlesson bench attention       GPU only: naive and flash, TFLOP/s, vs torch SDPA
     flashlesson bench attention --backward   the same for the backward pass (§30–31)
     flashlesson bench attention --tc         tensor cores (§37) vs torch SDPA flash/cuDNN
+                                      [--headdims 64,80,96,111,128]: d vs its padded D
     flashlesson bench hierarchy       GPU only: §26 GB/s of HBM, L2, shared memory, registers
     flashlesson bench overhead [--json F]   GPU + torch: host µs per public call vs torch
     flashlesson traffic softmax --method M --shape ROWS N      global reads/writes per array:
@@ -56,21 +57,40 @@ def _cmd_section(args):
     return run_tour(sections=args.numbers, verbose=True)
 
 
+def _headdims(text):
+    """--headdims: comma-separated head dims, each 1 … 256."""
+    try:
+        dims = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    if not dims or any(not 1 <= x <= 256 for x in dims):
+        raise argparse.ArgumentTypeError(f"head dims must be in 1 … 256, got {text!r}")
+    return dims
+
+
 def _cmd_bench_attention(args):
     from . import bench
     kernels = None
+    if args.headdims and not args.tc:
+        print("--headdims: goes with --tc (the tensor-core kernels' head-dim sweep)",
+              file=sys.stderr)
+        return 2
+    tc_shapes = (bench.tc_headdim_shapes(args.headdims) if args.headdims else
+                 bench.ATTENTION_SHAPES + bench.tc_headdim_shapes())
     if args.tc and args.backward:
-        results = bench.bench_attention_tc_backward()
+        results = bench.bench_attention_tc_backward(shapes=tc_shapes)
         kernels = bench.tc_kernel_report()
-        cols = ["B", "H", "N", "d", "causal", "tc bwd TFLOP/s", "sdpa flash bwd TFLOP/s",
+        cols = ["B", "H", "N", "d", "D", "causal", "tc bwd TFLOP/s", "tc bwd TFLOP/s at D",
+                "sdpa flash bwd TFLOP/s",
                 "sdpa cudnn bwd TFLOP/s", "tc bwd / flash", "tc bwd / cudnn", "tc bwd err",
                 "sdpa flash bwd err", "tf32x3 bwd TFLOP/s", "sdpa efficient fp32 bwd TFLOP/s",
                 "tf32x3 bwd / efficient", "tf32x3 bwd err", "sdpa efficient fp32 bwd err",
                 "tc bwd MB held"]
     elif args.tc:
-        results = bench.bench_attention_tc()
+        results = bench.bench_attention_tc(shapes=tc_shapes)
         kernels = bench.tc_kernel_report()
-        cols = ["B", "H", "N", "d", "causal", "tc fp16 TFLOP/s", "sdpa flash fp16 TFLOP/s",
+        cols = ["B", "H", "N", "d", "D", "causal", "tc fp16 TFLOP/s", "tc fp16 TFLOP/s at D",
+                "sdpa flash fp16 TFLOP/s",
                 "sdpa cudnn fp16 TFLOP/s", "tc fp16 / flash", "tc fp16 / cudnn",
                 "tc bf16 TFLOP/s", "sdpa flash bf16 TFLOP/s", "tc bf16 / flash",
                 "tc fp32 TFLOP/s", "sdpa efficient fp32 TFLOP/s", "tc fp32 / efficient",
@@ -287,6 +307,9 @@ def build_parser():
     s.add_argument("--tc", action="store_true",
                    help="attention: tensor cores (§37), fp16/bf16/3xTF32 vs torch SDPA "
                         "flash/cuDNN/efficient")
+    s.add_argument("--headdims", type=_headdims, metavar="D,D,…",
+                   help="attention --tc: only B2 H16 N4096 at these head dims (1 … 256; "
+                        "default: the three main shapes, then d = 64, 80, 96, 111, 128 there)")
     s.set_defaults(fn=_cmd_bench)
     s = sub.add_parser("traffic", help="global reads/writes per array: model vs counted "
                        "(simulator)")

@@ -13,9 +13,11 @@ Input formats:
   O comes back as a BFloat16 (its ``.bits`` a device array for device inputs).
 - float32 with ``method="flash_tc"`` → 3xTF32 (fp32-level accuracy on tensor cores).
 
-Limits: head dims that are multiples of 16 for fp16/bf16 (64, 80, 96, 128, 256 …; multiples of
-8 for 3xTF32), at most 256; causal, key padding and LSE as in ``attention``; no dropout (the
-CUDA-core "flash" method has it).
+Limits: any head dim 1 … 256 for fp16/bf16 (the kernels run D = d rounded up to a multiple of
+16, the columns past d zeros on chip and never written: kernels_numba/attention_tc.head_io;
+rows travel as 16-byte pieces when d % 8 == 0, else half by half), multiples of 8 up to 256
+for 3xTF32; causal, key padding and LSE as in ``attention``; no dropout (the CUDA-core "flash"
+method has it).
 """
 
 from dataclasses import dataclass
@@ -66,11 +68,25 @@ class TcConfig:
         return 16 * self.MT * self.WARPS
 
 
+def head_dim_check(d, tf32, fmt, what):
+    """Refuse a head dimension the tensor-core kernels do not take: fp16/bf16 any d in
+    1 … 256 (padded to a multiple of 16 inside the kernels), 3xTF32 multiples of 8."""
+    if tf32 and (d % 8 or not 8 <= d <= MAX_HEAD_DIM):
+        raise ValueError(f"q: {what} needs a head dimension that is a multiple of 8 up to "
+                         f"{MAX_HEAD_DIM} (3xTF32); got d = {d}. Use method 'flash' (CUDA "
+                         "cores, any d) instead")
+    if not 1 <= d <= MAX_HEAD_DIM:
+        raise ValueError(f"q: {what} needs a head dimension in 1 … {MAX_HEAD_DIM} ({fmt}); "
+                         f"got d = {d}")
+
+
 def default_tc_config(d, tf32):
+    """fp16/bf16: chosen by the kernels' padded head dimension D (padded_head_dim(d))."""
     if device.SIMULATOR:
         return TcConfig(Bc=16, WARPS=2)
     if tf32:
         return TcConfig(Bc=64 if d <= 64 else 32, WARPS=4)
+    d = KT.padded_head_dim(d)
     # scripts/tune_tc.py on the H200 (2026-11-30), fp16, × SDPA flash in the same process:
     # B2 H16 N4096 d64 — ASYNC (cp.async stages, ldmatrix), MT = 2 (each K/V fragment feeds
     # two mmas), 8 warps 0.80, 4 warps 0.74; the register-staged MT = 2 0.59; B1 H16 N8192
@@ -198,11 +214,7 @@ def attention_tc(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dr
         raise TypeError("q, k, v: all three must be NumPy arrays or all three device arrays")
     B, H, nq, nk, d = _shapes(qo, ko, vo)
     tf32 = fq == "tf32"
-    step = 8 if tf32 else 16
-    if d % step or not step <= d <= MAX_HEAD_DIM:
-        raise ValueError(f"q: method 'flash_tc' needs a head dimension that is a multiple of "
-                         f"{step} up to {MAX_HEAD_DIM} ({'3xTF32' if tf32 else fq}); got d = "
-                         f"{d}. Use method 'flash' (CUDA cores, any d) instead")
+    head_dim_check(d, tf32, fq, "method 'flash_tc'")
     if B * H > 65535:
         raise ValueError(f"q: B·H = {B * H} exceeds the 65535 blocks of a grid's y dimension")
     if checks.probability(dropout_p, "dropout_p"):
@@ -240,8 +252,7 @@ def attention_tc(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dr
 def _forward_tc(qo, ko, vo, fq, B, H, nq, nk, d, cfg, causal, scale, kpm, tf32, tier):
     from .attention_methods import dummy
     bh = B * H
-    width = d if tf32 else d // 2                   # float32 columns, or words of two halves
-    word = np.float32 if tf32 else np.uint32
+    width, word = _row_format(d, tf32)
     q3 = _words(qo, (bh, nq, width), word)
     k3 = _words(ko, (bh, nk, width), word)
     v3 = _words(vo, (bh, nk, width), word)
@@ -256,26 +267,39 @@ def _forward_tc(qo, ko, vo, fq, B, H, nq, nk, d, cfg, causal, scale, kpm, tf32, 
         launch(LT.flash_tc_kernel(d, causal, kpm is not None), grid, 32,
                (q3, k3, v3, o3, lse2, np.float32(scale), H, mask))
         return o3, lse2
+    D = d if tf32 else KT.padded_head_dim(d)        # the kernels' head dimension
     if tf32:
         kernel = KT.flash_tf32x3_kernel(d, cfg.Bc, cfg.WARPS, causal, kpm is not None)
     else:
-        kernel = KT.flash_tc_kernel(d, cfg.Bc, cfg.WARPS, causal, kpm is not None,
-                                    fq == "bf16", cfg.MT, bool(cfg.PF), bool(cfg.ASYNC))
+        kernel = KT.flash_tc_kernel(D, cfg.Bc, cfg.WARPS, causal, kpm is not None,
+                                    fq == "bf16", cfg.MT, bool(cfg.PF), bool(cfg.ASYNC), d)
     tiles = -(-nq // cfg.Br)
     grid = (bh, tiles) if causal else (tiles, bh)
     checks.grid(grid, f"q: {nq} queries in tiles of Br = {cfg.Br}"
                 + (" (causal: query tiles on the grid's y axis)" if causal else ""))
     launch(kernel, grid, 32 * cfg.WARPS,
            (q3, k3, v3, o3, lse2, np.float32(scale), nq, nk, H, mask),
-           KT.tc_smem_bytes(d, cfg.Bc, tf32, bool(cfg.ASYNC)))
+           KT.tc_smem_bytes(D, cfg.Bc, tf32, bool(cfg.ASYNC)))
     return o3, lse2
 
 
+def _row_format(d, tf32):
+    """(width, element) of the arrays the kernels take: float32 columns (3xTF32); uint32 words
+    of two halves when d % 8 == 0 (rows 16-byte aligned: 16-byte pieces); else the uint16
+    halves themselves (kernels_numba/attention_tc.head_io)."""
+    if tf32:
+        return d, np.float32
+    return (d // 2, np.uint32) if KT.word_rows(d) else (d, np.uint16)
+
+
+
 def _words(op, shape, word):
-    """The operand's data as [BH, N, width] words (uint32 pairs of halves, or float32)."""
+    """The operand's data as [BH, N, width] words (uint32 pairs of halves, uint16 halves, or
+    float32)."""
     if op.on_host:
         return cuda.to_device(np.ascontiguousarray(op.obj).view(word).reshape(shape))
-    return op.obj.view(word).reshape(shape) if word is np.uint32 else op.obj.reshape(shape)
+    return op.obj.view(word).reshape(shape) if word is not np.float32 else \
+        op.obj.reshape(shape)
 
 
 def _unwords(o3, shape, fmt, on_host):
@@ -322,7 +346,7 @@ class TcBwdConfig:
                 raise ValueError(f"config: {name} must be 1, 2, 4 or 8, got {warps}")
 
 
-def default_tc_bwd_config(d, tf32=False):
+def default_tc_bwd_config(d, tf32=False):  # (fp16/bf16: by the padded D, as the forward)
     """fp16/bf16: scripts/tune_tc_bwd.py on the H200 (2026-11-30), × SDPA flash backward in the
     same process: both kernels ASYNC with 8 warps; Q tiles of 64 (d ≤ 64) or 32 (d ≤ 128), K/V
     tiles of 64: 0.63 / 0.62 non-causal in the README's bench (the register-staged 4-warp
@@ -334,6 +358,7 @@ def default_tc_bwd_config(d, tf32=False):
         return TcBwdConfig(16, 1, 16, 1)
     if tf32:
         return TcBwdConfig(32, 4, 32, 4) if d <= 64 else TcBwdConfig(16, 4, 16, 4)
+    d = KT.padded_head_dim(d)
     if d <= 64:
         return TcBwdConfig(64, 8, 64, 8, KV_ASYNC=True, Q_ASYNC=True)        # 73 KB each
     if d <= 128:                # 103 / 137 KB; on a GPU allowing less (99 KB: sm_86/89) …
@@ -364,10 +389,7 @@ def attention_backward_tc(do, q, k, v, o, lse, *, causal=False, scale=None,
     for x, name in ((doo, "do"), (oo, "o")):
         if x.shape != qo.shape:
             raise ValueError(f"{name}: expected q's shape {qo.shape}, got {x.shape}")
-    step = 8 if tf32 else 16
-    if d % step or d > MAX_HEAD_DIM:
-        raise ValueError(f"q: the tensor-core backward needs d a multiple of {step} up to "
-                         f"{MAX_HEAD_DIM} ({'3xTF32' if tf32 else fmt}); got d = {d}")
+    head_dim_check(d, tf32, fmt, "the tensor-core backward")
     if checks.probability(dropout_p, "dropout_p", "drop probability"):
         raise ValueError("dropout_p: the tensor-core backward has no dropout")
     lo = Operand(lse, "lse", (np.float32,), ndim=3)
@@ -398,8 +420,8 @@ def _backward_tc(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, sca
 
     from .attention_methods import dummy
     bh = B * H
-    w = d if tf32 else d // 2                       # float32 columns, or words of two halves
-    word = np.float32 if tf32 else np.uint32
+    w, word = _row_format(d, tf32)
+    D = d if tf32 else KT.padded_head_dim(d)        # the kernels' head dimension
     q3, k3, v3, do3, o3 = (_words(x, (bh, x.shape[2], w), word)
                            for x in (qo, ko, vo, doo, oo))
     lse2 = lo.device_view((bh, nq))
@@ -421,10 +443,10 @@ def _backward_tc(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, sca
         kv_smem = K3.tf32x3_bwd_smem_bytes(d, cfg.Bq, wk)
         q_smem = K3.tf32x3_bwd_smem_bytes(d, cfg.Bk, wq)
     else:
-        kv = KB.flash_tc_bwd_dkdv_kernel(d, cfg.Bq, wk, causal, pad, bf, cfg.KV_ASYNC)
-        qk = KB.flash_tc_bwd_dq_kernel(d, cfg.Bk, wq, causal, pad, bf, cfg.Q_ASYNC)
-        kv_smem = KB.tc_bwd_smem_bytes(d, cfg.Bq, wk, cfg.KV_ASYNC)
-        q_smem = KB.tc_bwd_smem_bytes(d, cfg.Bk, wq, cfg.Q_ASYNC)
+        kv = KB.flash_tc_bwd_dkdv_kernel(D, cfg.Bq, wk, causal, pad, bf, cfg.KV_ASYNC, d)
+        qk = KB.flash_tc_bwd_dq_kernel(D, cfg.Bk, wq, causal, pad, bf, cfg.Q_ASYNC, d)
+        kv_smem = KB.tc_bwd_smem_bytes(D, cfg.Bq, wk, cfg.KV_ASYNC)
+        q_smem = KB.tc_bwd_smem_bytes(D, cfg.Bk, wq, cfg.Q_ASYNC)
     # grids as the kernels' lane_rows reads them: causal (B·H, row blocks), else (blocks, B·H)
     launches = ((kv, -(-nk // (16 * wk)), wk, (dk, dv), kv_smem),
                 (qk, -(-nq // (16 * wq)), wq, (dq,), q_smem))
