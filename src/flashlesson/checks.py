@@ -8,6 +8,8 @@ refused call leaves nothing behind (no kernel compiled, no cache entry).
 - ``config_fields(cfg)``: every ``int`` field of a configuration dataclass a positive int (not a
   bool, not a float), every ``bool`` field a bool, ``Optional[int]`` None or a positive int; the
   configurations' ``__post_init__`` call it, so a bad one cannot even be built.
+- ``tier(value, method, lesson_methods, operation)``: "fast" or "lesson" (issue 13's two
+  tiers); "lesson" refused for a method without a lesson kernel.
 - ``flag(value, name)``: a bool (``causal="False"`` is a TypeError, not True).
 - ``scale(value, d)``: None → 1/√d, else a real number finite in float32 (the kernels' type).
 - ``dropout(p, seed)``: p in [0, 1), seed in [0, 2^64) (``flashlesson.dropout``'s rules).
@@ -70,6 +72,20 @@ def positive_int(value, name):
     if v < 1:
         raise ValueError(f"{name}: expected a positive int, got {v}")
     return v
+
+
+TIERS = ("fast", "lesson")
+
+
+def tier(value, method, lesson_methods, operation):
+    """``tier``: "fast" (the tuned kernels, the default) or "lesson" (kernels_numba/lesson/);
+    "lesson" only for a method in ``lesson_methods`` (those with a lesson kernel)."""
+    if not isinstance(value, str) or value not in TIERS:
+        raise ValueError(f"tier: expected one of {', '.join(TIERS)}; got {value!r}")
+    if value == "lesson" and method not in lesson_methods:
+        raise ValueError(f"tier: {operation} method {method!r} has no lesson kernel (tier "
+                         f"'lesson' runs {', '.join(lesson_methods)}); use tier='fast'")
+    return value
 
 
 def flag(value, name):
