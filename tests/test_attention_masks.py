@@ -17,8 +17,9 @@ from reference.philox import dropout_keep_mask as ref_keep_mask
 from reference.varlen import varlen_attention as ref_varlen
 
 METHODS = list(flashlesson.attention_methods.FP32_METHODS)   # flash_tc: test_attention_tc.py
-# (method, tier): the fast methods and the lesson tier's two (kernels_numba/lesson/)
-TIERED = [(m, "fast") for m in METHODS] + [("flash", "lesson"), ("naive", "lesson")]
+# (method, tier): the fast methods and the lesson tier's flash kernel (kernels_numba/lesson/;
+# the lesson naive path runs in test_dropout_with_padding_and_the_same_mask_for_every_method)
+TIERED = [(m, "fast") for m in METHODS] + [("flash", "lesson")]
 
 SHAPES = by_device([(2, 2, 9, 13, 16), (1, 1, 1, 5, 3), (1, 2, 17, 6, 80)],
                    [(2, 3, 100, 130, 64), (1, 2, 257, 64, 80), (2, 2, 129, 300, 128),
@@ -69,18 +70,19 @@ def test_dropout_matches_oracle_with_the_philox_mask(method, tier, causal, p, rn
     assert np.max(np.abs(o2 - o)) > 1e-3
 
 
-def test_dropout_with_padding_and_the_same_mask_for_both_methods(rng):
+def test_dropout_with_padding_and_the_same_mask_for_every_method(rng):
+    """Both methods, both tiers: causal + padding + dropout, one Philox mask."""
     B, H, nq, nk, d = by_device((2, 1, 7, 10, 4), (2, 2, 200, 333, 64))
     q, k, v = _qkv(rng, B, H, nq, nk, d)
     kpm = rng.random((B, nk)) > 0.5
     kw = dict(causal=True, key_padding_mask=kpm, dropout_p=0.3, seed=12345)
-    o_flash = attention(q, k, v, **kw)
-    o_naive = attention(q, k, v, method="naive", **kw)
+    outs = [attention(q, k, v, method=m, tier=t, **kw)
+            for m in ("flash", "naive") for t in ("fast", "lesson")]
     mask = ref_keep_mask(12345, B, H, nq, nk, 0.3)
     o_ref, _ = reference.attention(q, k, v, causal=True, key_padding_mask=kpm,
                                    dropout_mask=mask, dropout_p=0.3)
     tol = attention_tol(q, k, v, dropout_p=0.3)
-    for o in (o_flash, o_naive):
+    for o in outs:
         assert np.all(np.abs(o - o_ref) <= tol.o)
 
 
