@@ -31,7 +31,7 @@ from tabulate import tabulate
 
 import flashlesson
 from flashlesson.tolerance import attention_tol
-from flashlesson.tour import Check, attention_inputs, check_close, example_rng, lesson_rows
+from flashlesson.tour import Check, attention_inputs, check_close, example_rng, lesson_rows, softmax_tiers
 from reference import (attention, attention_state, merge_attention, merge_ml, merge_states,
                        online_softmax_state, softmax_stable)
 
@@ -66,6 +66,12 @@ def main(verbose=True):
     shape = f"B={b} H={h} Nq={nq} Nk={nk} d={d}"
     if verbose:
         print(__doc__.split("\n\n")[1])
+    # Issue 13's two tiers: the lesson kernel (kernels_numba/lesson/softmax.py) first, then the
+    # fast one (kernels_numba/softmax.py), each against the oracle; timed against each other on a GPU.
+    shape = (3, 100) if flashlesson.SIMULATOR else (4096, 40000)
+    if verbose:
+        print(f"\nlesson tier, then fast tier — method 'online', rows {list(shape)}:")
+    checks += softmax_tiers("18–20", TOPIC, "online", lesson_rows(rng, *shape), verbose)
         print(f"\nrandom inputs: seed {seed}; {shape}")
 
     # §18–19: one row of scores, cut in two.
