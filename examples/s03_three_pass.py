@@ -23,7 +23,7 @@ import numpy as np
 from tabulate import tabulate
 
 import flashlesson
-from flashlesson.tour import Check, check_close, example_rng, lesson_rows
+from flashlesson.tour import Check, check_close, example_rng, lesson_rows, softmax_tiers
 from reference import softmax_stable, softmax_three_pass
 
 SECTIONS = (3,)
@@ -42,6 +42,12 @@ def row_bytes(method, n, itemsize):
 def main(verbose=True):
     rng, seed = example_rng()
     checks = []
+    # Issue 13's two tiers: the lesson kernel (kernels_numba/lesson/softmax.py) first, then the
+    # fast one (kernels_numba/softmax.py), each against the oracle; timed against each other on a GPU.
+    shape = (3, 100) if flashlesson.SIMULATOR else (4096, 3000)
+    if verbose:
+        print(f"\nlesson tier, then fast tier — method 'three_pass', rows {list(shape)}:")
+    checks += softmax_tiers("3", TOPIC, "three_pass", lesson_rows(rng, *shape), verbose)
     rows, n = (3, 100) if flashlesson.SIMULATOR else (256, 3000)
     x = lesson_rows(rng, rows, n)
     y = flashlesson.softmax(x, method="three_pass")

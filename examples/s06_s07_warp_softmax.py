@@ -25,7 +25,7 @@ from tabulate import tabulate
 
 import flashlesson
 import kernels_numba.softmax as K
-from flashlesson.tour import Check, check_close, example_rng, lesson_rows
+from flashlesson.tour import Check, check_close, example_rng, lesson_rows, softmax_tiers
 from reference import softmax_stable
 
 SECTIONS = (6, 7)
@@ -135,6 +135,12 @@ def main(verbose=True):
     checks = []
     if verbose:
         print(__doc__.split("\n\n")[1])
+    # Issue 13's two tiers: the lesson kernel (kernels_numba/lesson/softmax.py) first, then the
+    # fast one (kernels_numba/softmax.py), each against the oracle; timed against each other on a GPU.
+    shape = (3, 20) if flashlesson.SIMULATOR else (4096, 32)
+    if verbose:
+        print(f"\nlesson tier, then fast tier — method 'warp', rows {list(shape)}:")
+    checks += softmax_tiers("6–7", TOPIC, "warp", lesson_rows(rng, *shape), verbose)
 
     # §6: the tree on one row of N = 20 (12 lanes hold the neutral element).
     x_row = (rng.standard_normal(20) * 3).astype(np.float32)

@@ -23,7 +23,7 @@ from tabulate import tabulate
 
 import flashlesson
 from flashlesson.softmax_methods import warp_multi_shape
-from flashlesson.tour import Check, check_close, example_rng, lesson_rows
+from flashlesson.tour import Check, check_close, example_rng, lesson_rows, softmax_tiers
 from reference import softmax_stable
 
 SECTIONS = (8,)
@@ -58,6 +58,12 @@ def main(verbose=True):
     checks = []
     if verbose:
         print(__doc__.split("\n\n")[1])
+    # Issue 13's two tiers: the lesson kernel (kernels_numba/lesson/softmax.py) first, then the
+    # fast one (kernels_numba/softmax.py), each against the oracle; timed against each other on a GPU.
+    shape = (3, 100) if flashlesson.SIMULATOR else (4096, 1000)
+    if verbose:
+        print(f"\nlesson tier, then fast tier — method 'warp_multi', rows {list(shape)}:")
+    checks += softmax_tiers("8", TOPIC, "warp_multi", lesson_rows(rng, *shape), verbose)
 
     # The lesson's example, N = 128, in its own layout (G = 32, K = 4).
     n = 128

@@ -24,7 +24,7 @@ from tabulate import tabulate
 
 import flashlesson
 from flashlesson.softmax_methods import block_shape
-from flashlesson.tour import Check, check_close, example_rng, lesson_rows
+from flashlesson.tour import Check, check_close, example_rng, lesson_rows, softmax_tiers
 from reference import softmax_stable
 
 SECTIONS = (9, 10)
@@ -56,6 +56,12 @@ def two_level(x_row, threads, per_thread):
 def main(verbose=True):
     rng, seed = example_rng()
     checks = []
+    # Issue 13's two tiers: the lesson kernel (kernels_numba/lesson/softmax.py) first, then the
+    # fast one (kernels_numba/softmax.py), each against the oracle; timed against each other on a GPU.
+    shape = (3, 300) if flashlesson.SIMULATOR else (4096, 8000)
+    if verbose:
+        print(f"\nlesson tier, then fast tier — method 'block', rows {list(shape)}:")
+    checks += softmax_tiers("9–10", TOPIC, "block", lesson_rows(rng, *shape), verbose)
     threads = 64 if flashlesson.SIMULATOR else 256
     n = threads * VALUES_PER_THREAD
     k, t = block_shape(n, np.float32, threads)

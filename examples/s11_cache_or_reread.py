@@ -25,7 +25,7 @@ import numpy as np
 from tabulate import tabulate
 
 import flashlesson
-from flashlesson.tour import Check, check_close, example_rng, lesson_rows
+from flashlesson.tour import Check, check_close, example_rng, lesson_rows, softmax_tiers
 from reference import softmax_stable
 
 SECTIONS = (11,)
@@ -44,6 +44,13 @@ def row_bytes(method, n, itemsize=4):
 def main(verbose=True):
     rng, seed = example_rng()
     checks = []
+    # Issue 13's two tiers: the lesson kernel (kernels_numba/lesson/softmax.py) first, then the
+    # fast one (kernels_numba/softmax.py), each against the oracle; timed against each other on a GPU.
+    shape = (3, 300) if flashlesson.SIMULATOR else (4096, 4000)
+    if verbose:
+        print(f"\nlesson tier, then fast tier — §11's three variants, rows {list(shape)}:")
+    for meth in ("block", "block_smem", "block_reread"):      # registers, shared memory, re-read
+        checks += softmax_tiers("11", TOPIC, meth, lesson_rows(rng, *shape), verbose)
     reg = flashlesson.SOFTMAX_METHODS
     rows, n = (2, 1000) if flashlesson.SIMULATOR else (256, 4000)
     x = lesson_rows(rng, rows, n)

@@ -31,7 +31,7 @@ from tabulate import tabulate
 
 import flashlesson
 from flashlesson.tolerance import attention_tol
-from flashlesson.tour import Check, attention_inputs, check_close, example_rng, lesson_rows
+from flashlesson.tour import Check, attention_inputs, check_close, example_rng, lesson_rows, softmax_tiers
 from reference import (attention, attention_state, merge_attention, merge_ml, merge_states,
                        online_softmax_state, softmax_stable)
 
@@ -67,6 +67,12 @@ def main(verbose=True):
     if verbose:
         print(__doc__.split("\n\n")[1])
         print(f"\nrandom inputs: seed {seed}; {shape}")
+    # Issue 13's two tiers: the lesson kernel (kernels_numba/lesson/softmax.py) first, then the
+    # fast one (kernels_numba/softmax.py), each against the oracle; timed against each other on a GPU.
+    rows_shape = (3, 100) if flashlesson.SIMULATOR else (4096, 40000)
+    if verbose:
+        print(f"\nlesson tier, then fast tier — method 'online', rows {list(rows_shape)}:")
+    checks += softmax_tiers("18–20", TOPIC, "online", lesson_rows(rng, *rows_shape), verbose)
 
     # §18–19: one row of scores, cut in two.
     s = (q[0, 0, 0].astype(np.float64) @ k[0, 0].T.astype(np.float64)) / math.sqrt(d)

@@ -25,7 +25,7 @@ from tabulate import tabulate
 import flashlesson
 from flashlesson.attention_methods import GPU_CONFIGS, default_config
 from flashlesson.tolerance import attention_tol
-from flashlesson.tour import Check, attention_inputs, check_close, example_rng
+from flashlesson.tour import Check, attention_inputs, attention_tiers, check_close, example_rng
 from reference import (attention, flash_attention_bytes, flash_attention_tiled,
                        naive_attention_bytes)
 
@@ -53,6 +53,12 @@ def main(verbose=True):
               f"the same place) and P, {smem:,} B = {smem / KiB:.1f} KiB; the Br×Bc score tile "
               "and each row's m, l, acc live in registers. For comparison one head's S at "
               f"N = 4096 in float32: {4096 * 4096 * FP32 / MiB:.0f} MiB.")
+
+    # Issue 13's two tiers: the lesson kernel (kernels_numba/lesson/attention.py: one thread a
+    # query row, Kj and Vj in shared memory) first, then the fast one, against the oracle
+    if verbose:
+        print("\nlesson tier, then fast tier:")
+    checks += attention_tiers("23–24", TOPIC, q, k, v, verbose)
 
     # §24: the loop, traced by the pseudocode with the kernel's own tiles.
     trace, stats = [], {}

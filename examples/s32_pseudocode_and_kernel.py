@@ -20,7 +20,8 @@ arrived::
 
 What you will see: every line of that pseudocode next to the line of
 ``reference.flash_attention_tiled`` (NumPy, float64) and the line of the numba.cuda kernel
-``kernels_numba/attention.py: flash_forward_kernel`` that does it — both read from the source
+``kernels_numba/lesson/attention.py: flash_forward`` (the lesson tier, one thread a query row)
+and of the fast ``kernels_numba/attention.py: flash_forward_kernel`` that do it — both read from the source
 files as they are now, so a line that drifts away fails the check — then the two run on the
 same input with the kernel's own tile sizes (Br, Bc from ``default_config``), plain and causal:
 their O and their LSE (the kernel writes LSE = m + log l; the pseudocode's final m and l are
@@ -41,8 +42,9 @@ from tabulate import tabulate
 import flashlesson
 from flashlesson.attention_methods import default_config
 from flashlesson.tolerance import attention_tol
-from flashlesson.tour import Check, attention_inputs, check_close, example_rng
+from flashlesson.tour import Check, attention_inputs, attention_tiers, check_close, example_rng
 from kernels_numba import attention as KA
+from kernels_numba.lesson import attention as LA
 from reference import attention, flash_attention_tiled
 
 SECTIONS = (32,)
@@ -77,14 +79,26 @@ SIDE_BY_SIDE = [
      r"l = correction \* l \+ np\.sum\(P_local",
      r"l\[i\] = correction \* l\[i\] \+ lanes_sum\(row_sum"),
     ("        acc = correction × acc + P_local × Vj",
-     r"acc = correction\[\.\.\., None\] \* acc \+ _visible_product\(P_local, Vj",
+     r"acc = correction\[\.\.\., None\] \* acc \+ _visible_product\(PZ, Vj",
      r"acc\[i, c\] \*= correction"),
-    ("", "", r"pv(_guarded)?\(acc, Pt, KV"),
+    ("", "", r"^pv(_guarded)?\(acc, Pt, KV, r0, tc, a, b\)"),     # (flash_steps.pv_product: acc += P Vj)
     ("        m = new_m", r"^m = new_m", r"^m\[i\] = new_m"),
     ("    Oi = acc / l;  store Oi", r"o\[\.\.\., r0:r1, :\] = acc / l_safe",
      r"o\[q_base \+ row \* row_stride \+ col\] = acc\[i, c\] \* inv_l"),
     ("    (not in §32) LSE = m + log l", r"lse\[\.\.\., r0:r1\] = .*m \+ np\.log\(",
      r"lse\[at\] = .*m\[i\] \+ math\.log\(l\[i\]\)"),
+]
+# The lesson-tier kernel's line for each row of SIDE_BY_SIDE (kernels_numba/lesson/attention.py:
+# flash_forward, thread i owning query row q0 + i): read first, it is the pseudocode almost
+# word for word.
+LESSON_LINES = [
+    r"q0 = cuda\.blockIdx\.x \* Br", r"Qi\[c\] = q\[bh, row, c\] \* scale", r"^m = NEG_INF",
+    r"^l = ZERO", r"acc\[c\] = ZERO", r"^for j in range\(n_tiles\)", r"Kj\[e // D, e % D\] = k\[",
+    r"Vj\[e // D, e % D\] = v\[", r"s \+= Qi\[c\] \* Kj\[jj, c\]", r"row_max = max\(row_max, s\)",
+    r"new_m = max\(m, row_max\)", r"S\[jj\] = math\.exp\(S\[jj\] - m_safe\)",
+    r"correction = math\.exp\(m - m_safe\)", r"l = correction \* l \+ row_sum",
+    r"acc\[c\] \*= correction", r"acc\[c\] \+= p \* Vj\[jj, c\]", r"^m = new_m",
+    r"o\[bh, row, c\] = acc\[c\] \* inv_l", r"lse\[bh, row\] = .*m \+ math\.log\(l\)",
 ]
 
 
@@ -120,27 +134,31 @@ def main(verbose=True):
 
     ref_file, ref_lines = source_lines(flash_attention_tiled)
     ker_file, ker_lines = source_lines(KA.flash_forward_kernel)
+    les_file, les_lines = source_lines(LA.flash_forward)
     table, missing = [], []
-    for pseudo, ref_re, ker_re in SIDE_BY_SIDE:
-        rn, kn = find(ref_re, ref_lines), find(ker_re, ker_lines)
+    for (pseudo, ref_re, ker_re), les_re in zip(SIDE_BY_SIDE, LESSON_LINES, strict=True):
+        rn, kn, ln = find(ref_re, ref_lines), find(ker_re, ker_lines), find(les_re, les_lines)
         missing += [f"{where}: {pat}" for where, pat, n in (("oracle", ref_re, rn),
+                                                            ("lesson kernel", les_re, ln),
                                                             ("kernel", ker_re, kn)) if n is None]
         table.append([pseudo, rn if rn is not None else "MISSING", ref_lines.get(rn, ""),
+                      ln if ln is not None else "MISSING", les_lines.get(ln, ""),
                       kn if kn is not None else "MISSING", ker_lines.get(kn, "")])
     checks.append(Check("32", TOPIC, "source", None, not missing,
-                        f"all {len(SIDE_BY_SIDE)} pseudocode lines found in {ref_file} and "
-                        f"{ker_file}" if not missing else f"not found: {missing}"))
+                        f"all {len(SIDE_BY_SIDE)} pseudocode lines found in {ref_file}, "
+                        f"{les_file} and {ker_file}" if not missing else f"not found: {missing}"))
     if verbose:
         print("\n\n".join(__doc__.split("\n\n")[1:3]))
-        print(f"\nthe pseudocode beside {ref_file}: flash_attention_tiled and "
-              f"{ker_file}: flash_forward_kernel (line numbers in those files)")
+        print(f"\nthe pseudocode beside {ref_file}: flash_attention_tiled, the lesson kernel "
+              f"{les_file}: flash_forward and the fast kernel {ker_file}: flash_forward_kernel "
+              "(line numbers in those files)")
         for row in table:                       # tabulate strips indentation: "· " per level
             text = row[0].lstrip(" ")
             row[0] = "· " * ((len(row[0]) - len(text)) // 4) + text
         print(tabulate(table, headers=["§32 pseudocode", "line", "NumPy oracle", "line",
-                                       "numba.cuda kernel"], disable_numparse=True,
-                       maxcolwidths=[None, None, 40, None, 40]))
-        print("The kernel adds what the pseudocode leaves out: scale folded into Qi once; a "
+                                       "lesson kernel", "line", "fast kernel"],
+                       disable_numparse=True, maxcolwidths=[None, None, 30, None, 30, None, 30]))
+        print("The fast kernel adds what the pseudocode (and the lesson kernel) leave out: scale folded into Qi once; a "
               "thread owns RM rows × CN columns of S, and a row's TC threads agree on its max "
               "and sum by shuffles (lanes_max, lanes_sum); P goes through shared memory for "
               "P × Vj; m_safe = 0 while a row has seen no key (so exp never sees −∞ − (−∞)); "
@@ -151,6 +169,11 @@ def main(verbose=True):
     cfg = default_config(d)
     q, k, v = attention_inputs(rng, b, h, nq, nk, d)
     q *= 1.5
+    # Issue 13's two tiers: the lesson kernel first, then the fast one, against the oracle
+    for causal in (False, True):
+        if verbose:
+            print(f"\nlesson tier, then fast tier{' (causal)' if causal else ''}:")
+        checks += attention_tiers("32", TOPIC, q, k, v, verbose, causal=causal)
     rows = []
     for causal in (False, True):
         shape = f"B={b} H={h} N={nq} d={d}, Br={cfg.Br} Bc={cfg.Bc}" + \

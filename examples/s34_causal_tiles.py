@@ -3,8 +3,15 @@
 The lesson's claim: in an autoregressive model token i may not see a later token, so
 s_ij = −∞ for j > i and, after the softmax, e^{−∞} = 0. A tiled kernel knows each tile's
 query and key positions, so it can skip every tile entirely above the diagonal and apply the
-element mask only to tiles that straddle it: Q tile 0 visits K tile 0, Q tile 1 K tiles 0–1,
-Q tile 2 K tiles 0–2, … — correct, and about half the work.
+element mask only to tiles that straddle it. The lesson draws square tiles (Br = Bc, Nq = Nk):
+Q tile 0 visits K tile 0, Q tile 1 K tiles 0–1, Q tile 2 K tiles 0–2, … — about half the work.
+
+What the grids below really do: they use the flash kernel's own tiles, which are not square
+(Br = 32, Bc = 16 in the simulator; Br = 128, Bc = 64 for d = 64 on the H200). Q tile i holds
+rows i·Br … (i+1)·Br − 1 and its last row sees keys up to (i+1)·Br − 1, so it visits K tiles
+0 … (i+1)·Br/Bc − 1: with Br = 2·Bc, Q tile 0 visits two K tiles, both straddling the diagonal
+(masked), Q tile 1 four, and so on. The skipped fraction still tends to one half; with
+Nq ≠ Nk the diagonal moves (bottom-right alignment, below).
 
 What you will see: the tiles of a causal run drawn as a grid (■ computed without a mask,
 ◩ computed with the mask, · skipped), from the pseudocode's trace
@@ -27,7 +34,7 @@ from tabulate import tabulate
 import flashlesson
 from flashlesson.attention_methods import default_config
 from flashlesson.tolerance import attention_tol
-from flashlesson.tour import Check, attention_inputs, check_close, example_rng
+from flashlesson.tour import Check, attention_inputs, attention_tiers, check_close, example_rng
 from reference import attention, causal_mask, flash_attention_tiled
 
 SECTIONS = (34,)
@@ -82,6 +89,13 @@ def main(verbose=True):
     d_kernel = 16 if flashlesson.SIMULATOR else 64
     cfg = default_config(d_kernel)
     br, bc = cfg.Br, cfg.Bc
+
+    # Issue 13's two tiers, causal: the lesson kernel (kernels_numba/lesson/attention.py, the
+    # same §34 tile skipping in five lines) first, then the fast one, against the oracle
+    shape = (1, 2, 40, 40, 16) if flashlesson.SIMULATOR else (1, 16, 4096, 4096, 64)
+    if verbose:
+        print(f"\nlesson tier, then fast tier, causal, [B, H, Nq, Nk, d] = {list(shape)}:")
+    checks += attention_tiers("34", TOPIC, *attention_inputs(rng, *shape), verbose, causal=True)
 
     # Pictures with the kernel's tiles.
     n = 8 * max(br, bc)

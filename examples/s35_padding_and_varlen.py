@@ -31,7 +31,8 @@ from tabulate import tabulate
 
 import flashlesson
 from flashlesson.attention_methods import default_config
-from flashlesson.tour import Check, check_close, example_rng
+from flashlesson.tolerance import attention_tol
+from flashlesson.tour import Check, attention_tiers, check_close, example_rng
 from reference import attention, cu_seqlens, pack, packed_to_padded, varlen_attention
 
 SECTIONS = (35,)
@@ -87,6 +88,15 @@ def main(verbose=True):
         pad_rows = ~kpm[:, None, :, None].repeat(heads, 1).repeat(d, 3)
         padded[name][pad_rows] = rng.standard_normal(int(pad_rows.sum())).astype(np.float32)
 
+    # Issue 13's two tiers on the padded batch: the lesson kernel (kernels_numba/lesson/
+    # attention.py: a padding key's score selected to −inf, its P = 0 term skipped) first,
+    # then the fast one, against the oracle (varlen has no lesson kernel: fast tier only)
+    if verbose:
+        print(f"\nlesson tier, then fast tier, padded batch {list(padded['q'].shape)} with "
+              "key_padding_mask:")
+    checks += attention_tiers("35", TOPIC, padded["q"], padded["k"], padded["v"], verbose,
+                              key_padding_mask=kpm)
+
     table = []
     for causal in (False, True):
         o_pad, lse_pad = flashlesson.attention(padded["q"], padded["k"], padded["v"],
@@ -106,12 +116,13 @@ def main(verbose=True):
             want_o, want_lse = attention(seqs["q"][b][None], seqs["k"][b][None],
                                          seqs["v"][b][None], causal=causal)
             want_o, want_lse = want_o[0], want_lse[0]           # [H, n_b, d]: the sequence alone
+            bar_o = attention_tol(seqs["q"][b], seqs["k"][b], seqs["v"][b]).o   # error model
             rows = slice(cu[b], cu[b + 1])
             got = {"padded": (o_pad[b, :, :x], lse_pad[b, :, :x]),
                    "varlen": (np.swapaxes(o_var[rows], 0, 1), np.swapaxes(lse_var[rows], 0, 1))}
             for kind, (o, lse) in got.items():
                 co = check_close("35", TOPIC, kind, o, want_o, f"sequence {b} (n = {x}){c}: O "
-                                 "= the sequence alone", atol=1e-5 * np.abs(want_o).max())
+                                 "= the sequence alone", rtol=0, atol=bar_o)
                 cl = lse_close(kind, lse, want_lse, f"sequence {b} (n = {x}){c}: LSE")
                 here[kind] = co.max_err if co.max_err is not None else np.inf
                 errs[kind] = max(errs[kind], here[kind])
@@ -125,9 +136,12 @@ def main(verbose=True):
                                 "LSE equal its sequence run alone"))
         want_var = varlen_attention(packed["q"], packed["k"], packed["v"], cu, cu,
                                     causal=causal)
+        # the error model on the packed layout: every packed key counted as a key of every
+        # sequence (more keys, the largest |k|: an upper bound)
+        packed_bar = attention_tol(*(np.swapaxes(packed[x], 0, 1) for x in "qkv")).o
         checks.append(check_close("35", TOPIC, "varlen", o_var, want_var,
                                   f"packed O vs reference.varlen_attention{c}",
-                                  atol=1e-5 * np.abs(want_var).max()))
+                                  rtol=0, atol=np.swapaxes(packed_bar, 0, 1)))
         empty = [b for b, x in enumerate(lengths) if x == 0]
         ok = all(np.all(o_pad[b] == 0) and np.all(np.isneginf(lse_pad[b])) for b in empty)
         checks.append(Check("35", TOPIC, "padded", None, bool(empty) and bool(ok),

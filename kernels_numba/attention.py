@@ -1,5 +1,26 @@
 """FlashAttention forward (lesson §23–24, §32, §34) and the merge of partial results (§21–22).
 
+The fast tier. Read ``kernels_numba/lesson/attention.py`` first (§32 as one plain kernel, one
+thread a query row). The ladder from it to ``flash_forward_kernel``, fp32 on CUDA cores, with
+the gains measured on the H200 (README "Performance", 2026-11-30; TFLOP/s = 4·B·H·N²·d / time):
+| step | what changed (against the lesson kernel / the step before)   | measured on the H200          | reproduce                  |
+|------|--------------------------------------------------------------|-------------------------------|----------------------------|
+| 0    | the lesson kernel: a thread per query row, Kj and Vj in       | not measured yet              | ``flashlesson section 32`` |
+|      | shared memory, S, acc in local memory, ``math.exp``          |                               | (GPU: lesson vs fast)      |
+| 1    | TR × TC threads, each RM rows × CN columns of S in registers; | 14.8 TFLOP/s, B2 H16 N4096 d64 | ``python3 scripts/profile_attention.py`` |
+|      | Qiᵀ, Kjᵀ, Pᵀ transposed in shared memory, ``load4``; a row's  | (Nsight: 45% of stalls on     | (``gpu_attention.sh ncu``) |
+|      | max and sum by ``lanes_max``/``lanes_sum``; ``fast_exp``      | global loads)                 |                            |
+| 2    | tile loads grouped: up to four 16-byte loads in flight per    | 27 TFLOP/s (same shape)       | ``flashlesson bench attention`` |
+|      | thread before their stores (``tiles.py``, GROUP)              |                               |                            |
+| 3    | the two inner products unrolled twice (KU = 2)                | 29 TFLOP/s (same shape)       | ``python3 scripts/tune_attention.py`` |
+| 4    | tiles per head dimension (``GPU_CONFIGS``): d = 64 Br 128,    | d = 64, B1 H16 N4096: 28.9 vs | ``scripts/tune_attention.py`` |
+|      | Bc 64, 8 × 8 per thread (255 registers)                       | 24.5 for (64, 64, 16, 8)      |                            |
+| 5    | causal grid heaviest Q tile first (``block_tile``)            | causal / full time 0.64 → 0.51 | ``flashlesson bench attention`` |
+| 6    | §35–36 flags (PAD, DROPOUT, VARLEN; off when unused)          | B4 H16 N1024 d64: 29.4 vs 30.5 | ``flashlesson bench attention`` |
+|      |                                                               | before (runs vary ±3%)        |                            |
+| 7    | 32-row tiles when the grid would leave ¾ of the SMs idle       | not measured yet              | ``flashlesson bench attention`` |
+|      | (``SMALL_GRID_CONFIGS``)                                      |                               |                            |
+
 Menu
 | kernel                                   | §            | what                                      |
 |------------------------------------------|--------------|-------------------------------------------|

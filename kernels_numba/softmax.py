@@ -1,5 +1,27 @@
 """Softmax kernels, lesson §1–§11 and §18–§20: one kernel (or kernel family) per method.
 
+The fast tier. Read ``kernels_numba/lesson/softmax.py`` first (the same ideas, plain); the
+ladder from it to these kernels, with the gains measured on the H200 (README "Performance",
+2026-11-30, ``docs/bench_softmax_h200.json``; GB/s of ideal traffic, copy = 4199 fp32):
+| step | what changed (against the lesson kernel / the step before)  | measured on the H200       | reproduce                    |
+|------|-------------------------------------------------------------|----------------------------|------------------------------|
+| 0    | the lesson kernels: ``math.exp``, ``%``/``//`` indices, one  | not measured yet           | ``flashlesson section 8``,   |
+|      | layout per §, ``softmax_block(K)`` with K = ⌈N/T⌉            |                            | ``section 9`` (GPU: lesson vs fast, CUDA events) |
+| 1    | the project's first fast version (per-method launch shapes) | N = 1024: 3300 GB/s fp32,  | (README; no script left)     |
+|      |                                                             | 1685 GB/s fp16             |                              |
+| 2    | ``__expf`` (``fast_exp``) instead of the rounded expf, and  | not measured apart (README:|                              |
+|      | lane/thread indices as masks (``tid & 31``): half the       | "together these halved the |                              |
+|      | instructions per element in the short-row kernels           | instructions per element") |                              |
+| 3    | §8 with G < 32 lanes a row below N = 256 (4–8 loads in      | N = 32: ``warp_multi``     | ``flashlesson bench softmax``|
+|      | flight per lane), R rounds for fp16                         | 4175 GB/s vs the one-per-  | ``--method warp warp_multi`` |
+|      |                                                             | lane §6 ``warp`` 1675      |                              |
+| 4    | §9 blocks of 128–512 threads, 16 (fp32) / 32 (fp16) values  | after 1–4, N = 1024: 4072  | ``python3 scripts/tune_softmax.py`` |
+|      | per thread (``block_shape``, ``warp_multi_shape``)          | fp32 (97% of copy), 3409   | then ``flashlesson bench softmax`` |
+|      |                                                             | fp16; N = 4096 ``block``   |                              |
+|      |                                                             | 4048 fp32                  |                              |
+(§11's ranking on the same run, fp32 N = 4096: registers 4047, shared memory 1618, re-read 1393,
+online 1524, three passes 1038 GB/s.)
+
 Every kernel computes softmax over the last axis of ``x`` [rows, N] into ``y`` [rows, N]
 (float32 or float16 arrays; arithmetic is float32 throughout). Shared reductions come from
 ``reductions.py`` (§6, §10, §19); nothing is re-implemented here.

@@ -57,7 +57,7 @@ Conventions shared by every function that takes q, k, v:
   the empty state (m, l, acc) = (−inf, 0, 0) and gives o = 0 and lse = −inf — never NaN, and
   no RuntimeWarning. The trick is the *safe max* of ``reference.softmax``: where m = −inf,
   subtract 0 instead of m, so every e^{S − m} is e^{−inf} = 0 rather than e^{−inf − (−inf)}.
-* Dropout (§36, :func:`attention` only): ``dropout_mask`` is a bool keep-mask M (True = keep)
+* Dropout (§36, :func:`attention` and :func:`flash_attention_tiled`): ``dropout_mask`` is a bool keep-mask M (True = keep)
   broadcastable to S's shape, ``dropout_p`` the drop probability p, 0 ≤ p < 1. The output is
   O = (P ∘ Z) V with Z = M / (1 − p) (inverted dropout); P and lse are those of the un-dropped
   softmax (what the backward pass rebuilds, §30). The oracle draws no random numbers: M comes
@@ -472,7 +472,7 @@ def merge_attention(o_parts, lse_parts):
 # ---------------------------------------------------------------------------------------------
 
 def flash_attention_tiled(q, k, v, Br, Bc, causal=False, scale=None, key_padding_mask=None,
-                          stats=None, trace=None):
+                          stats=None, trace=None, *, dropout_mask=None, dropout_p=0.0):
     """§23–24, §32, §34: FlashAttention's forward pass as NumPy, written like §32's pseudocode::
 
         for each Q tile Qi:                           (Br query rows; the last tile may be shorter)
@@ -486,8 +486,8 @@ def flash_attention_tiled(q, k, v, Br, Bc, causal=False, scale=None, key_padding
                 new_m_safe = 0 where new_m = -inf, else new_m   (row saw no key yet)
                 P_local = exp(S − new_m_safe)
                 correction = exp(m − new_m_safe)
-                l = correction · l + row_sum(P_local)
-                acc = correction · acc + P_local Vj
+                l = correction · l + row_sum(P_local)        (the whole P: dropout comes after)
+                acc = correction · acc + (P_local ∘ Z) Vj     (§36; Z = 1 without dropout)
                 m = new_m
             Oi = acc / l                              (0 where l = 0: the row saw no key)
             lse_i = m + log l                         (−inf where l = 0)
@@ -514,6 +514,10 @@ def flash_attention_tiled(q, k, v, Br, Bc, causal=False, scale=None, key_padding
       ("masked"). With Br = Bc and Nq = Nk: Q tile 0 visits K tile 0, Q tile 1 K tiles 0–1, …
     * ``key_padding_mask`` ([B, Nk] or [Nk], as in :func:`attention`) is applied element-wise
       in every computed tile; it does not skip tiles (it may differ between sequences).
+    * Dropout (§36; ``dropout_mask``, ``dropout_p`` as in :func:`attention`): l sums the
+      *un-dropped* P_local — the softmax is of all the scores — while acc takes P_local ∘ Z,
+      Z = M / (1 − p), the tile's slice of the keep-mask. So O = (P∘Z) V / … with P the full
+      softmax, and lse is that of the scores before dropout (what the backward rebuilds).
 
     Every (batch, head) is tiled the same way and computed at once (vectorised): the loops are
     over tiles only. Br and Bc are positive ints.
@@ -536,11 +540,14 @@ def flash_attention_tiled(q, k, v, Br, Bc, causal=False, scale=None, key_padding
     Br, Bc = _check_positive_int(Br, "Br"), _check_positive_int(Bc, "Bc")
     scale = _check_scale(scale, q.shape[-1])
     pad = _key_mask(key_padding_mask, q, k)
+    nq, nk = q.shape[-2], k.shape[-2]
+    Z = _dropout_scale(dropout_mask, dropout_p, q.shape[:-1] + (nk,))   # None: no dropout
+    if Z is not None:
+        Z = np.broadcast_to(Z, q.shape[:-1] + (nk,))
     if stats is not None and not isinstance(stats, dict):
         raise TypeError(f"stats must be a dict or None; got {type(stats).__name__}")
     if trace is not None and not isinstance(trace, list):
         raise TypeError(f"trace must be a list or None; got {type(trace).__name__}")
-    nq, nk = q.shape[-2], k.shape[-2]
     offset = nk - nq                                    # §34 bottom-right: j ≤ i + offset
     o = np.zeros(q.shape[:-1] + v.shape[-1:])
     lse = np.empty(q.shape[:-1])
@@ -584,9 +591,11 @@ def flash_attention_tiled(q, k, v, Br, Bc, causal=False, scale=None, key_padding
 
             # l = correction × l + row_sum(P_local)      (old sum rescaled to new_m, tile added)
             l = correction * l + np.sum(P_local, axis=-1)
-            # acc = correction × acc + P_local × Vj      (the same for the un-normalized output)
+            # acc = correction × acc + (P_local ∘ Z) × Vj  (the same for the un-normalized output;
+            # §36: only what reaches V is dropped, l above kept the whole P_local)
             # (a hidden key adds nothing to acc, even with NaN/inf in its V row)
-            acc = correction[..., None] * acc + _visible_product(P_local, Vj, vis)
+            PZ = P_local if Z is None else P_local * Z[..., r0:r1, c0:c1]
+            acc = correction[..., None] * acc + _visible_product(PZ, Vj, vis)
             m = new_m                                   #         m = new_m
 
             counts["computed"] += 1

@@ -11,12 +11,16 @@ from conftest import GPU, SIM, by_device, check_attention
 from numba import cuda
 
 import flashlesson
-from flashlesson import FlashConfig, attention, merge_attention
+from flashlesson import FlashConfig, LessonConfig, attention, merge_attention
 from flashlesson import attention_methods as attn_module
 from flashlesson.tolerance import attention_tol, merge_tol
 from reference import attention as ref_attention
 
 METHODS = list(flashlesson.attention_methods.FP32_METHODS)   # flash_tc: test_attention_tc.py
+# (method, tier): every fast method, and the lesson tier's flash kernel
+# (kernels_numba/lesson/attention.py; its naive path differs from the fast one only in the
+# softmax, tested in test_softmax.py, and runs in test_attention_masks.py)
+TIERED = [(m, "fast") for m in METHODS] + [("flash", "lesson")]
 
 # (B, H, Nq, Nk, d): N = 1, N < tile, N not a multiple of any tile, Nq ≠ Nk both ways
 SHAPES = by_device(
@@ -49,28 +53,28 @@ def _check(o, lse, q, k, v, causal, scale=None):
                     scale=scale)
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method, tier", TIERED)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_matches_oracle(method, causal, shape, rng):
+def test_matches_oracle(method, tier, causal, shape, rng):
     q, k, v = _qkv(rng, *shape)
-    o, lse = _run_poisoned(q, k, v, causal=causal, method=method)
+    o, lse = _run_poisoned(q, k, v, causal=causal, method=method, tier=tier)
     _check(o, lse, q, k, v, causal)
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_outliers_and_scale(method, rng):
+@pytest.mark.parametrize("method, tier", TIERED)
+def test_outliers_and_scale(method, tier, rng):
     q, k, v = _qkv(rng, 1, 2, 24, 19, 8, outliers=True)
-    o, lse = _run_poisoned(q, k, v, method=method, scale=0.7)
+    o, lse = _run_poisoned(q, k, v, method=method, scale=0.7, tier=tier)
     _check(o, lse, q, k, v, False, scale=0.7)
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_rows_that_see_no_key(method, rng):
+@pytest.mark.parametrize("method, tier", TIERED)
+def test_rows_that_see_no_key(method, tier, rng):
     """Causal with Nq > Nk: query i sees keys j ≤ i + Nk − Nq; the first Nq − Nk see none and
     give O = 0, LSE = −inf (never NaN)."""
     q, k, v = _qkv(rng, 1, 1, 21, 4, 5)
-    o, lse = _run_poisoned(q, k, v, causal=True, method=method)
+    o, lse = _run_poisoned(q, k, v, causal=True, method=method, tier=tier)
     assert np.all(o[0, 0, :17] == 0) and np.all(np.isneginf(lse[0, 0, :17]))
     _check(o, lse, q, k, v, True)
 
@@ -88,6 +92,41 @@ def test_flash_configs(config, rng):
     for causal in (False, True):
         o, lse = _run_poisoned(q, k, v, causal=causal, config=config)
         _check(o, lse, q, k, v, causal)
+
+
+@pytest.mark.parametrize("config", [LessonConfig(2, 2), LessonConfig(5, 3), LessonConfig(33, 7),
+                                    LessonConfig(1, 64)], ids=str)
+def test_lesson_tiles(config, rng):
+    """The lesson kernel takes any Br (threads) and Bc, the lesson's own (§33: Bc = 2)
+    included; tiles that divide nothing, and tiles wider than Nk."""
+    q, k, v = _qkv(rng, 1, 1, 11, 13, 6)
+    for causal in (False, True):
+        o, lse = _run_poisoned(q, k, v, causal=causal, config=config, tier="lesson")
+        _check(o, lse, q, k, v, causal)
+
+
+def test_lesson_trace_is_the_oracles_trace(rng):
+    """§33: the lesson kernel's (m, l) after each K/V tile equal the tiled oracle's, tile by
+    tile (causal: the tiles a Q tile skips are left NaN); bounds from the error model's LSE
+    bound (m and ln l each move by less than it)."""
+    from flashlesson.attention_methods import attention_trace
+    from reference import flash_attention_tiled
+    q, k, v = _qkv(rng, 1, 2, 7, 9, 5)
+    for causal in (False, True):
+        o, lse, trace = attention_trace(q, k, v, config=LessonConfig(3, 2), causal=causal)
+        want = []
+        flash_attention_tiled(q, k, v, 3, 2, causal=causal, trace=want)
+        seen = np.zeros(trace.shape[:4], bool)
+        bound = float(np.max(attention_tol(q, k, v).lse))
+        for t in want:
+            r0, r1 = t["rows"]
+            got_m, got_l = trace[:, :, r0:r1, t["j"], 0], trace[:, :, r0:r1, t["j"], 1]
+            fin = np.isfinite(t["m"])
+            np.testing.assert_array_equal(np.isneginf(got_m), ~fin)
+            assert np.all(np.abs(got_m[fin] - t["m"][fin]) <= bound)
+            assert np.all(np.abs(np.log(got_l[fin]) - np.log(t["l"][fin])) <= bound)
+            seen[:, :, r0:r1, t["j"]] = True
+        assert np.all(np.isnan(trace[~seen])), "a tile the oracle skipped was traced"
 
 
 def test_host_arrays_in_host_arrays_out(rng):

@@ -17,6 +17,9 @@ from reference.philox import dropout_keep_mask as ref_keep_mask
 from reference.varlen import varlen_attention as ref_varlen
 
 METHODS = list(flashlesson.attention_methods.FP32_METHODS)   # flash_tc: test_attention_tc.py
+# (method, tier): the fast methods and the lesson tier's flash kernel (kernels_numba/lesson/;
+# the lesson naive path runs in test_dropout_with_padding_and_the_same_mask_for_every_method)
+TIERED = [(m, "fast") for m in METHODS] + [("flash", "lesson")]
 
 SHAPES = by_device([(2, 2, 9, 13, 16), (1, 1, 1, 5, 3), (1, 2, 17, 6, 80)],
                    [(2, 3, 100, 130, 64), (1, 2, 257, 64, 80), (2, 2, 129, 300, 128),
@@ -31,10 +34,10 @@ def _close(o, lse, o_ref, lse_ref, q, k, v, **kw):
     check_attention(o, lse, o_ref, lse_ref, q, k, v, **kw)
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method, tier", TIERED)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_key_padding_mask(method, causal, shape, rng):
+def test_key_padding_mask(method, tier, causal, shape, rng):
     B, H, nq, nk, d = shape
     q, k, v = _qkv(rng, *shape)
     kpm = rng.random((B, nk)) > 0.3
@@ -42,43 +45,44 @@ def test_key_padding_mask(method, causal, shape, rng):
     if B > 1:
         kpm[1] = False                           # a batch row with no valid key: zeros
     o, lse = attention(q, k, v, causal=causal, key_padding_mask=kpm, return_lse=True,
-                       method=method)
+                       method=method, tier=tier)
     o_ref, lse_ref = reference.attention(q, k, v, causal=causal, key_padding_mask=kpm)
     _close(o, lse, o_ref, lse_ref, q, k, v)
     if B > 1:
         assert np.all(o[1] == 0) and np.all(np.isneginf(lse[1]))
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method, tier", TIERED)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("p", [0.1, 0.5])
-def test_dropout_matches_oracle_with_the_philox_mask(method, causal, p, rng):
+def test_dropout_matches_oracle_with_the_philox_mask(method, tier, causal, p, rng):
     B, H, nq, nk, d = by_device((2, 2, 11, 14, 8), (2, 4, 300, 257, 64))
     q, k, v = _qkv(rng, B, H, nq, nk, d)
     seed = int(rng.integers(0, 2**64, dtype=np.uint64))
     mask = ref_keep_mask(seed, B, H, nq, nk, p)
     o, lse = attention(q, k, v, causal=causal, dropout_p=p, seed=seed, return_lse=True,
-                       method=method)
+                       method=method, tier=tier)
     o_ref, lse_ref = reference.attention(q, k, v, causal=causal, dropout_mask=mask,
                                          dropout_p=p)
     _close(o, lse, o_ref, lse_ref, q, k, v, dropout_p=p)
     # the LSE is that of the scores before dropout, and another seed drops other entries
-    o2 = attention(q, k, v, causal=causal, dropout_p=p, seed=seed + 1, method=method)
+    o2 = attention(q, k, v, causal=causal, dropout_p=p, seed=seed + 1, method=method, tier=tier)
     assert np.max(np.abs(o2 - o)) > 1e-3
 
 
-def test_dropout_with_padding_and_the_same_mask_for_both_methods(rng):
+def test_dropout_with_padding_and_the_same_mask_for_every_method(rng):
+    """Both methods, both tiers: causal + padding + dropout, one Philox mask."""
     B, H, nq, nk, d = by_device((2, 1, 7, 10, 4), (2, 2, 200, 333, 64))
     q, k, v = _qkv(rng, B, H, nq, nk, d)
     kpm = rng.random((B, nk)) > 0.5
     kw = dict(causal=True, key_padding_mask=kpm, dropout_p=0.3, seed=12345)
-    o_flash = attention(q, k, v, **kw)
-    o_naive = attention(q, k, v, method="naive", **kw)
+    outs = [attention(q, k, v, method=m, tier=t, **kw)
+            for m in ("flash", "naive") for t in ("fast", "lesson")]
     mask = ref_keep_mask(12345, B, H, nq, nk, 0.3)
     o_ref, _ = reference.attention(q, k, v, causal=True, key_padding_mask=kpm,
                                    dropout_mask=mask, dropout_p=0.3)
     tol = attention_tol(q, k, v, dropout_p=0.3)
-    for o in (o_flash, o_naive):
+    for o in outs:
         assert np.all(np.abs(o - o_ref) <= tol.o)
 
 

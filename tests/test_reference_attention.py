@@ -453,6 +453,33 @@ def test_key_padding_mask(rng, causal):
         _close(results[0][1][:1], lse_cut)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_tiled_dropout_equals_the_untiled_oracle(rng, causal):
+    """§36 in the tiled oracle: l sums the un-dropped P, acc takes P∘Z — the same O and lse as
+    the untiled oracle with the same keep-mask, for tiles that divide nothing; and lse is the
+    one without dropout (only O changes)."""
+    from reference.philox import dropout_keep_mask
+    b, h, nq, nk, p = 2, 2, 7, 11, 0.4
+    q, k, v = _qkv(rng, b, h, nq, nk, 5)
+    mask = dropout_keep_mask(7, b, h, nq, nk, p)
+    mask[0, 0, -1] = False                      # the last row drops everything it sees but key 0
+    mask[0, 0, -1, 0] = True
+    pad = np.ones((b, nk), bool)
+    pad[1, 3:6] = False
+    want_o, want_lse = attention(q, k, v, causal=causal, key_padding_mask=pad,
+                                 dropout_mask=mask, dropout_p=p)
+    plain_o, plain_lse = attention(q, k, v, causal=causal, key_padding_mask=pad)
+    for Br, Bc in [(1, 1), (3, 4), (7, 11), (2, 5)]:
+        o, lse = flash_attention_tiled(q, k, v, Br, Bc, causal=causal, key_padding_mask=pad,
+                                       dropout_mask=mask, dropout_p=p)
+        _close(o, want_o)
+        _close(lse, want_lse)
+        _close(lse, plain_lse)                  # l took the whole P: the LSE ignores dropout
+        assert np.max(np.abs(o - plain_o)) > 1e-3
+    with pytest.raises(ValueError, match="dropout_mask"):
+        flash_attention_tiled(q, k, v, 2, 2, dropout_p=p)
+
+
 def test_key_padding_mask_one_d_for_every_sequence(rng):
     q, k, v = _qkv(rng, 2, 2, 4, 6, 3)
     keep = np.array([True, False, True, True, False, True])

@@ -36,3 +36,34 @@ def test_every_method_names_a_kernel_that_exists():
         assert names, m.kernel
         for name in names:
             assert hasattr(K, name), (m.name, name)
+
+
+def test_every_lesson_kernel_exists_and_tier_lesson_reaches_it():
+    """The registries' lesson column names kernels of kernels_numba/lesson/, and exactly the
+    methods with one are accepted by tier="lesson" (the others refused, naming the method)."""
+    import pytest
+
+    from flashlesson import attention_methods as am
+    from kernels_numba.lesson import attention as LA
+    from kernels_numba.lesson import softmax as LS
+    for m in SOFTMAX_METHODS.values():
+        names = re.findall(r"(\w+)(?:\([^)]*\))?", m.lesson_kernel)
+        assert bool(names) == (m.lesson_launch is not None), m.name
+        for name in names:
+            assert hasattr(LS, name), (m.name, name)
+    assert am.METHODS["flash"].lesson_kernels == "lesson.attention.flash_forward"
+    assert hasattr(LA, "flash_forward")
+    assert set(sm.LESSON_METHODS) == set(SOFTMAX_METHODS) - {"naive"}
+    assert set(am.LESSON_METHODS) == {"naive", "flash"}
+    import numpy as np
+    import flashlesson
+    x = np.zeros((1, 4), np.float32)
+    with pytest.raises(ValueError, match="tier: softmax method 'naive' has no lesson kernel"):
+        flashlesson.softmax(x, method="naive", tier="lesson")
+    with pytest.raises(ValueError, match="tier: expected one of fast, lesson"):
+        flashlesson.softmax(x, tier="Lesson")
+    q = np.zeros((1, 1, 2, 4), np.float32)
+    with pytest.raises(ValueError, match="tier: attention method 'flash_db' has no lesson"):
+        flashlesson.attention(q, q, q, method="flash_db", tier="lesson")
+    with pytest.raises(TypeError, match="config: expected a LessonConfig"):
+        flashlesson.attention(q, q, q, tier="lesson", config=am.default_config(4))

@@ -40,11 +40,11 @@ def _rows(rng, rows, n):
     return x
 
 
-def run_poisoned(x, method, threads=None):
+def run_poisoned(x, method, threads=None, tier="fast"):
     """Launch on device arrays, the output pre-filled with NaN; return the result on the host."""
     x_dev = cuda.to_device(x)
     out = cuda.to_device(np.full(x.shape, np.nan, dtype=x.dtype))
-    got = softmax(x_dev, method=method, out=out, threads=threads)
+    got = softmax(x_dev, method=method, out=out, threads=threads, tier=tier)
     assert got is out or got.shape == x.shape
     return out.copy_to_host()
 
@@ -60,28 +60,39 @@ def _cases(methods, ns):
     return [(m, n) for m in methods for n in ns if _takes(m, n)]
 
 
-@pytest.mark.parametrize("method, n", _cases(METHODS, NS))
-def test_method_matches_oracle_fp32(method, n, rng):
+# The lesson tier (kernels_numba/lesson/softmax.py): every method that has a lesson kernel, on
+# fewer row lengths in the simulator (1, a warp ± 1, not a multiple of 32, > 1024).
+LESSON_METHODS = list(sm.LESSON_METHODS)
+LESSON_NS = by_device([1, 31, 33, 1025], NS)
+TIER_CASES = ([(m, n, "fast") for m, n in _cases(METHODS, NS)] +
+              [(m, n, "lesson") for m, n in _cases(LESSON_METHODS, LESSON_NS)])
+
+
+@pytest.mark.parametrize("method, n, tier", TIER_CASES)
+def test_method_matches_oracle_fp32(method, n, tier, rng):
     x = _rows(rng, ROWS, n)
     if method == "naive":
         x = rng.standard_normal((ROWS, n))          # §1 overflows past 88: keep it in range
     x = x.astype(np.float32)
-    got = run_poisoned(x, method)
+    got = run_poisoned(x, method, tier=tier)
     np.testing.assert_allclose(got, expected(x, method), **TOL[np.float32])
 
 
-@pytest.mark.parametrize("method, n", _cases([m for m in METHODS if m != "naive"],
-                                             by_device([33, 1000], [33, 1000, 4096, 32768])))
-def test_method_matches_oracle_fp16(method, n, rng):
+@pytest.mark.parametrize("method, n, tier", [
+    (m, n, "fast") for m, n in _cases([m for m in METHODS if m != "naive"],
+                                      by_device([33, 1000], [33, 1000, 4096, 32768]))] +
+    [(m, n, "lesson") for m, n in _cases(LESSON_METHODS, by_device([33], [33, 4096]))])
+def test_method_matches_oracle_fp16(method, n, tier, rng):
     x = _rows(rng, ROWS, n).astype(np.float16)
-    got = run_poisoned(x, method)
+    got = run_poisoned(x, method, tier=tier)
     assert got.dtype == np.float16
     np.testing.assert_allclose(got.astype(np.float64), softmax_stable(x.astype(np.float64)),
                                **TOL[np.float16])
 
 
+@pytest.mark.parametrize("tier", ["fast", "lesson"])
 @pytest.mark.parametrize("method", [m for m in METHODS if m != "naive"])
-def test_special_rows(method):
+def test_special_rows(method, tier):
     """§2 outliers give exact values; −inf entries give 0; an all −inf row gives zeros; a NaN
     anywhere makes its row NaN."""
     n = 40 if _takes(method, 40) else 20
@@ -94,7 +105,7 @@ def test_special_rows(method):
     x[3] = np.linspace(-1, 1, n)
     x[3, n // 2] = np.nan
     x[4] = np.linspace(-3, 2, n)
-    got = run_poisoned(x, method)
+    got = run_poisoned(x, method, tier=tier)
     e = np.exp(-np.arange(3.0))
     np.testing.assert_allclose(got[0, :3], e / e.sum(), rtol=2e-6)
     assert np.all(got[0, 3:] == 0)

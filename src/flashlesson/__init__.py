@@ -11,7 +11,7 @@ device.announce()
 
 from .device import DeviceError, MODE, SIMULATOR  # noqa: E402
 from .softmax_methods import METHODS as SOFTMAX_METHODS, choose as choose_softmax, softmax  # noqa: E402
-from .attention_methods import METHODS as ATTENTION_METHODS, FlashConfig, attention, merge_attention, varlen_attention  # noqa: E402
+from .attention_methods import METHODS as ATTENTION_METHODS, FlashConfig, LessonConfig, attention, merge_attention, varlen_attention  # noqa: E402
 from .tc_methods import BFloat16, TcBwdConfig, TcConfig  # noqa: E402
 from .backward_methods import BwdConfig, attention_backward, varlen_attention_backward  # noqa: E402
 from .dropout import dropout_keep_mask  # noqa: E402
@@ -20,6 +20,6 @@ from .linear_methods import LinearConfig, linear_attention  # noqa: E402
 __version__ = "0.1.0"
 __all__ = ["softmax", "choose_softmax", "SOFTMAX_METHODS", "attention", "merge_attention",
            "varlen_attention", "attention_backward", "varlen_attention_backward", "BwdConfig",
-           "FlashConfig", "TcConfig", "TcBwdConfig", "BFloat16", "ATTENTION_METHODS",
+           "FlashConfig", "LessonConfig", "TcConfig", "TcBwdConfig", "BFloat16", "ATTENTION_METHODS",
            "DeviceError", "MODE", "SIMULATOR",
            "dropout_keep_mask", "linear_attention", "LinearConfig"]

@@ -4,7 +4,6 @@ configurations and dispatch live here; the kernels are in ``kernels_numba/attent
 ``kernels_numba/gemm.py``.
 """
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,6 +11,7 @@ from numba import cuda
 
 from kernels_numba import attention as KA
 from kernels_numba import gemm as KG
+from kernels_numba.lesson import attention as LA
 
 from . import checks, device, tc_methods
 from .arrays import DevArray, Operand, empty, result, using
@@ -123,6 +123,33 @@ def default_config(d, nq=None, bh=None):
 
 
 @dataclass(frozen=True)
+class LessonConfig:
+    """Tiles of the lesson-tier forward kernel (kernels_numba/lesson/attention.py): Br query rows
+    (= Br threads, one a row) and Bc keys per K/V tile; any Br in 1 … 1024 and Bc ≥ 1 (§33:
+    Bc = 2). Shared memory: 2·Bc·d float32 (≤ 48 KB, static)."""
+    Br: int
+    Bc: int
+
+    def __post_init__(self):
+        checks.config_fields(self)
+
+    def check(self, d):
+        if self.Br > 1024:
+            raise ValueError(f"config {self}: Br = {self.Br} threads a block; at most 1024")
+        if 2 * self.Bc * d * 4 > 48 * 1024:
+            raise ValueError(f"config {self}: Kj and Vj need 2·Bc·d·4 = {8 * self.Bc * d} bytes "
+                             "of static shared memory; at most 49152")
+
+
+def default_lesson_config(d):
+    """The lesson kernel's tiles: Br = 64 rows, Bc = 32 keys (16 for d > 128, so that Kj, Vj
+    fit in 48 KB); in the simulator Br = Bc = 16."""
+    if device.SIMULATOR:
+        return LessonConfig(Br=16, Bc=16)
+    return LessonConfig(Br=64, Bc=32 if d <= 128 else 16)
+
+
+@dataclass(frozen=True)
 class AttentionMethod:
     name: str
     sections: str
@@ -135,10 +162,12 @@ class AttentionMethod:
 METHODS = {m.name: m for m in [
     AttentionMethod("naive", "14", "three launches: S = QKᵀ·scale, P = softmax(S), O = PV",
                     "gemm.matmul_kernel, softmax (auto), gemm.matmul_kernel",
-                    "S and P, [B·H, Nq, Nk] each"),
+                    "S and P, [B·H, Nq, Nk] each",
+                    "gemm.matmul_kernel, lesson softmax (auto), gemm.matmul_kernel"),
     AttentionMethod("flash", "23–24, 32, 34", "one kernel: Q tile on chip, K/V tiles streamed, "
                     "online softmax; causal tiles above the diagonal skipped",
-                    "attention.flash_forward_kernel", "nothing (m, l, acc stay on chip)"),
+                    "attention.flash_forward_kernel", "nothing (m, l, acc stay on chip)",
+                    "lesson.attention.flash_forward"),
     # §41–42 (flashlesson.loop_order)
     AttentionMethod("flash_fa1", "41", "FlashAttention-1's loop order: K/V tiles outside, Q "
                     "tiles inside; O, m, l read and written back to HBM for every K/V tile; one "
@@ -155,6 +184,7 @@ METHODS = {m.name: m for m in [
                     "lesson.tensor_core.flash_tc_kernel (fp16)"),
 ]}
 CHOICES = tuple(METHODS)
+LESSON_METHODS = tuple(name for name, m in METHODS.items() if m.lesson_kernels != "—")
 # Methods that take every float32 option of ``attention`` (dropout, any d): the shared tests
 # run them all; "flash_tc" has its own (tests/test_attention_tc.py).
 FP32_METHODS = tuple(m for m in METHODS if m != "flash_tc")
@@ -222,7 +252,7 @@ def _flash(q, k, v, o, lse, *, d, n_q, n_k, heads, grid_bh, max_q, causal, scale
 
 
 def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropout_p=0.0,
-              seed=0, return_lse=False, method="flash", config=None):
+              seed=0, return_lse=False, method="flash", config=None, tier="fast"):
     """Softmax attention O = softmax(Q Kᵀ · scale) V, over float32 q [B, H, Nq, d] and
     k, v [B, H, Nk, d].
 
@@ -241,10 +271,17 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
     dropout_p, seed: §36 dropout on P with the keep-mask of ``dropout_keep_mask(seed, B, H,
         Nq, Nk, dropout_p)``; kept probabilities scaled by 1/(1 − p).
     config: a ``FlashConfig`` (tile sizes, threads) for method "flash"; default per head dim.
+        With tier="lesson" a ``LessonConfig(Br, Bc)``.
+    tier: "fast" (the tuned kernels) or "lesson" (kernels_numba/lesson/: "flash" runs
+        ``lesson.attention.flash_forward``, "naive" the GEMMs with the lesson softmax).
     NumPy in → NumPy out; device arrays in → device arrays out, without host copies.
     """
     if method not in CHOICES:
         raise ValueError(f"method: expected one of {', '.join(CHOICES)}; got {method!r}")
+    checks.tier(tier, method, LESSON_METHODS, "attention")
+    if tier == "lesson" and tc_methods.low_precision(q):
+        raise TypeError("q: tier 'lesson' takes float32 inputs (fp16/bf16 run on the fast "
+                        "tier's method 'flash_tc')")
     if method == "flash_tc" or tc_methods.low_precision(q):     # §37: tensor cores
         checks.integer(seed, "seed", 0, 2**64)      # (no dropout there, but a seed is a seed)
         if method not in ("flash", "flash_tc"):
@@ -255,7 +292,7 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
                             f"TcConfig, not a {type(config).__name__}")
         return tc_methods.attention_tc(q, k, v, causal=causal, scale=scale,
                                        key_padding_mask=key_padding_mask, dropout_p=dropout_p,
-                                       return_lse=return_lse, config=config)
+                                       return_lse=return_lse, config=config, tier=tier)
     qo, ko, vo = operands(q, k, v)
     B, H, nq, d = qo.shape
     nk = ko.shape[2]
@@ -265,8 +302,10 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
     p, dropout = checks.dropout(dropout_p, seed)
     kpm = checks.key_padding_mask(key_padding_mask, B, nk)
     if config is not None:
-        if not isinstance(config, FlashConfig):
-            raise TypeError(f"config: expected a FlashConfig, got {type(config).__name__}")
+        want = LessonConfig if tier == "lesson" else FlashConfig
+        if not isinstance(config, want):
+            raise TypeError(f"config: expected a {want.__name__} (tier {tier!r}), got "
+                            f"{type(config).__name__}")
         if method == "naive":
             raise ValueError("config: only method 'flash' takes a configuration")
         config.check(d)
@@ -276,7 +315,7 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
         return (o, lse) if return_lse else o
     with using(qo):                     # torch in: torch's stream, torch.empty
         o3, lse2 = _attention(qo, ko, vo, B, H, nq, nk, d, method, causal, scale, config, kpm,
-                              return_lse, dropout if p > 0 else None)
+                              return_lse, dropout if p > 0 else None, tier)
     shape = (B, H, nq, d)
     if qo.on_host:
         o = o3.copy_to_host().reshape(shape)
@@ -286,14 +325,17 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
 
 
 def _attention(qo, ko, vo, B, H, nq, nk, d, method, causal, scale, config, kpm, return_lse,
-               dropout):
+               dropout, tier):
     bh = B * H
     q3 = qo.device_view((bh, nq, d))
     k3 = ko.device_view((bh, nk, d))
     v3 = vo.device_view((bh, nk, d))
     o3 = empty((bh, nq, d), np.float32)
     lse2 = empty((bh, nq), np.float32)
-    if method == "flash":
+    if method == "flash" and tier == "lesson":
+        flash_lesson(q3, k3, v3, o3, lse2, heads=H, causal=causal, scale=scale,
+                     config=config or default_lesson_config(d), kpm=kpm, dropout=dropout)
+    elif method == "flash":
         _flash(q3.reshape(-1), k3.reshape(-1), v3.reshape(-1), o3.reshape(-1),
                lse2.reshape(-1), d=d, n_q=nq, n_k=nk, heads=H, grid_bh=bh, max_q=nq,
                causal=causal, scale=scale, config=config, kpm=kpm, dropout=dropout)
@@ -301,8 +343,70 @@ def _attention(qo, ko, vo, B, H, nq, nk, d, method, causal, scale, config, kpm, 
         _loop_order(method, q3, k3, v3, o3, lse2, d=d, nq=nq, nk=nk, heads=H, bh=bh,
                     causal=causal, scale=scale, config=config, kpm=kpm, dropout=dropout)
     else:
-        _naive(q3, k3, v3, o3, lse2, scale, causal, return_lse, H, kpm, dropout)
+        _naive(q3, k3, v3, o3, lse2, scale, causal, return_lse, H, kpm, dropout, tier)
     return o3, lse2
+
+
+# --- the lesson tier's forward (kernels_numba/lesson/attention.py) -----------------------------
+def flash_lesson(q3, k3, v3, o3, lse2, *, heads, causal, scale, config, kpm=None, dropout=None,
+                 trace=None):
+    """Launch ``lesson.attention.flash_forward`` on [B·H, N, d] device arrays: grid (Q tiles,
+    B·H), Br threads a block. trace: None or a float32 device array [B·H, Nq, tiles, 2]."""
+    bh, nq, d = q3.shape
+    config.check(d)
+    kernel = LA.flash_forward(d, config.Br, config.Bc, causal, kpm is not None,
+                              dropout is not None)
+    seed_lo, seed_hi, threshold, inv_keep = dropout or (np.uint32(0), np.uint32(0),
+                                                        np.uint32(0), np.float32(1))
+    if trace is None:
+        trace = _lesson_no_trace()
+    grid = (-(-nq // config.Br), bh)
+    checks.grid(grid, f"q: {nq} queries in tiles of Br = {config.Br}")
+    launch(kernel, grid, config.Br,
+           (q3, k3, v3, o3, lse2, np.float32(scale), heads,
+            dummy("mask") if kpm is None else kpm, seed_lo, seed_hi, threshold, inv_keep,
+            trace))
+
+
+_NO_TRACE = []
+
+
+def _lesson_no_trace():
+    """A [1, 1, 0, 2] device array: the lesson kernel records no trace."""
+    if not _NO_TRACE:
+        _NO_TRACE.append(cuda.to_device(np.zeros((1, 1, 0, 2), np.float32)))
+    return _NO_TRACE[0]
+
+
+def attention_trace(q, k, v, *, config, causal=False, scale=None, key_padding_mask=None):
+    """§33: the lesson-tier flash kernel with tiles ``config`` (a ``LessonConfig``, e.g. Bc = 2),
+    returning (o, lse, trace): trace float32 [B, H, Nq, ceil(Nk/Bc), 2] holds each row's (m, l)
+    after each K/V tile, as the kernel held them (NaN for a tile the row's Q tile skipped, §34).
+    NumPy float32 q [B, H, Nq, d], k, v [B, H, Nk, d] in; NumPy out."""
+    qo, ko, vo = operands(q, k, v)
+    if not qo.on_host:
+        raise TypeError("q: attention_trace takes NumPy arrays (it returns the trace on the host)")
+    if not isinstance(config, LessonConfig):
+        raise TypeError(f"config: expected a LessonConfig, got {type(config).__name__}")
+    B, H, nq, d = qo.shape
+    nk = ko.shape[2]
+    config.check(d)
+    scale = checks.scale(scale, d)
+    causal = checks.flag(causal, "causal")
+    kpm = checks.key_padding_mask(key_padding_mask, B, nk)
+    tiles = -(-nk // config.Bc)
+    if B * H * nq == 0 or nk == 0:
+        raise ValueError(f"q, k: attention_trace needs at least one query and one key; got "
+                         f"Nq = {nq}, Nk = {nk}, B·H = {B * H}")
+    bh = B * H
+    o3 = empty((bh, nq, d), np.float32)
+    lse2 = empty((bh, nq), np.float32)
+    trace = cuda.to_device(np.full((bh, nq, tiles, 2), np.nan, np.float32))
+    flash_lesson(qo.device_view((bh, nq, d)), ko.device_view((bh, nk, d)),
+                 vo.device_view((bh, nk, d)), o3, lse2, heads=H, causal=causal, scale=scale,
+                 config=config, kpm=kpm, trace=trace)
+    return (o3.copy_to_host().reshape(B, H, nq, d), lse2.copy_to_host().reshape(B, H, nq),
+            trace.copy_to_host().reshape(B, H, nq, tiles, 2))
 
 
 # --- §41–42: the loop-order and double-buffer variants (flashlesson.loop_order) -------------
@@ -442,7 +546,8 @@ def gemm(a, b, c, alpha, *, trans_a=False, trans_b=False, causal=False, offset=0
            (a, b, c, np.float32(alpha), offset))
 
 
-def _naive(q3, k3, v3, o3, lse2, scale, causal, return_lse, heads=1, kpm=None, dropout=None):
+def _naive(q3, k3, v3, o3, lse2, scale, causal, return_lse, heads=1, kpm=None, dropout=None,
+           tier="fast"):
     """§14: S = QKᵀ·scale → HBM; P = softmax(S) → HBM; O = PV. (§35 padding: −inf into S;
     §36 dropout: P ∘ Z, after the LSE's S is kept.)"""
     bh, nq, d = q3.shape
@@ -452,7 +557,7 @@ def _naive(q3, k3, v3, o3, lse2, scale, causal, return_lse, heads=1, kpm=None, d
     if kpm is not None:
         launch(KA.pad_scores, *stride_grid(s.size), (s, kpm, heads))
     p = cuda.device_array((bh, nq, nk), np.float32)         # P, written to global memory
-    _softmax(s, method="auto", out=p)                      # the softmax kernels, reused
+    _softmax(s, method="auto", out=p, tier=tier)           # the softmax kernels, reused
     if dropout is not None:
         launch(KA.dropout_probs, *stride_grid(bh * nq * -(-nk // 4)), (p, *dropout))
     gemm(p, v3, o3, 1.0, skip_zero_a=causal or kpm is not None)  # O = P V (masked: P = 0

@@ -343,8 +343,8 @@ def lesson_backward(q3, k3, v3, do3, o3, lse2, dq3, dk3, dv3, *, scale, causal, 
     nk = k3.shape[1]
     D = empty((bh, nq), np.float32)
     rows = bh * nq
-    LB.D_kernel[-(-rows // 128), 128](o3.reshape((rows, d)), do3.reshape((rows, d)),
-                                       D.reshape(rows))
+    launch(LB.D_kernel, -(-rows // 128), 128, (o3.reshape((rows, d)), do3.reshape((rows, d)),
+                                               D.reshape(rows)))
     mask = dummy("mask") if kpm is None else kpm
     flags = (d, Br, Bc, bool(causal), kpm is not None)
     grid = (-(-nk // Bc), bh)

@@ -37,11 +37,11 @@ def _cmd_info(args):
 
 def _cmd_methods(args):
     from .registry import attention_table, softmax_table
-    print("Softmax methods — flashlesson.softmax(x, method=…)")
+    print("Softmax methods — flashlesson.softmax(x, method=…, tier='fast' | 'lesson')")
     print()
     print(softmax_table(args.format))
     print()
-    print("Attention methods — flashlesson.attention(q, k, v, method=…)")
+    print("Attention methods — flashlesson.attention(q, k, v, method=…, tier='fast' | 'lesson')")
     print()
     print(attention_table(args.format))
     return 0

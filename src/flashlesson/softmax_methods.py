@@ -1,6 +1,8 @@
 """``flashlesson.softmax_methods``: validation, the registry of softmax methods, launchers, dispatch.
 
-The kernels are in ``kernels_numba/softmax.py``; this module only decides how to launch them.
+The kernels are in ``kernels_numba/softmax.py`` (the fast tier) and
+``kernels_numba/lesson/softmax.py`` (the lesson tier, ``tier="lesson"``); this module only
+decides how to launch them.
 ``METHODS`` is the single list of methods: the dispatcher, the CLI's choices, the tests'
 parameters and the README's section map are all read from it.
 """
@@ -11,6 +13,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from kernels_numba import softmax as K
+from kernels_numba.lesson import softmax as L
 
 from . import checks, device
 from .arrays import Operand, check_out, empty, result, using
@@ -46,6 +49,8 @@ class Method:
     launch: Callable         # launch(x2, y2, threads) on [rows, N] device arrays
     auto: bool = True        # may ``auto`` choose it?
     extra: str = ""          # traffic beyond the row, said in words (e.g. "+ m, l per row")
+    lesson_kernel: str = ""  # its lesson-tier kernel(s) in kernels_numba/lesson/softmax.py
+    lesson_launch: Optional[Callable] = None    # launch(x2, y2, threads), tier="lesson"
 
     @property
     def traffic(self):
@@ -157,33 +162,91 @@ def _launch_block(x2, y2, threads):
     _launch(K.block_kernel(k, t), rows, t, (x2, y2))
 
 
+# ---------------------------------------------------------------------------------------------
+# The lesson tier's launchers (kernels_numba/lesson/softmax.py): the simplest geometry that
+# runs the kernel — one warp or one block per row, K = ceil(N / threads) values per thread.
+# ---------------------------------------------------------------------------------------------
+def _lesson_threads(n, threads):
+    """Threads per block of the lesson's block-per-row kernels: given, else enough for ≤ 16
+    values a thread (64 … 1024; 64 in the simulator)."""
+    if threads is not None:
+        return threads
+    if device.SIMULATOR:
+        return 2 * WARP
+    return min(MAX_THREADS, max(128, _pow2_at_least(-(-n // 16))))
+
+
+def _lesson_rowwise(kernel, shared=False):
+    def launch(x2, y2, threads):
+        rows, n = x2.shape
+        t = _lesson_threads(n, threads)
+        _launch(kernel, rows, t, (x2, y2), n * 4 if shared else 0)
+    return launch
+
+
+def _lesson_three_pass(x2, y2, threads):
+    rows, n = x2.shape
+    t = _lesson_threads(n, threads)
+    m = empty(rows, np.float32)                     # §3: m and l through global memory
+    l = empty(rows, np.float32)
+    _launch(L.row_max, rows, t, (x2, m))
+    _launch(L.row_sum_exp, rows, t, (x2, m, l))
+    _launch(L.normalize, rows, t, (x2, m, l, y2))
+
+
+def _lesson_warp(x2, y2, threads):
+    rows, n = x2.shape
+    wpb = _warps_per_block(threads)
+    kernel = L.softmax_warp if n <= WARP else L.softmax_warp_multi(-(-n // WARP))
+    _launch(kernel, -(-rows // wpb), wpb * WARP, (x2, y2))
+
+
+def _lesson_block(x2, y2, threads):
+    rows, n = x2.shape
+    t = _lesson_threads(n, threads)
+    k = -(-n // t)
+    if k > MAX_K:
+        raise ValueError(f"softmax method 'block' (tier 'lesson') keeps at most {MAX_K} values "
+                         f"per thread: N = {n} needs threads ≥ {-(-n // MAX_K)} (got {t})")
+    _launch(L.softmax_block(k), rows, t, (x2, y2))
+
+
 METHODS = {m.name: m for m in [
     Method("naive", "1", "e^x / Σe^x with no max: overflows for x ≈ 100 on purpose",
            "softmax_naive", 2, 1, None, _launch_rowwise(K.softmax_naive),
            auto=False),
     Method("three_pass", "3", "max pass, exp+sum pass, normalize pass: three launches, "
            "m and l through global memory", "row_max, row_sum_exp, normalize",
-           3, 1, None, _launch_three_pass, extra="+ m and l per row, written and read back"),
+           3, 1, None, _launch_three_pass, extra="+ m and l per row, written and read back",
+           lesson_kernel="row_max, row_sum_exp, normalize", lesson_launch=_lesson_three_pass),
     Method("warp", "6–7", "one warp per row, one element per lane, shuffles only",
-           "softmax_warp", 1, 1, WARP, _launch_warp),
+           "softmax_warp", 1, 1, WARP, _launch_warp,
+           lesson_kernel="softmax_warp", lesson_launch=_lesson_warp),
     Method("warp_multi", "8", "one warp per row, lane t holds t, t+32, … in registers (rows < 256: G < 32 lanes "
            "a row, 32/G rows per warp)",
-           "warp_multi_kernel(K, R, G)", 1, 1, WARP * MAX_K, _launch_warp_multi),
+           "warp_multi_kernel(K, R, G)", 1, 1, WARP * MAX_K, _launch_warp_multi,
+           lesson_kernel="softmax_warp_multi(K)", lesson_launch=_lesson_warp),
     Method("block", "9–10", "one block per row, N/T values per thread in registers, "
            "two-level reduction", "block_kernel(K, T)", 1, 1, MAX_K * MAX_THREADS,
-           _launch_block),
+           _launch_block, lesson_kernel="softmax_block(K)", lesson_launch=_lesson_block),
     Method("block_smem", "9–11", "one block per row, row cached in shared memory",
            "softmax_block_smem", 1, 1, SMEM_MAX_N,
-           _launch_rowwise(K.softmax_block_smem, shared=True)),
+           _launch_rowwise(K.softmax_block_smem, shared=True),
+           lesson_kernel="softmax_block_smem",
+           lesson_launch=_lesson_rowwise(L.softmax_block_smem, shared=True)),
     Method("block_reread", "11", "one block per row, any N, re-reads global memory each pass",
            "softmax_block_reread", 3, 1, None,
-           _launch_rowwise(K.softmax_block_reread)),
+           _launch_rowwise(K.softmax_block_reread), lesson_kernel="softmax_block_reread",
+           lesson_launch=_lesson_rowwise(L.softmax_block_reread)),
     Method("online", "18–20", "single pass of (m, l) per thread, merged by §19, then normalize",
-           "softmax_online", 2, 1, None, _launch_rowwise(K.softmax_online)),
+           "softmax_online", 2, 1, None, _launch_rowwise(K.softmax_online),
+           lesson_kernel="softmax_online", lesson_launch=_lesson_rowwise(L.softmax_online)),
 ]}
 
 AUTO = "auto"
 CHOICES = (AUTO,) + tuple(METHODS)
+LESSON_METHODS = tuple(name for name, m in METHODS.items() if m.lesson_launch is not None)
+TIERS = checks.TIERS
 
 # §5: the dispatcher. Thresholds from the H200 sweep (`flashlesson bench softmax`): a warp per
 # row while the row fits in a warp's registers, a block per row while it fits in a block's
@@ -203,7 +266,7 @@ def choose(n, dtype=np.float32):
     raise AssertionError("unreachable: the last rule takes any N")
 
 
-def softmax(x, *, method=AUTO, out=None, threads=None):
+def softmax(x, *, method=AUTO, out=None, threads=None, tier="fast"):
     """Softmax over the last axis of ``x``, computed by one of the lesson's kernels.
 
     x: float32 or float16 array of any rank ≥ 1 (NumPy → NumPy result; device array or
@@ -214,9 +277,13 @@ def softmax(x, *, method=AUTO, out=None, threads=None):
     out: optional output array, same shape and dtype as x, on the same side; ``x`` itself
        (in place) or memory disjoint from x — a partial overlap is refused.
     threads: threads per block (a multiple of 32, ≤ 1024); default: chosen per method and N.
+    tier: "fast" (kernels_numba/softmax.py, tuned) or "lesson" (kernels_numba/lesson/softmax.py,
+       the plain kernel of each idea; every method but "naive"; ``auto`` picks as for "fast").
     """
     if method not in CHOICES:
         raise ValueError(f"method: expected one of {', '.join(CHOICES)}; got {method!r}")
+    checks.tier(tier, method if method != AUTO else LESSON_METHODS[0], LESSON_METHODS,
+                "softmax")
     xo = Operand(x, "x", DTYPES)
     shape = xo.shape
     n = shape[-1]
@@ -242,7 +309,7 @@ def softmax(x, *, method=AUTO, out=None, threads=None):
             y2 = out.reshape((rows, n))
         else:
             y2 = empty((rows, n), dtype=xo.dtype)
-        m.launch(x2, y2, threads)
+        (m.lesson_launch if tier == "lesson" else m.launch)(x2, y2, threads)
     if xo.on_host:
         host = y2.copy_to_host().reshape(shape)
         if out is not None:

@@ -11,7 +11,9 @@ checkout, or ``FLASHLESSON_EXAMPLES``). A script that crashes becomes a failed C
 the exception, and the tour goes on with the next one.
 
 Also here, for the examples: :func:`check_close` (kernel vs oracle → Check) and
-:func:`example_rng` / :func:`lesson_rows` (fresh random rows, replayable by seed).
+:func:`example_rng` / :func:`lesson_rows` (fresh random rows, replayable by seed), and
+:func:`tier_timing`, :func:`softmax_tiers`, :func:`attention_tiers` (the lesson tier first,
+then the fast one, both checked, and timed against each other on a GPU).
 """
 
 import math
@@ -189,6 +191,76 @@ def attention_check(section, topic, kernel, o, lse, q, k, v, *, causal=False, sc
         c.passed = c.passed and ok_inf
         checks.append(c)
     return checks, want, want_lse
+
+
+def tier_timing(section, topic, kernel, launch):
+    """Issue 13's "measured difference" between the two tiers: ``launch(tier)`` runs the
+    kernel(s) once on device arrays for tier "lesson" or "fast". On a GPU: CUDA-event medians
+    (``flashlesson.bench.time_gpu``) of both, as a "measured" Check (lesson ms, fast ms, the
+    ratio); in the simulator a "not performed" one (timing is GPU-only)."""
+    from . import device
+    if device.SIMULATOR:
+        return Check.not_performed(section, topic, kernel, "lesson vs fast tier: timing is "
+                                   "GPU-only (the simulator's times measure Python)")
+    from .bench import time_gpu
+    ms = {tier: time_gpu(lambda: launch(tier)) for tier in ("lesson", "fast")}
+    return Check.measured(section, topic, kernel,
+                          f"lesson tier {ms['lesson']:.4g} ms, fast tier {ms['fast']:.4g} ms: "
+                          f"fast is {ms['lesson'] / ms['fast']:.2f}× faster (CUDA-event medians)")
+
+
+def softmax_tiers(section, topic, method, x, verbose=True):
+    """An example's two tiers for one softmax method on rows ``x``: the lesson kernel first
+    (kernels_numba/lesson/softmax.py), then the fast one, each checked against the float64
+    oracle, then the measured difference (:func:`tier_timing`). Returns the Checks."""
+    from numba import cuda
+
+    from reference import softmax_stable
+
+    from .softmax_methods import softmax
+    want = softmax_stable(np.asarray(x, np.float64))
+    checks = []
+    for tier in ("lesson", "fast"):
+        y = softmax(x, method=method, tier=tier)
+        checks.append(check_close(section, topic, f"{method} ({tier})", y, want,
+                                  f"{tier} tier, rows {list(np.shape(x))} vs softmax_stable"))
+    x_dev = cuda.to_device(np.ascontiguousarray(x))
+    y_dev = cuda.device_array_like(x_dev)
+    checks.append(tier_timing(section, topic, method, lambda tier: softmax(
+        x_dev, method=method, out=y_dev, tier=tier)))
+    if verbose:
+        for c in checks:
+            print(f"  {c.kernel:>22}: {c.result}"
+                  + (f", max |kernel − oracle| = {c.max_err:.2e}" if c.max_err is not None
+                     else "") + (f" — {c.note}" if c.kind != CHECK else ""))
+    return checks
+
+
+def attention_tiers(section, topic, q, k, v, verbose=True, **kw):
+    """An example's two tiers of flash attention on q, k, v (``kw``: causal, key_padding_mask,
+    scale): the lesson kernel first (kernels_numba/lesson/attention.py), then the fast one,
+    each checked against the float64 oracle (:func:`attention_check`), then the measured
+    difference (:func:`tier_timing`). Returns the Checks."""
+    from numba import cuda
+
+    from .attention_methods import attention
+    checks = []
+    for tier in ("lesson", "fast"):
+        o, lse = attention(q, k, v, return_lse=True, tier=tier, **kw)
+        cs, _, _ = attention_check(section, topic, f"flash ({tier})", o, lse, q, k, v,
+                                   causal=kw.get("causal", False), scale=kw.get("scale"),
+                                   key_padding_mask=kw.get("key_padding_mask"),
+                                   note=f"{tier} tier")
+        checks += cs
+    dev = [cuda.to_device(a) for a in (q, k, v)]
+    checks.append(tier_timing(section, topic, "flash",
+                              lambda tier: attention(*dev, tier=tier, **kw)))
+    if verbose:
+        for c in checks:
+            print(f"  {c.kernel:>15}: {c.result}"
+                  + (f", max err {c.max_err:.2e}" if c.max_err is not None else "")
+                  + f" — {c.note}")
+    return checks
 
 
 _MARK = "--- flashlesson checks (json) ---"
