@@ -12,13 +12,14 @@ from flashlesson import tour
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ["README.md", "docs/lesson.md", "docs/results.md"]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")        # [text](target) and ![alt](target)
+CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)         # code spans and blocks hold no links
 
 
 def relative_links(text):
     """The relative targets of the Markdown links in ``text``, without their #fragments
     (URLs with a scheme, such as https:, and links to a fragment of the same page are left out)."""
     out = []
-    for target in LINK.findall(text):
+    for target in LINK.findall(CODE.sub("", text)):     # (not inside `code` or ```blocks```)
         path = target.split("#", 1)[0]
         if path and not re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", path):
             out.append(path)

@@ -54,7 +54,9 @@ def test_every_lesson_kernel_exists_and_tier_lesson_reaches_it():
     assert am.METHODS["flash"].lesson_kernels == "lesson.attention.flash_forward"
     assert hasattr(LA, "flash_forward")
     assert set(sm.LESSON_METHODS) == set(SOFTMAX_METHODS) - {"naive"}
-    assert set(am.LESSON_METHODS) == {"naive", "flash"}
+    assert set(am.LESSON_METHODS) == {"naive", "flash", "flash_tc"}
+    from kernels_numba.lesson import tensor_core as LT
+    assert hasattr(LT, "flash_tc_kernel")
     import numpy as np
     import flashlesson
     x = np.zeros((1, 4), np.float32)
