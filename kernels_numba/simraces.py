@@ -30,9 +30,11 @@ Limits
   reports intra-warp hazards only at a lower severity.
 - Accesses are recorded at element granularity, keyed by byte offset: a float32 view and a
   uint32 view of the same dynamic shared memory share their records.
-- Element accesses (``a[i]``, ``a[i, j]``, ``a[i] += x``), slice reads and writes (``a[i:j]``,
-  the simulator twins of ldmatrix and cp.async) and views (``reshape``) are seen; NumPy
-  functions applied to a whole shared array are not (kernels cannot call them anyway).
+- Element accesses (``a[i]``, ``a[i, j]``, ``a[i] += x``) through any view (``smem[a:b]``,
+  ``reshape``), slice writes (the cp.async twin) and short slice reads (at most
+  ``SMALL_SLICE`` elements: the ldmatrix twin's 16-byte rows) are seen. A longer slice is a
+  kernel carving its shared memory into tiles: taking it is no access. NumPy functions
+  applied to a whole shared array are not seen (kernels cannot call them).
 - Atomics on shared memory are not exempted (the kernels use none).
 - Cost: every shared access goes through Python code; a block runs ~2-4× slower. Use it on
   small shapes.
@@ -49,6 +51,7 @@ __all__ = ["SharedRaceError", "install", "race_mode", "enabled", "WARP_SIZE"]
 
 WARP_SIZE = 32
 POISON_BYTE = 0xFF
+SMALL_SLICE = 8     # a slice of at most this many elements counts as read when taken
 
 _on = os.environ.get("FLASHLESSON_SIM_RACES", "") not in ("", "0")
 _lock = threading.Lock()
@@ -190,24 +193,37 @@ class SharedArray(np.ndarray):
                     k = int(k)
                     off += (k + n if k < 0 else k) * s
                 return (off,)
-        grid = np.indices(self.shape, dtype=np.int64) if self.ndim else np.zeros((0,), np.int64)
-        pos = self._start + sum(g * s for g, s in zip(grid, self.strides))
-        return np.atleast_1d(np.asarray(pos)[key]).ravel().tolist() if self.ndim else \
-            [self._start]
+        part = np.ndarray.__getitem__(self, key)
+        if isinstance(part, SharedArray) and part._shadow is self._shadow:
+            return _view_offsets(part)              # a view: its own addresses
+        # fancy indexing (a copy): the addresses of every element of self, picked by key
+        return np.asarray(_view_offsets(self)).reshape(self.shape)[key].ravel().tolist()
 
     def __getitem__(self, key):
         val = np.ndarray.__getitem__(self, key)
         if self._shadow is not None and _on:
-            # a whole view taken with a slice counts as read (the ldmatrix twin copies it out);
-            # a plain row view (a[i] of a 2-D array) is recorded when its elements are touched
-            if not isinstance(val, np.ndarray) or _has_slice(key):
+            if not isinstance(val, np.ndarray):
                 _record(self._shadow, self._offsets(key), False)
+            elif _has_slice(key) and val.size <= SMALL_SLICE:
+                # a short slice is a read of its elements (the ldmatrix twin copies 4 words
+                # out); a long one is a kernel carving its shared memory into tiles, recorded
+                # when its elements are touched
+                _record(self._shadow, _view_offsets(val), False)
         return val
 
     def __setitem__(self, key, value):
         np.ndarray.__setitem__(self, key, value)
         if self._shadow is not None and _on:
             _record(self._shadow, self._offsets(key), True)
+
+
+def _view_offsets(view):
+    """Byte offsets (from the root) of every element of a SharedArray view."""
+    if view.ndim == 0:
+        return [view._start]
+    grid = np.indices(view.shape, dtype=np.int64)
+    pos = view._start + sum(g * s for g, s in zip(grid, view.strides))
+    return pos.ravel().tolist()
 
 
 def _has_slice(key):
