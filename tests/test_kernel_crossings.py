@@ -128,14 +128,14 @@ def test_softmax_kernels_race_free(method, rng):
 
 
 @pytest.mark.skipif(not SIM, reason="race mode is the simulator's (GPU: gpu_sanitize.sh)")
-@pytest.mark.parametrize("method", ["flash", "flash_fa1", "flash_db"])
+@pytest.mark.parametrize("method", ["flash", "flash_fa1", "flash_db", "naive"])
 def test_forward_kernels_race_free(method, rng):
     """Two warps (FlashConfig(32, 32, 8, 8)), two K/V tiles: the barriers around the tile
-    loads, P's store and the products are all needed."""
+    loads, P's store and the products are all needed. (naive: the GEMM's tiles.)"""
     q, k, v = _qkv(rng, 1, 1, 30, 40, 8)
+    cfg = None if method == "naive" else FlashConfig(Br=32, Bc=32, TR=8, TC=8)
     with simraces.race_mode():
-        o, lse = attention(q, k, v, causal=True, return_lse=True, method=method,
-                           config=FlashConfig(Br=32, Bc=32, TR=8, TC=8))
+        o, lse = attention(q, k, v, causal=True, return_lse=True, method=method, config=cfg)
     check_attention(o, lse, *reference.attention(q, k, v, causal=True), REL_FWD)
 
 
