@@ -120,12 +120,18 @@ def _who():
 
 
 def _source():
-    """file:line of the first frame outside this module and NumPy (the kernel's line)."""
+    """Where the access is: the first frame outside this module and NumPy and, when that is a
+    helper (load4/store4, the ldmatrix twin …), the frame that called it — the kernel's line."""
     f = sys._getframe(1)
     while f is not None and (f.f_code.co_filename == __file__
                              or "numpy" in f.f_code.co_filename):
         f = f.f_back
-    return f"{f.f_code.co_filename}:{f.f_lineno}" if f is not None else "?"
+    where = []
+    while f is not None and len(where) < 2:
+        where.append(f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno} "
+                     f"({f.f_code.co_name})")
+        f = f.f_back
+    return " called from ".join(where) or "?"
 
 
 def _race(kind, shadow, off, tid, other, interval):
