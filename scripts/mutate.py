@@ -252,9 +252,9 @@ MUTANTS = [
       "pass                                             # wait: all reads of scratch are done before",
       RACE_SOFTMAX + REDUCTIONS, "block_max: the barrier after the reduction removed"),
     M("red-warp-sum", KN + "reductions.py",
-      "        # lanes whose partner is past lane 31 add their own value again, but only lane 0's",
-      "        offset = 8  # lanes whose partner is past lane 31 add their own value again, "
-      "but only lane 0's", REDUCTIONS, "warp_sum's tree starts at 8: half the warp"),
+      "    offset = 16\n    while offset > 0:\n        # lanes whose partner",
+      "    offset = 8\n    while offset > 0:\n        # lanes whose partner", REDUCTIONS,
+      "warp_sum's tree starts at 8: half the warp"),
     M("red-merge", KN + "reductions.py",
       "l = fast_exp(m_a - m) * l_a + fast_exp(m_b - m) * l_b",
       "l = fast_exp(m_a - m) * l_a + fast_exp(m_b - m) * l_a", REDUCTIONS, "§19 merge: l_a twice"),
@@ -386,7 +386,7 @@ def main(argv=None):
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--check", action="store_true", help="only check each mutant's text")
     ap.add_argument("--baseline", action="store_true", help="run each subset unmutated first")
-    ap.add_argument("--timeout", type=float, default=600, help="seconds per mutant")
+    ap.add_argument("--timeout", type=float, default=300, help="seconds per mutant")
     ap.add_argument("--target", type=float, default=0.95)
     ap.add_argument("--log", help="also write the table to this file")
     args = ap.parse_args(argv)
