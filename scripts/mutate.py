@@ -47,6 +47,7 @@ FL = "src/flashlesson/"
 CROSS = "tests/test_kernel_crossings.py::"
 FWD = [CROSS + "test_forward_causal_last_key_on_a_tile_edge",
        CROSS + "test_forward_options_crossed_on_two_iteration_tiles",
+       CROSS + "test_loop_orders_options_crossed_on_two_iteration_tiles",
        "tests/test_attention.py::test_matches_oracle",
        "tests/test_attention.py::test_flash_configs",
        "tests/test_attention_masks.py::test_key_padding_mask",

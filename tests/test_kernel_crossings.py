@@ -60,6 +60,17 @@ def test_forward_options_crossed_on_two_iteration_tiles(config, causal, pad, p, 
     check_attention(o, lse, *reference.attention(q, k, v, **ref), REL_FWD)
 
 
+@pytest.mark.parametrize("method", ["flash_fa1", "flash_db"])
+def test_loop_orders_options_crossed_on_two_iteration_tiles(method, rng):
+    """§41–42's kernels share flash_steps.py's mask, keep bits and Pᵀ store: the same crossing."""
+    B, H, nq, nk, d = by_device((2, 1, 37, 45, 40), (2, 2, 300, 333, 120))
+    q, k, v = _qkv(rng, B, H, nq, nk, d)
+    kw, ref = _options(rng, B, H, nq, nk, True, True, 0.3)
+    o, lse = attention(q, k, v, return_lse=True, method=method,
+                       config=FlashConfig(Br=32, Bc=32, TR=8, TC=4, KU=2), **kw)
+    check_attention(o, lse, *reference.attention(q, k, v, **ref), REL_FWD)
+
+
 @pytest.mark.parametrize("causal,pad,p", [(True, True, 0.3), (False, False, 0.0)])
 def test_backward_options_crossed_on_two_iteration_tiles(causal, pad, p, rng):
     B, H, nq, nk, d = by_device((2, 1, 37, 45, 24), (2, 2, 300, 333, 56))
