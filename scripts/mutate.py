@@ -259,10 +259,12 @@ MUTANTS = [
     M("red-merge", KN + "reductions.py",
       "l = fast_exp(m_a - m) * l_a + fast_exp(m_b - m) * l_b",
       "l = fast_exp(m_a - m) * l_a + fast_exp(m_b - m) * l_a", REDUCTIONS, "§19 merge: l_a twice"),
+    # (``ONE if l == ZERO`` would be an equivalent mutant: an empty row's accumulator is 0, so
+    # 0·1 = 0·0; the boundary below is not: a row whose only term is e^0 has l = 1 exactly)
     M("red-reciprocal", KN + "reductions.py", "return ZERO if l == ZERO else ONE / l",
-      "return ONE if l == ZERO else ONE / l", SOFTMAX + ["tests/test_attention.py::test_rows"
-                                                          "_that_see_no_key"],
-      "an empty row's 1/l = 1"),
+      "return ZERO if l <= ONE else ONE / l", SOFTMAX + ["tests/test_attention.py::test_rows"
+                                                         "_that_see_no_key"],
+      "1/l zeroed at the boundary l = 1 (one key, or every other term underflows)"),
     M("red-lanes-max", KN + "reductions.py",
       "    offset = G // 2\n    while offset > 0:\n        v = max(",
       "    offset = G // 4\n    while offset > 0:\n        v = max(", REDUCTIONS,
@@ -318,7 +320,7 @@ MUTANTS = [
       "ldmatrix.trans twin: halves swapped"),
     M("vector-cp-async-zero", KN + "vector.py",
       "flat[di:di + n] = 0 if words is None else words",
-      "flat[di:di + n] = flat[di:di + n] if words is None else words", TC,
+      "flat[di:di + n] = flat[di:di + n] if words is None else words", RACE_TC + TC,
       "cp.async twin: out-of-range source leaves stale data instead of zeros"),
     # ---- the IO model: src/flashlesson/traffic.py, loop_order.py ----
     M("io-tiles-visited", FL + "traffic.py", "t = min(n_tiles, last_key // Bc + 1) if last_key",
@@ -336,8 +338,10 @@ MUTANTS = [
       "first = max(j * Bc - offset, 0) // Br if causal else 0",
       "first = max(j * Bc - offset - 1, 0) // Br if causal else 0", IO,
       "FA1 order: first Q tile one early on tile edges"),
-    M("io-fa1-kv", FL + "loop_order.py", "n_kv = min(n_kv, last_key // Bc + 1) if last_key",
-      "n_kv = min(n_kv, last_key // Bc + 2) if last_key", IO, "FA1 order: a K/V tile too many"),
+    # (``last_key // Bc + 2`` in fa1_steps' causal clamp would be equivalent: bottom-right, the
+    # last query always sees the last key, so the clamp only matters for Nk = 0)
+    M("io-fa1-deal", FL + "loop_order.py", "start = first + (qb - first) % q_blocks",
+      "start = first + qb % q_blocks", IO, "FA1 order: Q tiles dealt to the wrong blocks"),
 ]
 
 
