@@ -34,6 +34,7 @@ import dataclasses
 import datetime
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -421,6 +422,8 @@ def main(argv=None):
         print(f"{len(mutants) - len(stale)}/{len(mutants)} mutants found in their files")
         return 1 if stale else 0
 
+    # a SIGTERM unwinds like Ctrl-C, so the temporary tree is removed and pytest stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     lines = []
 
     def out(s=""):
