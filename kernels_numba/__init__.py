@@ -5,6 +5,8 @@ Files, by lesson §:
 - ``softmax.py`` — §1–§11, §18–§20: one kernel per softmax method.
 - ``simwarp.py`` — warp operations for Numba's CUDA simulator, installed here automatically
   when the simulator is on, so the same kernel source runs on the GPU and on the CPU.
+- ``simraces.py`` — the simulator's race mode: shared-memory races between warps raise,
+  shared memory starts each block poisoned.
 
 This package imports numba, numpy and math only (never ``flashlesson``).
 """
@@ -12,6 +14,7 @@ This package imports numba, numpy and math only (never ``flashlesson``).
 from numba import cuda
 
 if cuda.config.ENABLE_CUDASIM:
-    from . import simwarp
+    from . import simraces, simwarp
 
     simwarp.install()
+    simraces.install()      # race mode (FLASHLESSON_SIM_RACES=1 or simraces.race_mode())

@@ -126,10 +126,10 @@ def test_lesson_tier(rng, causal):
 
 def test_fp16_goes_to_tensor_cores_by_itself(rng):
     (q, k, v), (q64, k64, v64) = _inputs(rng, 1, 1, 20, 20, 16, "f16")
-    o = attention(q, k, v)                     # method "flash" (the default)
+    o, lse = attention(q, k, v, return_lse=True)    # method "flash" (the default)
     assert o.dtype == np.float16 and o.shape == q.shape
-    o_ref, _, tol = _ref("f16", q64, k64, v64)
-    _check(o, None, o_ref, None, tol, "f16")
+    o_ref, lse_ref, tol = _ref("f16", q64, k64, v64)
+    _check(o, lse, o_ref, lse_ref, tol, "f16")              # the LSE too, not zeros vs zeros
 
 
 def test_padding_and_fully_masked_rows(rng):

@@ -21,7 +21,9 @@ METHODS = list(SOFTMAX_METHODS)
 NS = by_device([1, 2, 31, 32, 33, 100, 1000, 1025],
                [1, 2, 31, 32, 33, 100, 1000, 1025, 2047, 4096, 12000, 32768, 40000])
 ROWS = by_device(3, 67)
-TOL = {np.float32: dict(rtol=2e-5, atol=1e-7), np.float16: dict(rtol=3e-3, atol=3e-5)}
+# float32: the relative bar holds for every element (no cancellation; e^x errs by a few ulps
+# relative), so the absolute floor only covers values near float32's smallest normals.
+TOL = {np.float32: dict(rtol=2e-5, atol=1e-12), np.float16: dict(rtol=3e-3, atol=3e-5)}
 
 
 def _takes(method, n):
@@ -34,9 +36,11 @@ def _takes(method, n):
 
 
 def _rows(rng, rows, n):
-    """Random scores ×3 with one outlier per row (+30), so the max is not where chance puts it."""
+    """Random scores ×3 with one outlier per row (+5), so the max is not where chance puts it.
+    The outlier stays small: at +30 every other output (~e^{−30}) would sit below the absolute
+    tolerance, and the comparison would check one value per row."""
     x = rng.standard_normal((rows, n)) * 3
-    x[np.arange(rows), rng.integers(0, n, rows)] += 30
+    x[np.arange(rows), rng.integers(0, n, rows)] += 5
     return x
 
 
