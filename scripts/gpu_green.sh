@@ -3,7 +3,8 @@
 # tests/test_tour.py) and, beside it in a second process, `flashlesson tour`, each with its own
 # seed, so that a run checks two fresh draws of every random input. Logs under $OUT.
 #   device run: bash scripts/gpu_green.sh SEED_TESTS SEED_TOUR   (carry .whl)
-# Optional third step: SANITIZE=1 runs scripts/gpu_sanitize.sh after both (compute-sanitizer).
+# Optional: SANITIZE=1 runs scripts/gpu_sanitize.sh (compute-sanitizer) beside both; OVERHEAD=1 runs
+# scripts/gpu_overhead_check.py (issue 14's launch layer) first.
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD/src:$PWD PYTHONUNBUFFERED=1 FLASHLESSON_DEVICE=gpu
@@ -22,12 +23,14 @@ FLASHLESSON_SEED=$seed_tests timeout $left python3 -m pytest -q -n ${WORKERS:-8}
 p_tests=$!
 FLASHLESSON_SEED=$seed_tour timeout $((left - 20)) python3 -m flashlesson tour > "$OUT/tour.log" 2>&1 &
 p_tour=$!
+rc_san=skipped
+if [ "${SANITIZE:-0}" = 1 ]; then           # a third process beside them (timing-free)
+  timeout $((left - 10)) bash scripts/gpu_sanitize.sh > "$OUT/sanitize.log" 2>&1 &
+  p_san=$!
+fi
 wait $p_tour; rc_tour=$?
 wait $p_tests; rc_tests=$?
-rc_san=skipped
-if [ "${SANITIZE:-0}" = 1 ] && [ -f scripts/gpu_sanitize.sh ]; then
-  timeout $((590 - $(date +%s) + start)) bash scripts/gpu_sanitize.sh > "$OUT/sanitize.log" 2>&1; rc_san=$?
-fi
+[ "${SANITIZE:-0}" = 1 ] && { wait $p_san; rc_san=$?; }
 cat "$OUT/gpu.txt"
 echo "--- pytest (FLASHLESSON_SEED=$seed_tests), rc=$rc_tests"; grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -30; tail -3 "$OUT/pytest.log"
 echo "--- tour (FLASHLESSON_SEED=$seed_tour), rc=$rc_tour"; grep -E -i "fail|error|Traceback" "$OUT/tour.log" | head -30; tail -6 "$OUT/tour.log"
