@@ -135,6 +135,26 @@ def _pointer(a):
     return a.__cuda_array_interface__["data"][0] or 0
 
 
+def param_template(argument_types, args):
+    """(template, arrays, scalars): the kernel's parameters in Numba's ABI for ``args`` of
+    these Numba types, and where each array's data pointer and each scalar go in it."""
+    from numba.cuda import types
+    template, arrays, scalars = [], [], []
+    for i, (ty, a) in enumerate(zip(argument_types, args)):
+        if isinstance(ty, types.Array):
+            if ty.layout != "C":
+                raise _Unsupported(f"argument {i}: layout {ty.layout}")
+            v = a if type(a) is DevArray else DevArray.from_interface(a)
+            template += [0, 0, v.size, v.dtype.itemsize]
+            arrays.append((i, len(template)))
+            template += [v.ptr, *v.shape, *v.strides]
+        else:
+            conv = _scalar_converter(ty)
+            scalars.append((i, len(template), conv))
+            template.append(conv(a))
+    return template, tuple(arrays), tuple(scalars)
+
+
 class Plan:
     """One launch's fixed part: kernel, grid, block, shared bytes, and on the GPU the compiled
     function, launch configuration and parameter template (see the module docstring)."""
@@ -167,7 +187,6 @@ class Plan:
 
     def _build_fast(self, args):
         from cuda.core import LaunchConfig
-        from numba.cuda import types
         kernel = self.kernel
         argtypes = tuple(kernel.typeof_pyval(a) for a in args)
         overload = kernel.compile(argtypes)
@@ -176,22 +195,10 @@ class Plan:
         cufunc = overload._codelibrary.get_cufunc()
         if self.shared > DEFAULT_SMEM:
             _set_max_shared(cufunc, self.shared)
-        template, arrays, scalars = [], [], []
-        for i, (ty, a) in enumerate(zip(overload.argument_types, args)):
-            if isinstance(ty, types.Array):
-                if ty.layout != "C":
-                    raise _Unsupported(f"argument {i}: layout {ty.layout}")
-                v = a if type(a) is DevArray else DevArray.from_interface(a)
-                template += [0, 0, v.size, v.dtype.itemsize]
-                arrays.append((i, len(template)))
-                template += [v.ptr, *v.shape, *v.strides]
-            else:
-                conv = _scalar_converter(ty)
-                scalars.append((i, len(template), conv))
-                template.append(conv(a))
+        template, arrays, scalars = param_template(overload.argument_types, args)
         self.cu_kernel = cufunc.kernel
         self.config = LaunchConfig(grid=self.grid, block=self.block, shmem_size=self.shared)
-        self.template, self.arrays, self.scalars = template, tuple(arrays), tuple(scalars)
+        self.template, self.arrays, self.scalars = template, arrays, scalars
 
     def params(self, args):
         """The kernel's parameters for these arguments (fast path)."""

@@ -1,0 +1,397 @@
+"""Host (Python) time per public call, with or without a GPU (issue 14).
+
+    PYTHONPATH=src:. python scripts/profile_host.py            # no GPU needed: fake driver
+    PYTHONPATH=src:. python scripts/profile_host.py --real     # on a GPU: real torch, real launches
+    ... --profile [softmax|attention32|attention16|backward32|backward16|torch_step] [--top 40]
+
+Without ``--real`` the library's **GPU code path** runs (not the simulator's: numba.cuda is
+imported with ``NUMBA_ENABLE_CUDASIM=0`` before flashlesson, so ``device.SIMULATOR`` is False)
+with everything that touches the driver replaced by fakes, for profiling only:
+
+- ``cuda.core.launch`` → a no-op; ``launch._core_stream`` → the handle itself; the one-time
+  self-test of the fast path is skipped;
+- ``Plan._build_fast`` → the real parameter template (``launch.param_template``) built from the
+  argument types Numba infers (``typeof_pyval``) instead of a compiled overload's, with a dummy
+  kernel handle and launch configuration (no NVVM, no driver);
+- the pool's ``cuMemAllocAsync`` (``arrays.PoolBlock``) → a counter;
+- ``torch``, when it is not installed, by a minimal fake module (``FakeTensor``: dtype, shape,
+  data_ptr, is_contiguous, view, detach; ``torch.empty``; ``torch.cuda.current_stream``;
+  ``autograd.Function.apply``) — so a "torch" figure here is flashlesson's Python around a
+  torch call, with torch's own C++ cost left out.
+
+What is left is what the issue asks to measure: validation, plan lookup, parameter packing and
+result wrapping. The table gives µs per call of each public call and of its stages
+(``Operand``, ``plan_for``, ``Plan.params``, ``empty``/``result``), and ``--profile NAME``
+prints cProfile's view sorted by cumulative time. With ``--real`` (a GPU) the same calls run
+unfaked on torch CUDA tensors (GPU kept busy so that only the host is timed is not needed for
+the Python profile; the per-call figure is host time measured back to back, synchronised at
+the end).
+
+CPU harness, Python only, not a GPU measurement (this machine's shared CPU, µs per call,
+median of 5 runs; shapes as in scripts/gpu_overhead_check.py's overhead table):
+
+| call                               | before | after |
+|------------------------------------|-------:|------:|
+| softmax fp32 [4096, 1024]          |   see docs/results.md (filled at commit)  |
+"""
+
+import argparse
+import cProfile
+import os
+import pstats
+import statistics
+import sys
+import time
+import types
+
+import numpy as np
+
+REAL = "--real" in sys.argv
+
+
+# --- a minimal fake torch (only when torch is not installed, or --fake-torch) -------------------
+def _install_fake_torch():
+    torch = types.ModuleType("torch")
+    torch.__version__ = "fake"
+
+    class dtype:
+        def __init__(self, name, itemsize, fp):
+            self.name, self.itemsize, self.is_floating_point = name, itemsize, fp
+
+        def __repr__(self):
+            return f"torch.{self.name}"
+
+        __str__ = __repr__
+
+    for name, size, fp in (("float32", 4, True), ("float16", 2, True), ("bfloat16", 2, True),
+                           ("float64", 8, True), ("int32", 4, False), ("int64", 8, False),
+                           ("uint8", 1, False), ("bool", 1, False), ("int16", 2, False)):
+        setattr(torch, name, dtype(name, size, fp))
+
+    class device:
+        def __init__(self, spec="cuda:0"):
+            self.type, self.index = "cuda", 0
+
+    class Size(tuple):
+        pass
+
+    _next = [1 << 32]
+
+    class Tensor:
+        def __init__(self, shape, dt, ptr=None, requires_grad=False):
+            self.shape = Size(int(n) for n in shape)
+            self.dtype, self.device, self.is_cuda = dt, device(), True
+            if ptr is None:
+                ptr = _next[0]
+                _next[0] += max(self.numel() * dt.itemsize, 1) + 256
+            self._ptr, self.requires_grad, self.grad = ptr, requires_grad, None
+
+        def numel(self):
+            n = 1
+            for e in self.shape:
+                n *= e
+            return n
+
+        def dim(self):
+            return len(self.shape)
+
+        def data_ptr(self):
+            return self._ptr
+
+        def is_contiguous(self):
+            return True
+
+        def contiguous(self):
+            return self
+
+        def detach(self):
+            return Tensor(self.shape, self.dtype, self._ptr)
+
+        def stride(self):
+            out, step = [], 1
+            for e in reversed(self.shape):
+                out.append(step)
+                step *= e
+            return tuple(reversed(out))
+
+        def size(self, i=None):
+            return self.shape if i is None else self.shape[i]
+
+        def view(self, *spec):
+            if len(spec) == 1 and isinstance(spec[0], dtype):
+                dt = spec[0]
+                last = self.shape[-1] * self.dtype.itemsize // dt.itemsize
+                return Tensor(self.shape[:-1] + (last,), dt, self._ptr)
+            shape = spec[0] if len(spec) == 1 and isinstance(spec[0], (tuple, list)) else spec
+            return Tensor(shape, self.dtype, self._ptr)
+
+        reshape = view
+
+        def to(self, device=None, dtype=None):
+            return self if dtype is None or dtype is self.dtype else Tensor(self.shape, dtype)
+
+        def fill_(self, value):
+            return self
+
+        def float(self):
+            return self.to(dtype=torch.float32)
+
+        def half(self):
+            return self.to(dtype=torch.float16)
+
+        def item(self):
+            return 12345
+
+    for cls in (Tensor, Size, device, dtype):
+        cls.__module__ = "torch"
+    torch.Tensor, torch.Size, torch.device = Tensor, Size, device
+
+    def empty(*shape, dtype=None, device=None, requires_grad=False):
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = shape[0]
+        return Tensor(shape, dtype or torch.float32, requires_grad=requires_grad)
+
+    torch.empty = empty
+    torch.randn = empty
+    torch.full = lambda shape, value, dtype=None, device=None: empty(shape, dtype=dtype)
+    torch.randint = lambda lo, hi, shape, device=None: empty(shape, dtype=torch.int64)
+    torch.as_tensor = lambda arr, device=None: arr
+    torch.is_tensor = lambda x: isinstance(x, Tensor)
+
+    class _Stream:
+        cuda_stream = 0
+
+    cuda_mod = types.ModuleType("torch.cuda")
+    cuda_mod.current_stream = lambda device=None: _Stream()
+    cuda_mod.is_available = lambda: True
+    cuda_mod.synchronize = lambda: None
+    torch.cuda = cuda_mod
+
+    class _Ctx:
+        def save_for_backward(self, *ts):
+            self.saved_tensors = ts
+
+    class Function:
+        @classmethod
+        def apply(cls, *args):
+            ctx = _Ctx()
+            out = cls.forward(ctx, *args)
+            out._ctx, out._fn = ctx, cls    # (the harness calls backward by hand)
+            return out
+
+    autograd = types.ModuleType("torch.autograd")
+    autograd.Function = Function
+    torch.autograd = autograd
+    sys.modules.update({"torch": torch, "torch.cuda": cuda_mod, "torch.autograd": autograd})
+    return torch
+
+
+def _have_torch():
+    try:
+        import torch  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+if not REAL:
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+    os.environ.pop("FLASHLESSON_DEVICE", None)
+    if "--fake-torch" in sys.argv or not _have_torch():
+        _install_fake_torch()
+    import numba.cuda  # noqa: E402,F401  (GPU mode chosen before flashlesson is imported)
+else:
+    import numba.cuda  # noqa: E402,F401
+
+import torch  # noqa: E402
+
+import flashlesson as fl  # noqa: E402
+from flashlesson import arrays, launch  # noqa: E402
+from flashlesson import torch as fl_torch  # noqa: E402
+
+
+# --- the fake driver -------------------------------------------------------------------------
+def _fake_driver():
+    assert not fl.device.SIMULATOR, "the harness must run flashlesson's GPU path"
+    import cuda.core
+
+    calls = {"launch": 0, "alloc": 0}
+
+    def core_launch(stream, config, kernel, *params):
+        calls["launch"] += 1
+
+    cuda.core.launch = core_launch
+    launch.core_launch = core_launch if hasattr(launch, "core_launch") else None
+    launch._core_stream = lambda handle: handle
+    launch._STATE["self_tested"] = True
+
+    def build_fast(self, args):
+        from numba import from_dtype
+        from numba.cuda import types as nbtypes
+        argtypes = tuple(nbtypes.Array(from_dtype(a.dtype), len(a.shape), "C")
+                         if hasattr(a, "__cuda_array_interface__") and hasattr(a, "shape")
+                         else self.kernel.typeof_pyval(a) for a in args)
+        self.template, self.arrays, self.scalars = launch.param_template(argtypes, args)
+        self.cu_kernel, self.config = object(), (self.grid, self.block, self.shared)
+
+    launch.Plan._build_fast = build_fast
+    launch.max_shared_bytes = lambda: 227 * 1024
+
+    class FakeDevice:                           # (an H200's figures)
+        id, MULTIPROCESSOR_COUNT, compute_capability = 0, 132, (9, 0)
+        MAX_SHARED_MEMORY_PER_BLOCK, MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 48 * 1024, 227 * 1024
+
+    numba.cuda.get_current_device = FakeDevice
+
+    class FakeDeviceArray:                      # (cuda.to_device / device_array: one-time dummies)
+        _next = [1 << 44]
+
+        def __init__(self, shape, dtype):
+            self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+            self.ptr = FakeDeviceArray._next[0]
+            FakeDeviceArray._next[0] += self.dtype.itemsize * int(np.prod(self.shape)) + 256
+
+        @property
+        def __cuda_array_interface__(self):
+            return {"shape": self.shape, "strides": None, "data": (self.ptr, False),
+                    "typestr": self.dtype.str, "version": 3}
+
+    numba.cuda.to_device = lambda a, stream=0: FakeDeviceArray(np.shape(a), np.asarray(a).dtype)
+    numba.cuda.device_array = lambda shape, dtype=np.float32, stream=0: \
+        FakeDeviceArray(shape if isinstance(shape, tuple) else (shape,), dtype)
+
+    class FakeBlock:
+        __slots__ = ("ptr", "nbytes")
+        _next = [1 << 40]
+
+        def __init__(self, nbytes):
+            calls["alloc"] += 1
+            self.ptr, self.nbytes = FakeBlock._next[0], nbytes
+            FakeBlock._next[0] += max(int(nbytes), 1) + 256
+
+    arrays.PoolBlock = FakeBlock
+    arrays._POOL.update(ready=True, failed=None)
+    return calls
+
+
+# --- the calls ---------------------------------------------------------------------------------
+def _tensor(shape, dt, grad=False):
+    if REAL:
+        return torch.randn(*shape, device="cuda", dtype=dt, requires_grad=grad)
+    return torch.empty(shape, dtype=dt, requires_grad=grad)
+
+
+def make_calls():
+    """name → (label, zero-argument callable). Shapes of scripts/gpu_overhead_check.py."""
+    x = _tensor((4096, 1024), torch.float32)
+    shapes = {}
+    for name, dt in (("32", torch.float32), ("16", torch.float16)):
+        q, k, v = (_tensor((1, 2, 128, 64), dt) for _ in range(3))
+        o, lse = fl.attention(q, k, v, causal=True, return_lse=True)
+        do = _tensor((1, 2, 128, 64), dt)
+        shapes[name] = (q, k, v, o, lse, do)
+    tq, tk, tv = (_tensor((1, 2, 128, 64), torch.float32, grad=True) for _ in range(3))
+    tdo = _tensor((1, 2, 128, 64), torch.float32)
+
+    def torch_step():
+        out = fl_torch.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
+        if REAL:
+            out.backward(tdo)
+        else:                                   # the Function's backward, as autograd calls it
+            out._fn.backward(out._ctx, tdo)
+
+    def fwd(s):
+        q, k, v = shapes[s][:3]
+        return lambda: fl.attention(q, k, v, causal=True)
+
+    def bwd(s):
+        q, k, v, o, lse, do = shapes[s]
+        return lambda: fl.attention_backward(do, q, k, v, o, lse, causal=True)
+
+    return {
+        "softmax": ("softmax fp32 [4096, 1024]", lambda: fl.softmax(x)),
+        "attention32": ("attention fp32 causal B1 H2 N128 d64", fwd("32")),
+        "attention16": ("attention fp16 causal B1 H2 N128 d64", fwd("16")),
+        "backward32": ("attention_backward fp32 causal", bwd("32")),
+        "backward16": ("attention_backward fp16 causal", bwd("16")),
+        "torch_step": ("flashlesson.torch forward+backward B1 H2 N128 d64", torch_step),
+    }
+
+
+def per_call_us(fn, n, repeats=5):
+    """Median over ``repeats`` runs of n back-to-back calls (one sync at the end with --real)."""
+    fn()
+    fn()                                        # (warm: plans built, kernels compiled)
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        if REAL:
+            torch.cuda.synchronize()
+        runs.append((time.perf_counter() - t0) / n * 1e6)
+    return statistics.median(runs)
+
+
+def stage_table(n):
+    """µs per call of the stages every public call goes through (torch fp32 [B1 H2 N128 d64])."""
+    q = _tensor((1, 2, 128, 64), torch.float32)
+    op = arrays.Operand(q, "q", (np.float32, np.float16))
+    k = fl.softmax_methods.K.softmax_warp
+    dv = op.obj.reshape((256, 64))
+    args = (dv, dv)
+    plan = launch.plan_for(k, 8, 128, args)
+    rows = [
+        ("Operand(torch tensor)", lambda: arrays.Operand(q, "q", (np.float32, np.float16))),
+        ("using(op) enter+exit", lambda: arrays.using(op).__enter__().__exit__()),
+        ("DevArray.reshape", lambda: op.obj.reshape((256, 64))),
+        ("plan_for (cache hit)", lambda: launch.plan_for(k, 8, 128, args)),
+        ("Plan.params", lambda: plan.params(args)),
+        ("launch.launch (fake driver)", lambda: launch.launch(k, 8, 128, args)),
+    ]
+    with arrays.using(op):
+        rows.append(("arrays.empty (torch)", lambda: arrays.empty((256, 64), np.float32)))
+        e = arrays.empty((256, 64), np.float32)
+        rows.append(("arrays.result (torch)", lambda: arrays.result(e, (1, 2, 128, 64))))
+        out = [(label, per_call_us(fn, n)) for label, fn in rows]
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--real", action="store_true", help="on a GPU: no fakes")
+    ap.add_argument("--fake-torch", action="store_true", help="the fake torch even if installed")
+    ap.add_argument("--profile", nargs="?", const="all", default=None,
+                    help="cProfile one call (or all), sorted by cumulative time")
+    ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("-n", type=int, default=300, help="calls per timing run")
+    args = ap.parse_args(argv)
+    calls = None if REAL else _fake_driver()
+    table = make_calls()
+    mode = "GPU, real launches" if REAL else "CPU harness, Python only, not a GPU measurement"
+    print(f"# host µs per call ({mode}); torch {torch.__version__}")
+    for name, (label, fn) in table.items():
+        print(f"{label:<52} {per_call_us(fn, args.n):8.1f} µs   [{name}]")
+    print("# stages")
+    for label, us in stage_table(args.n * 3):
+        print(f"  {label:<50} {us:8.2f} µs")
+    if calls is not None:
+        print(f"# fake driver: {calls['launch']} launches, {calls['alloc']} pool allocations")
+    print(f"# plans built: {launch.STATS['plans']}; launches fast/numba: "
+          f"{launch.STATS['fast']}/{launch.STATS['numba']}")
+    if args.profile:
+        names = list(table) if args.profile == "all" else [args.profile]
+        for name in names:
+            label, fn = table[name]
+            fn()
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(200):
+                fn()
+            prof.disable()
+            print(f"\n# cProfile: {label}, 200 calls, sorted by cumulative time")
+            pstats.Stats(prof, stream=sys.stdout).sort_stats("cumulative").print_stats(args.top)
+
+
+if __name__ == "__main__":
+    main()
