@@ -39,7 +39,6 @@ import argparse
 import cProfile
 import os
 import pstats
-import statistics
 import sys
 import time
 import types
@@ -319,7 +318,8 @@ def make_calls():
 
 
 def per_call_us(fn, n, repeats=5):
-    """Median over ``repeats`` runs of n back-to-back calls (one sync at the end with --real)."""
+    """Fastest of ``repeats`` runs of n back-to-back calls (one sync at the end with --real): the
+    minimum, since a shared CPU only ever adds time."""
     fn()
     fn()                                        # (warm: plans built, kernels compiled)
     runs = []
@@ -330,7 +330,19 @@ def per_call_us(fn, n, repeats=5):
         if REAL:
             torch.cuda.synchronize()
         runs.append((time.perf_counter() - t0) / n * 1e6)
-    return statistics.median(runs)
+    return min(runs)
+
+
+def python_calls(fn, n=20):
+    """Python function calls per call (cProfile's count): a figure the shared CPU's noise does
+    not move, for before/after comparisons."""
+    fn()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(n):
+        fn()
+    prof.disable()
+    return pstats.Stats(prof).total_calls / n
 
 
 def stage_table(n):
@@ -370,8 +382,9 @@ def main(argv=None):
     table = make_calls()
     mode = "GPU, real launches" if REAL else "CPU harness, Python only, not a GPU measurement"
     print(f"# host µs per call ({mode}); torch {torch.__version__}")
+    print(f"{'call':<52} {'µs/call':>8}  {'Python calls/call':>17}")
     for name, (label, fn) in table.items():
-        print(f"{label:<52} {per_call_us(fn, args.n):8.1f} µs   [{name}]")
+        print(f"{label:<52} {per_call_us(fn, args.n):8.1f}  {python_calls(fn):17.0f}   [{name}]")
     print("# stages")
     for label, us in stage_table(args.n * 3):
         print(f"  {label:<50} {us:8.2f} µs")
