@@ -15,6 +15,7 @@ Rules (the same for softmax and attention):
   are turned into NumPy arrays (and then follow the NumPy rule).
 """
 
+import math
 import os
 import sys
 import threading
@@ -173,17 +174,24 @@ def torch_to_numpy(tdtype):
     return _TORCH_DTYPES.get(tdtype)
 
 
+_NUMPY_TO_TORCH = {}
+
+
 def numpy_to_torch(dtype, bf16=False):
     """The torch dtype of a result in NumPy ``dtype`` (uint16 = bf16 bits when ``bf16``)."""
-    import torch
-    dtype = np.dtype(dtype)
-    if bf16 and dtype in (np.dtype(np.uint16), np.dtype(np.float16)):
-        return torch.bfloat16                   # (bf16 bits, allocated as 16-bit halves)
-    return {np.dtype(np.float32): torch.float32, np.dtype(np.float16): torch.float16,
+    if not _NUMPY_TO_TORCH:                     # (built once: this runs per result)
+        import torch
+        _NUMPY_TO_TORCH.update({
+            np.dtype(np.float32): torch.float32, np.dtype(np.float16): torch.float16,
             np.dtype(np.float64): torch.float64, np.dtype(np.int32): torch.int32,
             np.dtype(np.int64): torch.int64, np.dtype(np.uint8): torch.uint8,
             np.dtype(np.bool_): torch.bool, np.dtype(np.int16): torch.int16,
-            np.dtype(np.uint16): torch.int16, np.dtype(np.uint32): torch.int32}[dtype]
+            np.dtype(np.uint16): torch.int16, np.dtype(np.uint32): torch.int32,
+            "bf16": torch.bfloat16})
+    dtype = np.dtype(dtype)
+    if bf16 and (dtype == np.uint16 or dtype == np.float16):
+        return _NUMPY_TO_TORCH["bf16"]          # (bf16 bits, allocated as 16-bit halves)
+    return _NUMPY_TO_TORCH[dtype]
 
 
 class DevArray:
@@ -198,8 +206,8 @@ class DevArray:
 
     def __init__(self, ptr, shape, dtype, owner):
         self.ptr = int(ptr)
-        self.shape = tuple(int(n) for n in shape)
-        self.dtype = np.dtype(dtype)
+        self.shape = tuple(map(int, shape))     # (map: no generator frame per element)
+        self.dtype = dtype if type(dtype) is np.dtype else np.dtype(dtype)
         self.owner = owner
         self._numba = None
 
@@ -224,10 +232,7 @@ class DevArray:
 
     @property
     def size(self):
-        n = 1
-        for extent in self.shape:
-            n *= extent
-        return n
+        return math.prod(self.shape)
 
     @property
     def ndim(self):
@@ -248,7 +253,7 @@ class DevArray:
     def reshape(self, *shape):
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
-        shape = tuple(int(n) for n in shape)
+        shape = tuple(map(int, shape))
         if -1 in shape:
             known = 1
             for n in shape:
@@ -299,10 +304,7 @@ class DevArray:
 
 
 def _prod(shape):
-    n = 1
-    for extent in shape:
-        n *= extent
-    return n
+    return math.prod(shape)
 
 
 def _is_c_contiguous(arr):
@@ -335,11 +337,11 @@ def empty(shape, dtype, like=None, bf16=False):
     ``result`` turns it into what the caller returns."""
     if device.SIMULATOR:
         return _numba_empty(shape, dtype)
-    shape = tuple(int(n) for n in shape) if isinstance(shape, (tuple, list)) else (int(shape),)
+    shape = tuple(map(int, shape)) if isinstance(shape, (tuple, list)) else (int(shape),)
     dtype = np.dtype(dtype)
     like = getattr(like, "torch", None) if like is not None else getattr(_local, "torch", None)
     if like is not None:
-        import torch
+        torch = sys.modules["torch"]            # (imported: like is a torch tensor)
         tdtype = numpy_to_torch(dtype, bf16)
         t = torch.empty(shape, dtype=tdtype, device=like.device)
         if POISON and t.numel():                # NaN floats, 0xAB bytes otherwise

@@ -215,7 +215,7 @@ class Plan:
             if not _STATE["self_tested"]:
                 _self_test()
             if _STATE["broken"] is None:
-                from cuda.core import launch as core_launch
+                core_launch = _CORE["launch"] or _load_core_launch()
                 try:
                     core_launch(_core_stream(stream), self.config, self.cu_kernel,
                                 *self.params(args))
@@ -247,6 +247,15 @@ class Plan:
         return getattr(getattr(self.kernel, "py_func", None), "__name__", repr(self.kernel))
 
 
+_CORE = {"launch": None}                        # cuda.core.launch, imported at first use
+
+
+def _load_core_launch():
+    from cuda.core import launch as core_launch
+    _CORE["launch"] = core_launch
+    return core_launch
+
+
 def _disable(why):
     """Turn the fast path off for the rest of the process, said once on stderr."""
     _STATE["broken"] = why
@@ -267,7 +276,7 @@ def _dims(d):
 def plan_for(kernel, grid, block, args, shared_bytes=0):
     """The plan of this launch: cached per key, built on first use."""
     grid, block = _dims(grid), _dims(block)
-    key = (kernel, grid, block, shared_bytes) + tuple(_arg_key(a) for a in args)
+    key = (kernel, grid, block, shared_bytes) + tuple(map(_arg_key, args))
     plan = _PLANS.get(key)
     if plan is None:
         if len(_PLANS) >= MAX_PLANS:
