@@ -15,7 +15,7 @@ from kernels_numba.lesson import attention as LA
 
 from . import checks, device, tc_methods
 from .arrays import DevArray, Operand, empty, result, using
-from .launch import launch, max_shared_bytes, stride_grid
+from .launch import launch, max_shared_bytes, sm_count, stride_grid
 from .softmax_methods import softmax as _softmax
 
 MAX_HEAD_DIM = 256
@@ -49,6 +49,8 @@ class FlashConfig:
 
     def check(self, d):
         """Raise a clear error if this configuration cannot run head dimension d."""
+        if (self, d) in _CHECKED:           # (frozen: a pair that passed once always passes)
+            return
         problems = []
         if self.TC < 1 or self.TC > WARP or self.TC & (self.TC - 1):
             problems.append(f"TC = {self.TC} must be a power of 2 between 1 and 32")
@@ -71,6 +73,11 @@ class FlashConfig:
                                 "registers (> 160): they would spill")
         if problems:
             raise ValueError(f"config {self}: " + "; ".join(problems))
+        _CHECKED.add((self, d))
+
+
+# (config, d) pairs whose check passed: a call checks its config once per process, not per call.
+_CHECKED = set()
 
 
 # Defaults per head dimension, from the H200 sweep (scripts/tune_attention.py; README).
@@ -116,8 +123,7 @@ def default_config(d, nq=None, bh=None):
         return SIM_CONFIG if d <= 144 else SIM_WIDE_CONFIG
     cfg = next(c for limit, c in GPU_CONFIGS if d <= limit)
     if nq is not None and bh is not None:
-        sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
-        if 4 * -(-nq // cfg.Br) * bh <= sms:
+        if 4 * -(-nq // cfg.Br) * bh <= sm_count():
             cfg = next(c for limit, c in SMALL_GRID_CONFIGS if d <= limit)
     return cfg
 

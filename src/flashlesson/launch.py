@@ -62,12 +62,28 @@ _PLANS = {}
 _STATE = {"broken": None, "self_tested": False, "warned": False}
 
 
+# Device facts asked once per process (each ask goes through Numba's context lookup and the
+# driver: several µs, and the config checks ask on every call). All GPUs of one process are
+# taken to be of one kind.
+_FACTS = {}
+
+
 def max_shared_bytes():
     """The most dynamic shared memory one block may opt in to on this device."""
     if device.SIMULATOR:
         return 227 * 1024
-    dev = cuda.get_current_device()
-    return dev.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+    n = _FACTS.get("smem")
+    if n is None:
+        n = _FACTS["smem"] = cuda.get_current_device().MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+    return n
+
+
+def sm_count():
+    """The device's number of SMs (asked once)."""
+    n = _FACTS.get("sms")
+    if n is None:
+        n = _FACTS["sms"] = cuda.get_current_device().MULTIPROCESSOR_COUNT
+    return n
 
 
 def _set_max_shared(cufunc, nbytes):
