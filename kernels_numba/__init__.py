@@ -3,18 +3,17 @@
 Files, by lesson §:
 - ``reductions.py`` — §6 warp shuffles, §10 block reductions, §19 the (m, l) merge.
 - ``softmax.py`` — §1–§11, §18–§20: one kernel per softmax method.
-- ``simwarp.py`` — warp operations for Numba's CUDA simulator, installed here automatically
-  when the simulator is on, so the same kernel source runs on the GPU and on the CPU.
-- ``simraces.py`` — the simulator's race mode: shared-memory races between warps raise,
-  shared memory starts each block poisoned.
+- ``mma.py``, ``vector.py`` — inline-PTX helpers (§37 mma.sync/ldmatrix; vector loads, cp.async).
+- ``sim/`` — Numba's CUDA simulator as the kernels need it, and the one place that chooses
+  between the GPU and the simulator: warp operations (``sim/warp.py``), race mode
+  (``sim/races.py``), the twins of the PTX helpers (``sim/mma.py``, ``sim/vector.py``,
+  ``sim/reductions.py``). Kernel files never branch on the simulator; ``sim.install()`` below
+  adds the warp operations and race mode when the simulator is on, so the same kernel source
+  runs on the GPU and on the CPU.
 
 This package imports numba, numpy and math only (never ``flashlesson``).
 """
 
-from numba import cuda
+from . import sim
 
-if cuda.config.ENABLE_CUDASIM:
-    from . import simraces, simwarp
-
-    simwarp.install()
-    simraces.install()      # race mode (FLASHLESSON_SIM_RACES=1 or simraces.race_mode())
+sim.install()       # the simulator's warp operations and race mode; nothing on a GPU

@@ -3,8 +3,9 @@
 Numba has no public tensor-core API. These helpers put one PTX instruction into the kernel as
 LLVM inline assembly (``@intrinsic`` + ``llvmlite.ir.InlineAsm``): no linked file, no call, no
 local memory — the fragments stay in registers like any other Numba scalar. In the CUDA
-simulator each helper is a warp rendezvous (``simwarp.warp_collective``): all 32 lanes hand in
-their fragments, the 16×8 product is computed in NumPy, each lane gets its own part back. So a
+simulator each helper is replaced by its twin (``kernels_numba/sim/mma.py``, chosen in
+``kernels_numba/sim/__init__.py``): a warp rendezvous where all 32 lanes hand in their
+fragments, the 16×8 product is computed in NumPy, each lane gets its own part back. So a
 tensor-core kernel is one source on the GPU and on the CPU, like every other kernel here.
 
 Menu (the warp computes D = A·B + C; every lane passes its fragment registers)::
@@ -65,272 +66,149 @@ tensor core's own accumulation order differs at the ulp level.
 Tests: ``tests/test_mma.py`` (each helper alone against NumPy, simulator and GPU).
 """
 
-import numpy as np
+from llvmlite import ir
 from numba import cuda, types, uint32
+from numba.cuda.extending import intrinsic
 
-FULL = 0xFFFFFFFF
+from .sim import helper_chooser
+from .vector import shared_address
 
-if cuda.config.ENABLE_CUDASIM:
-    from . import simwarp
+# Each helper below is an @intrinsic of inline PTX. ``helper`` keeps it on the GPU and swaps in
+# its simulator twin of the same name (kernels_numba/sim/mma.py) when the simulator is on.
+helper = helper_chooser("mma")
 
-    def _u32(x):
-        return np.uint32(int(x) & FULL)
 
-    def _halves(word, dtype):
-        """(low, high) of one 32-bit register of two halves, as float64."""
-        bits = np.array([int(word) & 0xFFFF, (int(word) >> 16) & 0xFFFF], np.uint16)
-        if dtype == "f16":
-            return bits.view(np.float16).astype(np.float64)
-        return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+_I32, _F32 = ir.IntType(32), ir.FloatType()
 
-    def _tf32_value(x):
-        """The value the tensor core reads from a float32 register: low 13 bits dropped."""
-        bits = np.array([x], np.float32).view(np.uint32) & np.uint32(0xFFFFE000)
-        return float(bits.view(np.float32)[0])
 
-    def _product(A, B, payloads):
-        D = A @ B
-        out = []
-        for lane, p in enumerate(payloads):
-            g, t = divmod(lane, 4)
-            c = p[6:]
-            out.append((np.float32(D[g, 2 * t] + float(c[0])),
-                        np.float32(D[g, 2 * t + 1] + float(c[1])),
-                        np.float32(D[g + 8, 2 * t] + float(c[2])),
-                        np.float32(D[g + 8, 2 * t + 1] + float(c[3]))))
-        return out
+def _operand(context, builder, value, fromty, want):
+    """Cast a Numba value to the inline asm's operand: i32 register or f32 register."""
+    if want == "r":
+        if isinstance(fromty, types.Float):
+            value = context.cast(builder, value, fromty, types.float32)
+            return builder.bitcast(value, _I32)
+        return context.cast(builder, value, fromty, types.uint32)
+    return context.cast(builder, value, fromty, types.float32)
 
-    def _m16n8k16(dtype):
-        def compute(payloads):
-            A, B = np.zeros((16, 16)), np.zeros((16, 8))
-            for lane, p in enumerate(payloads):
-                g, t = divmod(lane, 4)
-                A[g, 2 * t:2 * t + 2] = _halves(p[0], dtype)
-                A[g + 8, 2 * t:2 * t + 2] = _halves(p[1], dtype)
-                A[g, 2 * t + 8:2 * t + 10] = _halves(p[2], dtype)
-                A[g + 8, 2 * t + 8:2 * t + 10] = _halves(p[3], dtype)
-                B[2 * t:2 * t + 2, g] = _halves(p[4], dtype)
-                B[2 * t + 8:2 * t + 10, g] = _halves(p[5], dtype)
-            return _product(A, B, payloads)
-        return compute
 
-    def _m16n8k8_tf32(payloads):
-        A, B = np.zeros((16, 8)), np.zeros((8, 8))
-        for lane, p in enumerate(payloads):
-            g, t = divmod(lane, 4)
-            A[g, t], A[g + 8, t] = _tf32_value(p[0]), _tf32_value(p[1])
-            A[g, t + 4], A[g + 8, t + 4] = _tf32_value(p[2]), _tf32_value(p[3])
-            B[t, g], B[t + 4, g] = _tf32_value(p[4]), _tf32_value(p[5])
-        return _product(A, B, payloads)
+def _asm(context, builder, sig, args, text, outs, ins):
+    """Emit ``text`` as inline PTX: outs/ins are constraint letters ('r' i32, 'f' f32)."""
+    ll = {"r": _I32, "f": _F32}
+    ret = ll[outs[0]] if len(outs) == 1 else ir.LiteralStructType([ll[o] for o in outs])
+    fnty = ir.FunctionType(ret, [ll[c] for c in ins])
+    constraints = ",".join(["=" + o for o in outs] + list(ins))
+    asm = ir.InlineAsm(fnty, text, constraints, side_effect=False)
+    operands = [_operand(context, builder, v, ty, c)
+                for v, ty, c in zip(args, sig.args, ins)]
+    res = builder.call(asm, operands)
+    if len(outs) == 1:
+        return res
+    return [builder.extract_value(res, n) for n in range(len(outs))]
 
-    _F16, _BF16 = _m16n8k16("f16"), _m16n8k16("bf16")
 
-    def mma_f16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-        return simwarp.warp_collective("mma_f16", _F16, (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3))
+def _mma(name, shape, kind):
+    text = (f"mma.sync.aligned.{shape}.row.col.f32.{kind}.{kind}.f32 "
+            "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};")
+    ret = types.UniTuple(types.float32, 4)
 
-    def mma_bf16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-        return simwarp.warp_collective("mma_bf16", _BF16,
-                                       (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3))
+    def codegen(context, builder, sig, args):
+        d = _asm(context, builder, sig, args, text, "ffff", "rrrrrr" + "ffff")
+        return context.make_tuple(builder, ret, d)
 
-    def mma_tf32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-        return simwarp.warp_collective("mma_tf32", _m16n8k8_tf32,
-                                       (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3))
+    def typer(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        return ret(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3), codegen
 
-    def pack_f16(lo, hi):
-        h = np.array([lo, hi], np.float32).astype(np.float16).view(np.uint16)
-        return _u32(int(h[0]) | (int(h[1]) << 16))
+    typer.__name__ = name
+    return intrinsic(typer)
 
-    def _bf16_bits(x):
-        b = int(np.array([x], np.float32).view(np.uint32)[0])
-        if (b & 0x7F800000) == 0x7F800000 and (b & 0x7FFFFF):
-            return (b >> 16) | 0x40  # NaN stays a (quiet) NaN
-        return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF  # round to nearest even
 
-    def pack_bf16(lo, hi):
-        return _u32(_bf16_bits(lo) | (_bf16_bits(hi) << 16))
+mma_f16 = helper(_mma("mma_f16", "m16n8k16", "f16"))
+mma_bf16 = helper(_mma("mma_bf16", "m16n8k16", "bf16"))
+mma_tf32 = helper(_mma("mma_tf32", "m16n8k8", "tf32"))
 
-    def tf32(x):
-        b = int(np.array([x], np.float32).view(np.uint32)[0])
-        if (b & 0x7F800000) != 0x7F800000:
-            b = (b + 0x1000) & 0xFFFFE000  # cvt.rna: nearest, ties away from zero
-        return np.array([b & FULL], np.uint32).view(np.float32)[0]
 
-    def ex2(x):
-        with np.errstate(over="ignore", invalid="ignore"):
-            r = np.exp2(np.float32(x))
-        return np.float32(0) if r < np.finfo(np.float32).tiny else r   # .ftz
+def _to_register(name, text, ins, rty=types.uint32):
+    """An intrinsic for one PTX instruction with a 32-bit register result, returned as
+    ``rty`` (uint32, or float32 for the same bits)."""
+    def codegen(context, builder, sig, args):
+        res = _asm(context, builder, sig, args, text, "r", ins)
+        return builder.bitcast(res, _F32) if rty == types.float32 else res
 
-    def pair_lo(a, b):
-        return _u32((int(a) & 0xFFFF) | ((int(b) & 0xFFFF) << 16))
+    if len(ins) == 2:
+        def typer(typingctx, a, b):
+            return rty(a, b), codegen
+    else:
+        def typer(typingctx, a):
+            return rty(a), codegen
+    typer.__name__ = name
+    return intrinsic(typer)
 
-    def unpack_f16(w):
-        lo, hi = _halves(w, "f16")
-        return np.float32(lo), np.float32(hi)
 
-    def unpack_bf16(w):
-        lo, hi = _halves(w, "bf16")
-        return np.float32(lo), np.float32(hi)
+# cvt.rn.f16x2.f32 d, a, b puts a in the high half and b in the low half.
+pack_f16 = helper(_to_register("pack_f16", "cvt.rn.f16x2.f32 $0, $2, $1;", "ff"))
+pack_bf16 = helper(_to_register("pack_bf16", "cvt.rn.bf16x2.f32 $0, $2, $1;", "ff"))
+tf32 = helper(_to_register("tf32", "cvt.rna.tf32.f32 $0, $1;", "f", types.float32))
 
-    def pair_hi(a, b):
-        return _u32(((int(a) >> 16) & 0xFFFF) | (int(b) & 0xFFFF0000))
 
-    def _ldsm(trans):
-        def compute(payloads):
-            mats = []
-            for m in range(4):                  # matrix m: rows from lanes 8m … 8m + 7
-                rows = []
-                for r in range(8):
-                    smem, i = payloads[8 * m + r]
-                    flat = smem.reshape(-1) if smem.ndim > 1 else smem
-                    if i < 0 or i % 4 or i + 4 > flat.size:
-                        raise IndexError(f"ldsm: lane {8 * m + r}: row start {i} is not a "
-                                         f"16-byte aligned word index inside the array")
-                    rows.append(np.ascontiguousarray(flat[i:i + 4]).view(np.uint16))
-                mats.append(np.array(rows))     # 8 × 8 halves
-            out = []
-            for lane in range(32):
-                g, t = divmod(lane, 4)
-                if trans:                       # rows 2t, 2t + 1 of column g
-                    out.append(tuple(_u32(int(M[2 * t, g]) | (int(M[2 * t + 1, g]) << 16))
-                                     for M in mats))
-                else:                           # row g, columns 2t, 2t + 1
-                    out.append(tuple(_u32(int(M[g, 2 * t]) | (int(M[g, 2 * t + 1]) << 16))
-                                     for M in mats))
-            return out
-        return compute
+@helper
+@intrinsic
+def ex2(typingctx, x):
+    def codegen(context, builder, sig, args):
+        return _asm(context, builder, sig, args, "ex2.approx.ftz.f32 $0, $1;", "f", "f")
+    return types.float32(x), codegen
 
-    _LDSM, _LDSM_T = _ldsm(False), _ldsm(True)
 
-    def ldsm_x4(smem, i):
-        return simwarp.warp_collective("ldsm_x4", _LDSM, (smem, int(i)))
+def _to_two_floats(name, text):
+    ret = types.UniTuple(types.float32, 2)
 
-    def ldsm_x4_trans(smem, i):
-        return simwarp.warp_collective("ldsm_x4_trans", _LDSM_T, (smem, int(i)))
+    def codegen(context, builder, sig, args):
+        return context.make_tuple(builder, ret, _asm(context, builder, sig, args, text,
+                                                     "ff", "r"))
 
-else:
-    from llvmlite import ir
-    from numba.cuda.extending import intrinsic
+    def typer(typingctx, w):
+        return ret(w), codegen
+    typer.__name__ = name
+    return intrinsic(typer)
 
-    from .vector import shared_address
 
-    _I32, _F32 = ir.IntType(32), ir.FloatType()
+unpack_f16 = helper(_to_two_floats("unpack_f16", "{ .reg .f16 lo, hi; mov.b32 {lo, hi}, $2; "
+                                   "cvt.f32.f16 $0, lo; cvt.f32.f16 $1, hi; }"))
+unpack_bf16 = helper(_to_two_floats("unpack_bf16", "{ .reg .b32 t0, t1; shl.b32 t0, $2, 16; "
+                                    "and.b32 t1, $2, 0xFFFF0000; mov.b32 $0, t0; "
+                                    "mov.b32 $1, t1; }"))
+# prmt.b32: bytes of {b, a} numbered 7..4 (b) 3..0 (a); 0x5410 = b.lo:a.lo, 0x7632 = b.hi:a.hi
+pair_lo = helper(_to_register("pair_lo", "prmt.b32 $0, $1, $2, 0x5410;", "rr"))
+pair_hi = helper(_to_register("pair_hi", "prmt.b32 $0, $1, $2, 0x7632;", "rr"))
 
-    def _operand(context, builder, value, fromty, want):
-        """Cast a Numba value to the inline asm's operand: i32 register or f32 register."""
-        if want == "r":
-            if isinstance(fromty, types.Float):
-                value = context.cast(builder, value, fromty, types.float32)
-                return builder.bitcast(value, _I32)
-            return context.cast(builder, value, fromty, types.uint32)
-        return context.cast(builder, value, fromty, types.float32)
 
-    def _asm(context, builder, sig, args, text, outs, ins):
-        """Emit ``text`` as inline PTX: outs/ins are constraint letters ('r' i32, 'f' f32)."""
-        ll = {"r": _I32, "f": _F32}
-        ret = ll[outs[0]] if len(outs) == 1 else ir.LiteralStructType([ll[o] for o in outs])
-        fnty = ir.FunctionType(ret, [ll[c] for c in ins])
-        constraints = ",".join(["=" + o for o in outs] + list(ins))
-        asm = ir.InlineAsm(fnty, text, constraints, side_effect=False)
-        operands = [_operand(context, builder, v, ty, c)
-                    for v, ty, c in zip(args, sig.args, ins)]
-        res = builder.call(asm, operands)
-        if len(outs) == 1:
-            return res
-        return [builder.extract_value(res, n) for n in range(len(outs))]
+def _ldsm(name, trans):
+    """ldmatrix x4 from a shared uint32 array: the element's 32-bit shared-window address
+    (vector.shared_address), four registers out. The memory clobber keeps LLVM from moving
+    it across the barriers and stores around it."""
+    text = (f"ldmatrix.sync.aligned.m8n8.x4{'.trans' if trans else ''}.shared.b16 "
+            "{$0, $1, $2, $3}, [$4];")
+    ret = types.UniTuple(types.uint32, 4)
 
-    def _mma(name, shape, kind):
-        text = (f"mma.sync.aligned.{shape}.row.col.f32.{kind}.{kind}.f32 "
-                "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};")
-        ret = types.UniTuple(types.float32, 4)
+    def codegen(context, builder, sig, args):
+        addr = shared_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        fnty = ir.FunctionType(ir.LiteralStructType([_I32] * 4), [_I32])
+        asm = ir.InlineAsm(fnty, text, "=r,=r,=r,=r,r,~{memory}", side_effect=True)
+        res = builder.call(asm, [addr])
+        return context.make_tuple(builder, ret,
+                                  [builder.extract_value(res, n) for n in range(4)])
 
-        def codegen(context, builder, sig, args):
-            d = _asm(context, builder, sig, args, text, "ffff", "rrrrrr" + "ffff")
-            return context.make_tuple(builder, ret, d)
+    def typer(typingctx, smem, i):
+        if not (isinstance(smem, types.Array) and smem.dtype == types.uint32 and
+                isinstance(i, types.Integer)):
+            return None
+        return ret(smem, i), codegen
 
-        def typer(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-            return ret(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3), codegen
+    typer.__name__ = name
+    return intrinsic(typer)
 
-        typer.__name__ = name
-        return intrinsic(typer)
 
-    mma_f16 = _mma("mma_f16", "m16n8k16", "f16")
-    mma_bf16 = _mma("mma_bf16", "m16n8k16", "bf16")
-    mma_tf32 = _mma("mma_tf32", "m16n8k8", "tf32")
-
-    def _to_register(name, text, ins, rty=types.uint32):
-        """An intrinsic for one PTX instruction with a 32-bit register result, returned as
-        ``rty`` (uint32, or float32 for the same bits)."""
-        def codegen(context, builder, sig, args):
-            res = _asm(context, builder, sig, args, text, "r", ins)
-            return builder.bitcast(res, _F32) if rty == types.float32 else res
-
-        if len(ins) == 2:
-            def typer(typingctx, a, b):
-                return rty(a, b), codegen
-        else:
-            def typer(typingctx, a):
-                return rty(a), codegen
-        typer.__name__ = name
-        return intrinsic(typer)
-
-    # cvt.rn.f16x2.f32 d, a, b puts a in the high half and b in the low half.
-    pack_f16 = _to_register("pack_f16", "cvt.rn.f16x2.f32 $0, $2, $1;", "ff")
-    pack_bf16 = _to_register("pack_bf16", "cvt.rn.bf16x2.f32 $0, $2, $1;", "ff")
-    tf32 = _to_register("tf32", "cvt.rna.tf32.f32 $0, $1;", "f", types.float32)
-
-    @intrinsic
-    def ex2(typingctx, x):
-        def codegen(context, builder, sig, args):
-            return _asm(context, builder, sig, args, "ex2.approx.ftz.f32 $0, $1;", "f", "f")
-        return types.float32(x), codegen
-
-    def _to_two_floats(name, text):
-        ret = types.UniTuple(types.float32, 2)
-
-        def codegen(context, builder, sig, args):
-            return context.make_tuple(builder, ret, _asm(context, builder, sig, args, text,
-                                                         "ff", "r"))
-
-        def typer(typingctx, w):
-            return ret(w), codegen
-        typer.__name__ = name
-        return intrinsic(typer)
-
-    unpack_f16 = _to_two_floats("unpack_f16", "{ .reg .f16 lo, hi; mov.b32 {lo, hi}, $2; "
-                                "cvt.f32.f16 $0, lo; cvt.f32.f16 $1, hi; }")
-    unpack_bf16 = _to_two_floats("unpack_bf16", "{ .reg .b32 t0, t1; shl.b32 t0, $2, 16; "
-                                 "and.b32 t1, $2, 0xFFFF0000; mov.b32 $0, t0; mov.b32 $1, t1; }")
-    # prmt.b32: bytes of {b, a} numbered 7..4 (b) 3..0 (a); 0x5410 = b.lo:a.lo, 0x7632 = b.hi:a.hi
-    pair_lo = _to_register("pair_lo", "prmt.b32 $0, $1, $2, 0x5410;", "rr")
-    pair_hi = _to_register("pair_hi", "prmt.b32 $0, $1, $2, 0x7632;", "rr")
-
-    def _ldsm(name, trans):
-        """ldmatrix x4 from a shared uint32 array: the element's 32-bit shared-window address
-        (vector.shared_address), four registers out. The memory clobber keeps LLVM from moving
-        it across the barriers and stores around it."""
-        text = (f"ldmatrix.sync.aligned.m8n8.x4{'.trans' if trans else ''}.shared.b16 "
-                "{$0, $1, $2, $3}, [$4];")
-        ret = types.UniTuple(types.uint32, 4)
-
-        def codegen(context, builder, sig, args):
-            addr = shared_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-            fnty = ir.FunctionType(ir.LiteralStructType([_I32] * 4), [_I32])
-            asm = ir.InlineAsm(fnty, text, "=r,=r,=r,=r,r,~{memory}", side_effect=True)
-            res = builder.call(asm, [addr])
-            return context.make_tuple(builder, ret,
-                                      [builder.extract_value(res, n) for n in range(4)])
-
-        def typer(typingctx, smem, i):
-            if not (isinstance(smem, types.Array) and smem.dtype == types.uint32 and
-                    isinstance(i, types.Integer)):
-                return None
-            return ret(smem, i), codegen
-
-        typer.__name__ = name
-        return intrinsic(typer)
-
-    ldsm_x4 = _ldsm("ldsm_x4", False)
-    ldsm_x4_trans = _ldsm("ldsm_x4_trans", True)
+ldsm_x4 = helper(_ldsm("ldsm_x4", False))
+ldsm_x4_trans = helper(_ldsm("ldsm_x4_trans", True))
 
 
 # ---------------------------------------------------------------------------------------------

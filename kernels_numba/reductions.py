@@ -36,8 +36,12 @@ softmax kernels, on the GPU or in the simulator (``NUMBA_ENABLE_CUDASIM=1``).
 
 import numpy as np
 from numba import cuda
+from numba.cuda import libdevice
 
 from .jit import pure_device
+from .sim import helper_chooser
+
+helper = helper_chooser("reductions")   # fast_exp: libdevice on the GPU, a twin in the simulator
 
 FULL_MASK = 0xFFFFFFFF          # all 32 lanes take part in the shuffle
 WARP = 32
@@ -151,21 +155,14 @@ def block_sum(v, scratch):
 # ~14 of the correctly rounded expf (relative error ≈ 2^-21 near 0, growing with |x|; e^{-inf}
 # is exactly 0). Numba's ``fastmath=True`` would give the same exp but also the nnan/ninf
 # flags, which would let the compiler drop the kernels' tests against −inf; so it is called
-# by name. The simulator has no libdevice: there it is NumPy's float32 exp.
+# by name. The simulator has no libdevice: there its twin (kernels_numba/sim/reductions.py,
+# chosen by ``helper``) is NumPy's float32 exp.
 # ---------------------------------------------------------------------------------------------
-if cuda.config.ENABLE_CUDASIM:
-    @pure_device
-    def fast_exp(x):
-        """e^x in float32 (simulator: NumPy, which overflows to inf like the GPU)."""
-        with np.errstate(over="ignore", invalid="ignore"):
-            return np.exp(np.float32(x))
-else:
-    from numba.cuda import libdevice
-
-    @cuda.jit(device=True)
-    def fast_exp(x):
-        """e^x as __expf (ex2.approx)."""
-        return libdevice.fast_expf(x)
+@helper
+@cuda.jit(device=True)
+def fast_exp(x):
+    """e^x as __expf (ex2.approx)."""
+    return libdevice.fast_expf(x)
 
 
 # ---------------------------------------------------------------------------------------------

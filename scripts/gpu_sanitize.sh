@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # compute-sanitizer over every kernel family, on the GPU: racecheck (shared-memory hazards
 # between threads of a block — the GPU side of the simulator's race mode,
-# kernels_numba/simraces.py) and memcheck (out-of-bounds and misaligned global/shared accesses).
+# kernels_numba/sim/races.py) and memcheck (out-of-bounds and misaligned global/shared accesses).
 # The workload is scripts/sanitize_launches.py: each kernel launched once on small shapes that
 # cross tile edges (softmax methods, flash/fa1/db/naive forward with causal, padding, dropout,
 # the backward, varlen, linear attention, the tensor-core kernels fp16/bf16/3xTF32, ASYNC and

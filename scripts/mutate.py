@@ -24,9 +24,9 @@ IO model (``src/flashlesson/traffic.py``, ``loop_order.py``). For each mutant th
 Exit status: 0 when the score reaches ``--target`` (default 0.95) and no mutant is stale
 (its text not found: the kernel changed; update the table), 1 otherwise.
 
-Limits: a mutant in code the simulator does not run (the GPU branches of ``vector.py`` /
-``mma.py``: inline PTX) cannot be caught here; their simulator twins are mutated instead and
-said so. compute-sanitizer covers the GPU side (scripts/gpu_sanitize.sh).
+Limits: a mutant in code the simulator does not run (the inline-PTX helpers of ``vector.py`` /
+``mma.py``) cannot be caught here; their simulator twins (``kernels_numba/sim/vector.py``,
+``sim/mma.py``) are mutated instead and said so. compute-sanitizer covers the GPU side (scripts/gpu_sanitize.sh).
 """
 
 import argparse
@@ -175,8 +175,8 @@ MUTANTS = [
       "if key >= n_k or (CAUSAL and key > row + offset + 1):", FWD_FA1_DB,
       "causal offset off by one"),
     M("steps-pv-product", KN + "flash_steps.py",
-      "return tile_product(RM, DN, Bc, QS, D, W, KU)",
-      "return tile_product(RM, DN, Bc - 4, QS, D, W, KU)", FWD_FA1_DB,
+      "return tile_product(RM, DN, Bc, QS, D, W, KU, GUARD)",
+      "return tile_product(RM, DN, Bc - 4, QS, D, W, KU, GUARD)", FWD_FA1_DB,
       "P V skips the tile's last 4 keys"),
     # ---- kernels_numba/attention_fa1.py ----
     M("fa1-alpha", KN + "attention_fa1.py", "alpha = fast_exp(m_old - mn_safe)",
@@ -314,12 +314,13 @@ MUTANTS = [
       LINEAR, "denominator from the last value column"),
     M("membw-copy", KN + "membw.py", "store4(dst, i, a0, a1, a2, a3)",
       "store4(dst, i, a0, a1, a3, a2)", HIERARCHY, "copy swaps two floats"),
-    # ---- kernels_numba/mma.py, vector.py: their simulator twins (the GPU side is inline PTX)
-    M("mma-ldsm-trans", KN + "mma.py",
+    # ---- kernels_numba/mma.py, vector.py: their simulator twins in kernels_numba/sim/ (the GPU
+    # side is inline PTX)
+    M("mma-ldsm-trans", KN + "sim/mma.py",
       "out.append(tuple(_u32(int(M[2 * t, g]) | (int(M[2 * t + 1, g]) << 16))",
       "out.append(tuple(_u32(int(M[2 * t + 1, g]) | (int(M[2 * t, g]) << 16))", MMA,
       "ldmatrix.trans twin: halves swapped"),
-    M("vector-cp-async-zero", KN + "vector.py",
+    M("vector-cp-async-zero", KN + "sim/vector.py",
       "flat[di:di + n] = 0 if words is None else words",
       "flat[di:di + n] = flat[di:di + n] if words is None else words", RACE_TC + TC,
       "cp.async twin: out-of-range source leaves stale data instead of zeros"),

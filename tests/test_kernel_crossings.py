@@ -7,7 +7,7 @@
 - causal shapes whose last visible key falls exactly on a K/V tile edge (Nq = Nk, Nq < Nk,
   Nq > Nk), forward and backward, every method (an off-by-one in the tiles-visited rule drops
   or adds exactly one tile there);
-- the project's kernels run in the simulator's race mode (``kernels_numba/simraces.py``): a
+- the project's kernels run in the simulator's race mode (``kernels_numba/sim/races.py``): a
   shared-memory race between warps is an error whatever the schedule.
 
 Tiny shapes: a few seconds each in the simulator; on a GPU the same checks run as they are.
@@ -128,14 +128,14 @@ def test_tensor_cores_causal_last_key_on_a_tile_edge(nq, nk, rng):
 
 # --- race mode (simulator): the kernels' shared memory is race-free ---------------------------
 if SIM:
-    from kernels_numba import simraces
+    from kernels_numba.sim import races
 
 
 @pytest.mark.skipif(not SIM, reason="race mode is the simulator's (GPU: gpu_sanitize.sh)")
 @pytest.mark.parametrize("method", ["block", "block_smem", "online"])
 def test_softmax_kernels_race_free(method, rng):
     x = rng.standard_normal((2, 100)).astype(np.float32)
-    with simraces.race_mode():
+    with races.race_mode():
         y = softmax(cuda.to_device(x), method=method, threads=64).copy_to_host()
     np.testing.assert_allclose(y, reference.softmax_stable(x.astype(np.float64)), rtol=2e-5,
                                atol=1e-12)
@@ -148,7 +148,7 @@ def test_forward_kernels_race_free(method, rng):
     loads, P's store and the products are all needed. (naive: the GEMM's tiles.)"""
     q, k, v = _qkv(rng, 1, 1, 30, 40, 8)
     cfg = None if method == "naive" else FlashConfig(Br=32, Bc=32, TR=8, TC=8)
-    with simraces.race_mode():
+    with races.race_mode():
         o, lse = attention(q, k, v, causal=True, return_lse=True, method=method, config=cfg)
     check_attention(o, lse, *reference.attention(q, k, v, causal=True), q, k, v)
 
@@ -158,7 +158,7 @@ def test_backward_kernels_race_free(rng):
     q, k, v = _qkv(rng, 1, 1, 30, 40, 8)
     do = rng.standard_normal(q.shape).astype(np.float32)
     o, lse = attention(q, k, v, causal=True, return_lse=True)
-    with simraces.race_mode():
+    with races.race_mode():
         grads = attention_backward(do, q, k, v, o, lse, causal=True, config=BwdConfig(
             Bc=32, Br=32, TR=8, TC=8, dq_Br=32, dq_Bc=32, dq_TR=8, dq_TC=8))
     check_grads(grads, reference.attention_backward(do, q, k, v, causal=True), q, k)
@@ -170,7 +170,7 @@ def test_tensor_core_kernels_race_free(asy, rng):
     q, k, v = (x.astype(np.float16) for x in _qkv(rng, 1, 1, 40, 40, 16))
     do = rng.standard_normal(q.shape).astype(np.float16)
     q64, k64, v64, do64 = (x.astype(np.float64) for x in (q, k, v, do))
-    with simraces.race_mode():
+    with races.race_mode():
         o, lse = attention(q, k, v, causal=True, return_lse=True,
                            config=TcConfig(Bc=16, WARPS=2, ASYNC=asy))
         grads = attention_backward(do, q, k, v, o, lse, causal=True,

@@ -80,7 +80,7 @@ def test_ex2(rng):
 
 @pytest.mark.skipif(not SIM, reason="the simulator's own check (on a GPU it would hang)")
 def test_simulator_reports_a_partial_warp():
-    from kernels_numba.simwarp import WarpOpError
+    from kernels_numba.sim.warp import WarpOpError
     a = np.zeros((16, 16), np.float32)
     b, c, d = (np.zeros((16, 8), np.float32) for _ in range(3))
     with pytest.raises(WarpOpError, match="all 32 lanes"):

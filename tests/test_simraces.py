@@ -1,4 +1,4 @@
-"""The simulator's race mode (kernels_numba/simraces.py): a barrier taken out of a kernel is an
+"""The simulator's race mode (kernels_numba/sim/races.py): a barrier taken out of a kernel is an
 error there, whatever the simulator's schedule; the project's kernels run clean in it.
 
 Simulator only: on a GPU, ``scripts/gpu_sanitize.sh`` runs compute-sanitizer's racecheck.
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not SIM, reason="race mode is a simulator mode (
                                 "compute-sanitizer: scripts/gpu_sanitize.sh)")
 
 if SIM:
-    from kernels_numba import simraces
+    from kernels_numba.sim import races
 
 
 def without_barrier(module, function, nth):
@@ -64,7 +64,7 @@ def run(kernel, threads, rng):
 
 
 def test_block_reductions_are_clean_in_race_mode(rng):
-    with simraces.race_mode():
+    with races.race_mode():
         run(softmax_stats_kernel(reductions), 96, rng)
 
 
@@ -79,7 +79,7 @@ def test_a_missing_barrier_is_caught_in_race_mode(function, nth, rng):
     first, and so the kind reported, may vary)."""
     mutant = without_barrier(reductions, function, nth)
     kernel = softmax_stats_kernel(mutant)
-    with simraces.race_mode(), pytest.raises(simraces.SharedRaceError,
+    with races.race_mode(), pytest.raises(races.SharedRaceError,
                                              match="shared-memory race"):
         run(kernel, 96, rng)
 
@@ -96,7 +96,7 @@ def _uninitialised_read(out):
 
 def test_shared_memory_starts_poisoned_in_race_mode():
     out = cuda.to_device(np.zeros(64, np.float32))
-    with simraces.race_mode():
+    with races.race_mode():
         _uninitialised_read[1, 64](out)
     got = out.copy_to_host()
     assert np.all(got[:32] == 1) and np.isnan(got[32:]).all()
@@ -113,6 +113,6 @@ def _same_warp(out):
 
 def test_lanes_of_one_warp_are_not_reported():
     out = cuda.to_device(np.zeros(64, np.float32))
-    with simraces.race_mode():
+    with races.race_mode():
         _same_warp[1, 64](out)
     np.testing.assert_array_equal(out.copy_to_host(), np.arange(64) ^ 1)

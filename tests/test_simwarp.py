@@ -1,4 +1,4 @@
-"""Tests of the warp operations (``kernels_numba/simwarp.py``): shuffles, votes, ballot, match,
+"""Tests of the warp operations (``kernels_numba/sim/warp.py``): shuffles, votes, ballot, match,
 syncwarp, activemask, lanemask_lt, and the errors the simulator raises for misuse.
 
 Each test launches a tiny kernel (at most 64 threads) and compares with results computed by
@@ -30,7 +30,7 @@ import pytest
 from numba import cuda
 
 import kernels_numba  # noqa: F401  (installs the warp operations in the simulator)
-from kernels_numba import simwarp
+from kernels_numba.sim import warp as simwarp
 
 SIM = bool(cuda.config.ENABLE_CUDASIM)
 if not SIM and not cuda.is_available():

@@ -4,7 +4,8 @@ Numba's simulator (``NUMBA_ENABLE_CUDASIM=1``) runs every CUDA thread of a block
 thread, but it lacks the warp intrinsics, so a kernel using ``cuda.shfl_down_sync`` cannot run
 on a machine without a GPU. :func:`install` adds them to the simulator; the kernel source stays
 plain ``cuda.shfl_down_sync(mask, value, delta)``, the same text for the GPU and the CPU.
-``import kernels_numba`` calls :func:`install` when the simulator is on.
+``import kernels_numba`` calls :func:`install` (through ``kernels_numba.sim.install()``) when
+the simulator is on.
 
 Menu (signatures are numba-cuda 0.30's; numba-cuda's shuffles take no ``width``: it is 32)::
 
@@ -63,7 +64,7 @@ Limits.
   active. On a GPU the hardware may report fewer lanes (convergence is never guaranteed).
 - Strict reads: a shuffle tree whose upper lanes read past the end of a partial warp or of
   the mask raises, even where a GPU would compute those undefined values and never use
-  them. Set ``simwarp.ON_UNDEFINED_READ = "poison"`` to get NaN (floats) or 0xDEADBEEF
+  them. Set ``sim.warp.ON_UNDEFINED_READ = "poison"`` to get NaN (floats) or 0xDEADBEEF
   (ints) for such reads instead.
 - Shuffled and matched values must be ``int``, ``float`` or NumPy int32/int64/float32/float64
   (numba-cuda's i4/i8/f4/f8), predicates integers or bools: anything else raises TypeError,
@@ -625,10 +626,10 @@ def match_all_sync(mask, value):
 
 
 def warp_collective(name, fn, payload):
-    """A whole-warp instruction for kernels_numba's own helpers (``mma.py``): every lane of the
-    warp calls it with its ``payload``; once all 32 have arrived, ``fn(payloads)`` (a list
-    indexed by lane) returns the list of results, and each lane gets its own. Same rendezvous,
-    errors and deadlock reports as the shuffles."""
+    """A whole-warp instruction for kernels_numba's own helpers (the twins in ``sim/mma.py``):
+    every lane of the warp calls it with its ``payload``; once all 32 have arrived,
+    ``fn(payloads)`` (a list indexed by lane) returns the list of results, and each lane gets
+    its own. Same rendezvous, errors and deadlock reports as the shuffles."""
     return _warp_op(COLLECTIVE + name, FULL_MASK, (fn, payload))
 
 

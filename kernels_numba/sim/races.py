@@ -20,8 +20,9 @@ every time, whatever the interleaving, in two ways:
    allocation for the whole grid) computes NaN instead of a plausible value.
 
 Switch it on with the environment variable ``FLASHLESSON_SIM_RACES=1`` (read at import), or
-for a region of code with ``with simraces.race_mode():`` (tests). Kernel files hold no
-simulator branch: :func:`install` (called by ``import kernels_numba`` in the simulator)
+for a region of code with ``with sim.races.race_mode():`` (tests). Kernel files hold no
+simulator branch: :func:`install` (called by ``import kernels_numba`` in the simulator, through
+``kernels_numba.sim.install()``)
 patches the simulator's ``cuda.shared.array`` and its block runner.
 
 Limits
@@ -74,7 +75,7 @@ def race_mode(on=True):
     """Race mode on (or off) for the launches inside the ``with`` block."""
     global _on
     if not _installed:
-        raise RuntimeError("simraces.race_mode: the simulator is not in use (race mode "
+        raise RuntimeError("race_mode: the simulator is not in use (race mode "
                            "checks simulated kernels only)")
     old, _on = _on, bool(on)
     try:
