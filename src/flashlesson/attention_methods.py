@@ -284,9 +284,9 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
     if method not in CHOICES:
         raise ValueError(f"method: expected one of {', '.join(CHOICES)}; got {method!r}")
     checks.tier(tier, method, LESSON_METHODS, "attention")
-    if tier == "lesson" and tc_methods.low_precision(q):
-        raise TypeError("q: tier 'lesson' takes float32 inputs (fp16/bf16 run on the fast "
-                        "tier's method 'flash_tc')")
+    if tier == "lesson" and tc_methods.low_precision(q) and method != "flash_tc":
+        raise TypeError(f"q: tier 'lesson' of method {method!r} takes float32 inputs (fp16 "
+                        "runs on method 'flash_tc', either tier; bf16 on its fast tier)")
     if method == "flash_tc" or tc_methods.low_precision(q):     # §37: tensor cores
         checks.integer(seed, "seed", 0, 2**64)      # (no dropout there, but a seed is a seed)
         if method not in ("flash", "flash_tc"):
