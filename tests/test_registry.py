@@ -72,5 +72,9 @@ def test_every_lesson_kernel_exists_and_tier_lesson_reaches_it():
     q = np.zeros((1, 1, 2, 4), np.float32)
     with pytest.raises(ValueError, match="tier: expected one of fast, lesson"):
         flashlesson.attention(q, q, q, method="flash_db", tier="slow")
+    h = np.zeros((1, 1, 2, 16), np.float16)    # fp16: method flash_tc's lesson kernel only
+    assert flashlesson.attention(h, h, h, method="flash_tc", tier="lesson").shape == h.shape
+    with pytest.raises(TypeError, match="q: tier 'lesson' of method 'flash' takes float32"):
+        flashlesson.attention(h, h, h, tier="lesson")
     with pytest.raises(TypeError, match="config: expected a LessonConfig"):
         flashlesson.attention(q, q, q, tier="lesson", config=am.default_config(4))
