@@ -1,24 +1,25 @@
 """§41 — FlashAttention-2's loop order: Q tiles outside, so O is written once.
 
 The lesson's claim, about two papers (its own §32 pseudocode is already FlashAttention-2's
-order; the order this section contrasts with it is FlashAttention-1's, Algorithm 1 of Dao et
-al. 2022, not the lesson's): FlashAttention-1 loops over K/V tiles outside and Q tiles inside, so every K/V tile reads Qi, Oi, mi, li from HBM and writes Oi, mi, li back —
-Tc = ⌈Nk/Bc⌉ round trips of O, m and l per query row — and it can only run one block per
-(batch, head), since different K/V tiles update the same rows. FlashAttention-2 swaps the
-loops: each block owns a Q tile, keeps m, l and acc on chip while K/V stream past, writes O
-once, and has ⌈Nq/Br⌉ × B·H independent blocks (and it normalizes acc once, at the end, instead
-of at every step).
+order; the order this section contrasts with it is FlashAttention-1's, Algorithm 1 of Dao et al.
+2022, not the lesson's): FlashAttention-1 loops over K/V tiles outside and Q tiles inside, so
+every K/V tile reads Qi, Oi, mi, li from HBM and writes Oi, mi, li back — Tc = ⌈Nk/Bc⌉ round
+trips of O, m and l per query row — and it can only run one block per (batch, head), since
+different K/V tiles update the same rows. FlashAttention-2 swaps the loops: each block owns a Q
+tile, keeps m, l and acc on chip while K/V stream past, writes O once, and has ⌈Nq/Br⌉ × B·H
+independent blocks (and it normalizes acc once, at the end, instead of at every step).
 
 What you will see: FA1's order as a lesson-tier kernel (``kernels_numba/lesson/loop_order.py``:
 ``flash_fa1``, Algorithm 1 line by line, one thread a query row) and then as the fast kernel
-(``kernels_numba/attention_fa1.py``), both against the float64 oracle and (on a GPU) timed; both orders run on the same input in the simulator with their global arrays
-instrumented (``flashlesson.traffic.count_attention``), each array's reads and writes beside
-the models (``loop_order.fa1_attention_traffic``, ``traffic.flash_attention_traffic``) — equal,
-exactly — with FA1's O written Tc + 1 times (zeros, then once per K/V tile) and read Tc times,
-Q read Tc times, m and l going back and forth, against FA2's one write of O; the model's bytes
-at real sizes (N up to 16384) with the GPU's tiles; both kernels against the float64 oracle.
-On a GPU: both timed, plus FA1 with one Q tile per block (FA2's grid, FA1's traffic), which
-splits the gap into what the HBM round trips cost and what the lost parallelism costs.
+(``kernels_numba/attention_fa1.py``), both against the float64 oracle and (on a GPU) timed; both
+orders run on the same input in the simulator with their global arrays instrumented
+(``flashlesson.traffic.count_attention``), each array's reads and writes beside the models
+(``loop_order.fa1_attention_traffic``, ``traffic.flash_attention_traffic``) — equal, exactly —
+with FA1's O written Tc + 1 times (zeros, then once per K/V tile) and read Tc times, Q read Tc
+times, m and l going back and forth, against FA2's one write of O; the model's bytes at real
+sizes (N up to 16384) with the GPU's tiles; both kernels against the float64 oracle. On a GPU:
+both timed, plus FA1 with one Q tile per block (FA2's grid, FA1's traffic), which splits the gap
+into what the HBM round trips cost and what the lost parallelism costs.
 
 Run: ``PYTHONPATH=src:. python3 examples/s41_fa1_vs_fa2.py`` (or ``flashlesson section 41``).
 """

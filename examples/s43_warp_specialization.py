@@ -17,14 +17,15 @@ tile for everyone: the ring is two deep and moves in lockstep), fewer registers 
 (every warp gets the consumers' allocation), copies that bypass registers (TMA). (Numba's API
 has no cp.async either; the tensor-core kernels' ASYNC forms, §37, issue it as inline PTX.)
 
-What you will see: the split as a lesson-tier kernel first (``kernels_numba/lesson/loop_order.py``:
-``flash_producer_consumer``, Br threads that compute one row each and P warps after them that
-only load, one ``cuda.syncthreads()`` a tile), then the fast one with one producer warp, both
-against the float64 oracle and (on a GPU) timed; the scan of numba-cuda for the four mechanisms; the producer/consumer
-variant (1 and 2 producer warps) against the float64 oracle, and its global traffic, counted:
-that of ``flash``; the thread and register bill of the producers for the GPU's tiles. On a GPU:
-flash, §42's double buffer and §43's producers timed on one input, with the registers each
-compiled kernel uses — the measured account the lesson asks for.
+What you will see: the split as a lesson-tier kernel first
+(``kernels_numba/lesson/loop_order.py``: ``flash_producer_consumer``, Br threads that compute
+one row each and P warps after them that only load, one ``cuda.syncthreads()`` a tile), then the
+fast one with one producer warp, both against the float64 oracle and (on a GPU) timed; the scan
+of numba-cuda for the four mechanisms; the producer/consumer variant (1 and 2 producer warps)
+against the float64 oracle, and its global traffic, counted: that of ``flash``; the thread and
+register bill of the producers for the GPU's tiles. On a GPU: flash, §42's double buffer and
+§43's producers timed on one input, with the registers each compiled kernel uses — the measured
+account the lesson asks for.
 
 Run: ``PYTHONPATH=src:. python3 examples/s43_warp_specialization.py`` (or ``flashlesson
 section 43``).

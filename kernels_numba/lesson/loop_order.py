@@ -9,7 +9,8 @@ outside, K/V tiles streamed, O written once). The fast tier of these three ideas
 Menu
 | kernel                                     | §  | what                                        |
 |--------------------------------------------|----|---------------------------------------------|
-| ``flash_fa1(D, Br, Bc, CAUSAL)``           | 41 | FlashAttention-1's (Dao et al. 2022, Algorithm 1) order: |
+| ``flash_fa1(D, Br, Bc, CAUSAL)``           | 41 | FlashAttention-1's order (Dao et al. 2022,   |
+|                                            |    | Algorithm 1), not the lesson's (§32 is FA2's): |
 |                                            |    | one block per (batch·head); K/V tile outside, |
 |                                            |    | every Q tile inside; O, m, l read from HBM and |
 |                                            |    | written back for every K/V tile              |
@@ -105,7 +106,8 @@ def flash_fa1(D, Br, Bc, CAUSAL=False):
                         for jj in range(Bc):
                             if S[jj] != ZERO:       # a masked key adds nothing, even NaN
                                 pv += S[jj] * Vj[jj, c]     # (P̃ Vj)[c]
-                        # 12: Oi ← diag(l_new)⁻¹ (diag(li) e^{mi−m_new} Oi + e^{m̃−m_new} P̃ Vj) → HBM
+                        # 12: Oi ← diag(l_new)⁻¹ (diag(li)·e^{mi−m_new}·Oi
+                        #                          + e^{m̃−m_new}·P̃ Vj) → HBM
                         o[bh, row, c] = (l * a * Oi[c] + b * pv) / l_new
                     m_hbm[bh, row] = m_new          # 13: mi ← m_new, li ← l_new → HBM
                     l_hbm[bh, row] = l_new
