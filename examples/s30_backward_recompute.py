@@ -35,7 +35,8 @@ import numpy as np
 from tabulate import tabulate
 
 import flashlesson
-from flashlesson.tour import Check, attention_inputs, check_close, example_rng
+from flashlesson.tolerance import backward_tol
+from flashlesson.tour import Check, attention_inputs, check_close, example_rng, tier_timing
 from reference import attention, attention_backward, attention_backward_intermediates, \
     causal_mask
 
@@ -56,6 +57,8 @@ GPU_CASES = [
     (2, 2, 1000, 1000, 64, True),
     (1, 2, 77, 300, 80, False),
 ]
+# the two tiers' causal cases: causal only in the simulator (keeps the tour short on CPU)
+TIER_CASES = (True,) if flashlesson.SIMULATOR else (False, True)
 
 
 def finite_differences(do, q, k, v, causal, h=1e-5):
@@ -84,6 +87,45 @@ def rel_err(got, want):
     top = float(np.max(np.abs(want), initial=0.0))
     err = float(np.max(np.abs(np.asarray(got, np.float64) - want), initial=0.0))
     return err / top if top else err
+
+
+def lesson_and_fast(rng, verbose):
+    """Issue 13's two tiers of the backward: ``kernels_numba/lesson/backward.py`` (D, then dK/dV
+    with the K/V tile outside, then dQ; ``tier="lesson"``) first, then the fast kernels, each
+    against the float64 oracle within ``tolerance.backward_tol`` (relative to the largest
+    |gradient|), fed the flash forward's O and LSE; then the measured gap."""
+    from numba import cuda
+    b, h, nq, nk, d = (1, 2, 20, 28, 8) if flashlesson.SIMULATOR else (1, 4, 512, 512, 64)
+    q, k, v = attention_inputs(rng, b, h, nq, nk, d)
+    do = rng.standard_normal((b, h, nq, d)).astype(np.float32)
+    bar = backward_tol(q, k)
+    checks = []
+    for causal in TIER_CASES:
+        shape = f"{b}×{h}×{nq}×{nk}, d={d}{', causal' if causal else ''}"
+        o, lse = flashlesson.attention(q, k, v, causal=causal, return_lse=True)
+        refs = attention_backward(do, q, k, v, causal=causal)
+        got = []
+        for tier in ("lesson", "fast"):
+            grads = flashlesson.attention_backward(do, q, k, v, o, lse, causal=causal,
+                                                   tier=tier)
+            for name, g, ref in zip(("dQ", "dK", "dV"), grads, refs):
+                top = float(np.max(np.abs(ref)))
+                c = check_close("30", TOPIC, f"flash bwd ({tier})", g, ref,
+                                f"{tier} tier [{shape}] {name}, bound {bar:.1e}·max|{name}|",
+                                rtol=0, atol=bar * top)
+                got.append(c)
+        dev = [cuda.to_device(x) for x in (do, q, k, v, o, lse)]
+        got.append(tier_timing("30", TOPIC, "flash bwd",
+                               lambda tier, causal=causal: flashlesson.attention_backward(
+                                   *dev, causal=causal, tier=tier)))
+        if verbose:
+            print(f"\nthe backward, lesson tier then fast tier [{shape}]:")
+            for c in got:
+                print(f"  {c.kernel:>20}: {c.result}"
+                      + (f", max err {c.max_err:.2e}" if c.max_err is not None else "")
+                      + f" — {c.note}")
+        checks += got
+    return checks
 
 
 def main(verbose=True):
@@ -117,6 +159,9 @@ def main(verbose=True):
         print(f"\nthe float64 oracle vs central differences (h = 1e-5), relative error "
               f"(random inputs: seed {seed}):")
         print(tabulate(fd_rows, headers=["B×H×Nq×Nk", "dQ", "dK", "dV"], disable_numparse=True))
+
+    # Issue 13's two tiers: the lesson backward first, then the fast one; the measured gap.
+    checks += lesson_and_fast(rng, verbose)
 
     # 2. The flash backward kernel against the oracle, fed the flash forward's O and LSE.
     rows = []

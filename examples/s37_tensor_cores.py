@@ -7,6 +7,9 @@ emits the PTX instruction itself (kernels_numba/mma.py: ``mma.sync.aligned.m16n8
 inline assembly, with a warp-collective twin for the simulator).
 
 What you will see:
+0. the lesson-tier kernel (``kernels_numba/lesson/tensor_core.py``: one warp, one 16-row block,
+   plain loads, natural logs) and then the fast one, in fp16, against the float64 oracle, and
+   (on a GPU) the time of each;
 1. one mma alone against NumPy, and the fragment layout proved on data: with B a one-hot
    matrix, D = A·B copies chosen columns of A, so every lane's registers land where the table
    in mma.py says;
@@ -25,11 +28,13 @@ from tabulate import tabulate
 
 import flashlesson
 from flashlesson import BFloat16, attention
-from flashlesson.tour import Check, attention_check, example_rng
+from flashlesson.tour import Check, attention_check, example_rng, tier_timing
 from kernels_numba import mma
 
 SECTIONS = (37,)
 TOPIC = "tensor cores"
+# the two tiers' causal cases: causal only in the simulator (keeps the tour short on CPU)
+TIER_CASES = (True,) if flashlesson.SIMULATOR else (False, True)
 
 
 def _err(got, want):
@@ -72,6 +77,10 @@ def main(verbose=True):
         print("Fragment layout (lane = 4g + t): a0 = A[g, 2t:2t+2], a1 = A[g+8, 2t:2t+2], "
               "a2 = A[g, 2t+8:2t+10], a3 = A[g+8, 2t+8:2t+10]; b0 = B[2t:2t+2, g], "
               "b1 = B[2t+8:2t+10, g]; c0,c1 = C[g, 2t:2t+2], c2,c3 = C[g+8, 2t:2t+2]")
+
+    # Issue 13's two tiers (fp16): the lesson kernel (kernels_numba/lesson/tensor_core.py: one
+    # warp, one 16-row block, plain loads, natural logs) first, then the fast one; the gap
+    checks += lesson_and_fast(rng, verbose)
 
     # 2. the attention kernel, three input formats
     B, H, nq, nk, dh = (1, 2, 21, 35, 32) if flashlesson.SIMULATOR else (2, 8, 1000, 777, 64)
@@ -117,6 +126,39 @@ def main(verbose=True):
         checks += _gpu_shares(rng, verbose)
     elif verbose:
         print("(simulator: the SASS counts and the timing against the fp32 kernel need a GPU)")
+    return checks
+
+
+def lesson_and_fast(rng, verbose):
+    """fp16 flash_tc, tier "lesson" then "fast", each against the float64 oracle on the inputs
+    as rounded (bound: ``tolerance.attention_tol`` for float16), then the measured gap."""
+    from numba import cuda
+    B, H, nq, nk, dh = (1, 1, 21, 35, 32) if flashlesson.SIMULATOR else (1, 4, 512, 512, 64)
+    args = [rng.standard_normal((B, H, n, dh)).astype(np.float16) for n in (nq, nk, nk)]
+    seen = [x.astype(np.float64) for x in args]
+    checks = []
+    for causal in TIER_CASES:
+        got = []
+        for tier in ("lesson", "fast"):
+            o, lse = attention(*args, causal=causal, method="flash_tc", tier=tier,
+                               return_lse=True)
+            cs, _, _ = attention_check("37", TOPIC, f"flash_tc fp16 ({tier})", o, lse, *seen,
+                                       causal=causal, dtype="float16",
+                                       note=f"{tier} tier, causal={causal}")
+            got += cs
+        dev = [cuda.to_device(x) for x in args]
+        got.append(tier_timing("37", TOPIC, "flash_tc fp16",
+                               lambda tier, causal=causal: attention(*dev, causal=causal,
+                                                                     method="flash_tc",
+                                                                     tier=tier)))
+        if verbose:
+            print(f"\nflash_tc fp16, lesson tier then fast tier, q [{B}, {H}, {nq}, {dh}], "
+                  f"Nk = {nk}, causal={causal}:")
+            for c in got:
+                print(f"  {c.kernel:>24}: {c.result}"
+                      + (f", max err {c.max_err:.2e}" if c.max_err is not None else "")
+                      + f" — {c.note}")
+        checks += got
     return checks
 
 

@@ -1,21 +1,25 @@
 """§41 — FlashAttention-2's loop order: Q tiles outside, so O is written once.
 
-The lesson's claim: FlashAttention-1 (Algorithm 1 of the paper) loops over K/V tiles outside and
-Q tiles inside, so every K/V tile reads Qi, Oi, mi, li from HBM and writes Oi, mi, li back —
-Tc = ⌈Nk/Bc⌉ round trips of O, m and l per query row — and it can only run one block per
-(batch, head), since different K/V tiles update the same rows. FlashAttention-2 swaps the
-loops: each block owns a Q tile, keeps m, l and acc on chip while K/V stream past, writes O
-once, and has ⌈Nq/Br⌉ × B·H independent blocks (and it normalizes acc once, at the end, instead
-of at every step).
+The lesson's claim, about two papers (its own §32 pseudocode is already FlashAttention-2's
+order; the order this section contrasts with it is FlashAttention-1's, Algorithm 1 of Dao et al.
+2022, not the lesson's): FlashAttention-1 loops over K/V tiles outside and Q tiles inside, so
+every K/V tile reads Qi, Oi, mi, li from HBM and writes Oi, mi, li back — Tc = ⌈Nk/Bc⌉ round
+trips of O, m and l per query row — and it can only run one block per (batch, head), since
+different K/V tiles update the same rows. FlashAttention-2 swaps the loops: each block owns a Q
+tile, keeps m, l and acc on chip while K/V stream past, writes O once, and has ⌈Nq/Br⌉ × B·H
+independent blocks (and it normalizes acc once, at the end, instead of at every step).
 
-What you will see: both orders run on the same input in the simulator with their global arrays
-instrumented (``flashlesson.traffic.count_attention``), each array's reads and writes beside
-the models (``loop_order.fa1_attention_traffic``, ``traffic.flash_attention_traffic``) — equal,
-exactly — with FA1's O written Tc + 1 times (zeros, then once per K/V tile) and read Tc times,
-Q read Tc times, m and l going back and forth, against FA2's one write of O; the model's bytes
-at real sizes (N up to 16384) with the GPU's tiles; both kernels against the float64 oracle.
-On a GPU: both timed, plus FA1 with one Q tile per block (FA2's grid, FA1's traffic), which
-splits the gap into what the HBM round trips cost and what the lost parallelism costs.
+What you will see: FA1's order as a lesson-tier kernel (``kernels_numba/lesson/loop_order.py``:
+``flash_fa1``, Algorithm 1 line by line, one thread a query row) and then as the fast kernel
+(``kernels_numba/attention_fa1.py``), both against the float64 oracle and (on a GPU) timed; both
+orders run on the same input in the simulator with their global arrays instrumented
+(``flashlesson.traffic.count_attention``), each array's reads and writes beside the models
+(``loop_order.fa1_attention_traffic``, ``traffic.flash_attention_traffic``) — equal, exactly —
+with FA1's O written Tc + 1 times (zeros, then once per K/V tile) and read Tc times, Q read Tc
+times, m and l going back and forth, against FA2's one write of O; the model's bytes at real
+sizes (N up to 16384) with the GPU's tiles; both kernels against the float64 oracle. On a GPU:
+both timed, plus FA1 with one Q tile per block (FA2's grid, FA1's traffic), which splits the gap
+into what the HBM round trips cost and what the lost parallelism costs.
 
 Run: ``PYTHONPATH=src:. python3 examples/s41_fa1_vs_fa2.py`` (or ``flashlesson section 41``).
 """
@@ -29,11 +33,14 @@ import flashlesson
 from flashlesson import loop_order
 from flashlesson.attention_methods import GPU_CONFIGS, default_config
 from flashlesson.sweeps import inputs, timing_rows, timing_table
-from flashlesson.tour import Check, attention_check, attention_inputs, example_rng, in_simulator
+from flashlesson.tour import Check, attention_check, attention_inputs, attention_tiers, \
+    example_rng, in_simulator
 from flashlesson.traffic import compare, count_attention, flash_attention_traffic, total_bytes
 
 SECTIONS = (41,)
 TOPIC = "FA1 vs FA2 loop order"
+# the two tiers' causal cases: causal only in the simulator (keeps the tour short on CPU)
+TIER_CASES = (True,) if flashlesson.SIMULATOR else (False, True)
 
 
 def counted_table(verbose):
@@ -104,10 +111,21 @@ def main(verbose=True):
     rng, seed = example_rng()
     if verbose:
         print(__doc__.split("\n\n")[1])
+    # Issue 13's two tiers: the lesson kernel (lesson/loop_order.py's flash_fa1: Algorithm 1's
+    # lines beside the code) first, then the fast one, against the oracle; the measured gap
+    shape = (1, 2, 40, 24, 8) if flashlesson.SIMULATOR else (1, 4, 512, 512, 64)
+    q, k, v = attention_inputs(rng, *shape)
+    checks = []
+    for causal in TIER_CASES:
+        if verbose:
+            print(f"\nflash_fa1, lesson tier then fast tier{' (causal)' if causal else ''}, "
+                  f"B, H, Nq, Nk, d = {shape}:")
+        checks += attention_tiers("41", TOPIC, q, k, v, verbose, method="flash_fa1",
+                                  causal=causal)
     counted, where = in_simulator(__file__, "counted_table", verbose)
     if verbose:
         print(f"(the counts above: the traffic counter, run in {where})")
-    checks = counted + model_table(verbose)
+    checks += counted + model_table(verbose)
 
     cases = ([(1, 2, 40, 40, 16), (1, 1, 24, 56, 8)] if flashlesson.SIMULATOR else
              [(2, 8, 1024, 1024, 64), (1, 4, 500, 2000, 128)])

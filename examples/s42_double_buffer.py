@@ -10,7 +10,11 @@ buffer after — a load's latency is then hidden behind a product instead of sta
 and, with Kᵀ, V and Pᵀ all double-buffered, the block needs one barrier per tile instead of
 ``flash_forward_kernel``'s four.
 
-What you will see: the barriers inside each kernel's K/V loop, counted from the source (AST);
+What you will see: the idea as a lesson-tier kernel first (``kernels_numba/lesson/loop_order.py``:
+``flash_double_buffer``, one thread a query row, tile j+1 written straight into the other
+buffer before tile j's products, one barrier a tile), then the fast one, both against the
+float64 oracle and (on a GPU) timed; the barriers inside each kernel's K/V loop, counted from
+the source (AST);
 what double-buffering costs — shared memory per block and blocks per SM by shared memory alone
 (227 KB on the H200), registers per thread for the copy in flight — for the GPU's tiles; the
 double-buffered kernel against the float64 oracle, and its global traffic, counted: the same
@@ -31,15 +35,18 @@ import flashlesson
 from flashlesson import loop_order
 from flashlesson.attention_methods import GPU_CONFIGS
 from flashlesson.sweeps import inputs
-from flashlesson.tour import Check, attention_check, attention_inputs, example_rng, \
-    in_simulator
+from flashlesson.tour import Check, attention_check, attention_inputs, attention_tiers, \
+    example_rng, in_simulator
 from flashlesson.traffic import compare, count_attention
 from kernels_numba import attention as KA
 from kernels_numba import attention_db as KDB
+from kernels_numba.lesson import loop_order as LL
 
 SECTIONS = (42,)
 TOPIC = "double-buffered K/V"
 SMEM_SM = 227 * 1024        # H200: shared memory one SM gives its blocks
+# the two tiers' causal cases: causal only in the simulator (keeps the tour short on CPU)
+TIER_CASES = (True,) if flashlesson.SIMULATOR else (False, True)
 
 
 def barriers_per_tile(factory):
@@ -58,15 +65,26 @@ def main(verbose=True):
     checks = []
     if verbose:
         print(__doc__.split("\n\n")[1])
+    # Issue 13's two tiers: the lesson kernel first, then the fast one, against the oracle;
+    # then the measured gap
+    shape = (1, 2, 20, 45, 8) if flashlesson.SIMULATOR else (1, 4, 512, 512, 64)
+    q, k, v = attention_inputs(rng, *shape)
+    for causal in TIER_CASES:
+        if verbose:
+            print(f"\nflash_db, lesson tier then fast tier{' (causal)' if causal else ''}, "
+                  f"B, H, Nq, Nk, d = {shape}:")
+        checks += attention_tiers("42", TOPIC, q, k, v, verbose, method="flash_db",
+                                  causal=causal)
 
     nb_flash, nb_db = barriers_per_tile(KA.flash_forward_kernel), \
         barriers_per_tile(KDB.flash_db_kernel)
-    checks.append(Check("42", TOPIC, "source", None, (nb_flash, nb_db) == (4, 1),
+    nb_lesson = barriers_per_tile(LL.flash_double_buffer)
+    checks.append(Check("42", TOPIC, "source", None, (nb_flash, nb_db, nb_lesson) == (4, 1, 1),
                         f"cuda.syncthreads() per K/V tile: flash_forward_kernel {nb_flash}, "
-                        f"flash_db_kernel {nb_db}"))
+                        f"flash_db_kernel {nb_db}, lesson flash_double_buffer {nb_lesson}"))
     if verbose:
         print(f"\nbarriers in the K/V loop (counted in the source): flash {nb_flash}, "
-              f"flash_db {nb_db}")
+              f"flash_db {nb_db}, the lesson's flash_double_buffer {nb_lesson}")
 
     rows, ok = [], True
     for d, cfg in GPU_CONFIGS:

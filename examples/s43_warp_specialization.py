@@ -17,11 +17,15 @@ tile for everyone: the ring is two deep and moves in lockstep), fewer registers 
 (every warp gets the consumers' allocation), copies that bypass registers (TMA). (Numba's API
 has no cp.async either; the tensor-core kernels' ASYNC forms, §37, issue it as inline PTX.)
 
-What you will see: the scan of numba-cuda for the four mechanisms; the producer/consumer
-variant (1 and 2 producer warps) against the float64 oracle, and its global traffic, counted:
-that of ``flash``; the thread and register bill of the producers for the GPU's tiles. On a GPU:
-flash, §42's double buffer and §43's producers timed on one input, with the registers each
-compiled kernel uses — the measured account the lesson asks for.
+What you will see: the split as a lesson-tier kernel first
+(``kernels_numba/lesson/loop_order.py``: ``flash_producer_consumer``, Br threads that compute
+one row each and P warps after them that only load, one ``cuda.syncthreads()`` a tile), then the
+fast one with one producer warp, both against the float64 oracle and (on a GPU) timed; the scan
+of numba-cuda for the four mechanisms; the producer/consumer variant (1 and 2 producer warps)
+against the float64 oracle, and its global traffic, counted: that of ``flash``; the thread and
+register bill of the producers for the GPU's tiles. On a GPU: flash, §42's double buffer and
+§43's producers timed on one input, with the registers each compiled kernel uses — the measured
+account the lesson asks for.
 
 Run: ``PYTHONPATH=src:. python3 examples/s43_warp_specialization.py`` (or ``flashlesson
 section 43``).
@@ -40,7 +44,7 @@ from flashlesson.arrays import empty
 from flashlesson.attention_methods import GPU_CONFIGS, default_config
 from flashlesson.sweeps import inputs, timing_rows, timing_table
 from flashlesson.tour import Check, attention_check, attention_inputs, example_rng, \
-    in_simulator
+    in_simulator, tier_timing
 from flashlesson.traffic import compare, count_attention, count_traffic
 
 SECTIONS = (43,)
@@ -60,6 +64,8 @@ MECHANISMS = [
     ("setmaxnreg", "setmaxnreg", "producers give registers to consumers",
      "every warp gets the same registers"),
 ]
+# the two tiers' causal cases: causal only in the simulator (keeps the tour short on CPU)
+TIER_CASES = (True,) if flashlesson.SIMULATOR else (False, True)
 
 
 def numba_has(ptx):
@@ -87,12 +93,57 @@ def _launch(q, k, v, causal, producers, config=None):
     return o.copy_to_host().reshape(q.shape), lse.copy_to_host().reshape(q.shape[:3])
 
 
+def lesson_and_fast(rng, verbose):
+    """Issue 13's two tiers of §43 with one producer warp: ``flash_producer_consumer`` (the
+    lesson kernel, ``loop_order.launch_db_lesson``) first, then ``flash_db_kernel`` with
+    PRODUCERS = 1 (``loop_order.launch_db``), each against the oracle; the measured gap."""
+    B, H, nq, nk, d = shape = (1, 2, 20, 45, 8) if flashlesson.SIMULATOR else (1, 4, 512, 512, 64)
+    q, k, v = attention_inputs(rng, *shape)
+    dev = [cuda.to_device(x.reshape(B * H, -1, d)) for x in (q, k, v)]
+    o3, lse2 = empty((B * H, nq, d), np.float32), empty((B * H, nq), np.float32)
+
+    def run(tier, causal):
+        if tier == "lesson":
+            loop_order.launch_db_lesson(*dev, o3, lse2, causal=causal, scale=d ** -0.5,
+                                        producers=1)
+        else:
+            loop_order.launch_db(*(x.reshape(-1) for x in dev), o3.reshape(-1),
+                                 lse2.reshape(-1), d=d, n_q=nq, n_k=nk, heads=H, bh=B * H,
+                                 causal=causal, scale=d ** -0.5, producers=1)
+
+    checks = []
+    for causal in TIER_CASES:
+        if verbose:
+            print(f"\none producer warp, lesson tier then fast tier{' (causal)' if causal else ''},"
+                  f" B, H, Nq, Nk, d = {shape}:")
+        got = []
+        for tier in ("lesson", "fast"):
+            o3.copy_to_device(np.full(o3.shape, np.nan, np.float32))   # (no stale result)
+            lse2.copy_to_device(np.full(lse2.shape, np.nan, np.float32))
+            run(tier, causal)
+            cs, _, _ = attention_check("43", TOPIC, f"producers=1 ({tier})",
+                                       o3.copy_to_host().reshape(q.shape),
+                                       lse2.copy_to_host().reshape(q.shape[:3]), q, k, v,
+                                       causal=causal, note=f"{tier} tier")
+            got += cs
+        got.append(tier_timing("43", TOPIC, "producers=1",
+                               lambda tier, causal=causal: run(tier, causal)))
+        if verbose:
+            for c in got:
+                print(f"  {c.kernel:>20}: {c.result}"
+                      + (f", max err {c.max_err:.2e}" if c.max_err is not None else "")
+                      + f" — {c.note}")
+        checks += got
+    return checks
+
+
 def main(verbose=True):
     rng, seed = example_rng()
     checks = []
     if verbose:
         print(__doc__.split("\n\n")[1])
         print("\n" + __doc__.split("\n\n")[2])
+    checks += lesson_and_fast(rng, verbose)
 
     found = {ptx: numba_has(ptx) for _, ptx, _, _ in MECHANISMS}
     api = sorted(n for n in dir(cuda) if "barrier" in n.lower() or "async" in n.lower())

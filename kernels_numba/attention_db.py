@@ -6,8 +6,10 @@ Ladder (issue 13; H200 numbers from docs/bench_loop_order_h200.json, 2026-11-30,
 N4096 d64, tiles Br=128 Bc=64 TR=16 TC=8; the single-buffered ``flash``: 31.5 TFLOP/s)
 | step | what changed                                     | measured on the H200            | reproduce                       |
 |------|--------------------------------------------------|---------------------------------|---------------------------------|
-| 0    | lesson tier: §42/§43 plain double buffer and     | not written yet (issue 13 open) | —                               |
-|      | producer/consumer                                |                                 |                                 |
+| 0    | lesson tier: ``lesson/loop_order.py``'s          | not measured yet                | ``flashlesson section 42``, 43  |
+|      | ``flash_double_buffer`` / ``flash_producer_      |                                 |                                 |
+|      | consumer`` (one thread a row, loads written      |                                 |                                 |
+|      | straight into the other buffer; CAUSAL only)     |                                 |                                 |
 | 1    | this file, producers = 0: next K/V tile through  | 19.0 TFLOP/s (7.25 ms): slower  | ``scripts/bench_loop_order.py`` |
 |      | registers, two buffers, one barrier a tile       | than flash (double the shared   |                                 |
 |      |                                                  | memory, fewer blocks per SM)    |                                 |

@@ -6,7 +6,9 @@ Ladder (issue 13; H200 numbers from docs/bench_loop_order_h200.json, 2026-11-30,
 N4096 d64, tiles Br=128 Bc=64 TR=16 TC=8; ``flash`` = FA2's order: 31.5 TFLOP/s)
 | step | what changed                                     | measured on the H200            | reproduce                       |
 |------|--------------------------------------------------|---------------------------------|---------------------------------|
-| 0    | lesson tier: §41 plain FA1 order                 | not written yet (issue 13 open) | —                               |
+| 0    | lesson tier: ``lesson/loop_order.py``'s          | not measured yet                | ``flashlesson section 41``      |
+|      | ``flash_fa1`` (one thread a row, Br threads, one |                                 |                                 |
+|      | block per head; CAUSAL only)                     |                                 |                                 |
 | 1    | this file, Algorithm 1 (one block per head)      | 2.6 TFLOP/s (52.8 ms)           | ``scripts/bench_loop_order.py`` |
 | 2    | the same loop on FA2's grid (a block per Q tile, | 18.6 TFLOP/s (7.4 ms)           | ``scripts/bench_loop_order.py`` |
 |      | ``q_blocks`` = ⌈Nq/Br⌉)                          |                                 |                                 |

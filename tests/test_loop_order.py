@@ -13,6 +13,7 @@ from conftest import check_attention, needs_sim
 from numba import cuda
 
 from flashlesson import FlashConfig, attention, loop_order
+from flashlesson.attention_methods import LessonConfig
 from flashlesson.arrays import empty
 from flashlesson.traffic import compare, count_attention, count_traffic, \
     flash_attention_traffic
@@ -22,6 +23,7 @@ from reference.philox import dropout_keep_mask
 # small tiles so that tiny shapes have several Q and K/V tiles (T = 32 or 64 threads)
 SMALL = FlashConfig(Br=16, Bc=32, TR=4, TC=8)
 WARPS2 = FlashConfig(Br=64, Bc=16, TR=16, TC=4)
+LESSON = LessonConfig(Br=16, Bc=8)     # the lesson tier's: 16 threads, several tiles
 
 
 def _qkv(rng, B, H, nq, nk, d, outliers=False):
@@ -102,6 +104,48 @@ def test_bad_arguments(rng):
                   config=FlashConfig(128, 64, 32, 8))
     with pytest.raises(ValueError, match="method"):
         attention(q, k, v, method="flash_fa3")
+
+
+# --- the lesson tier (kernels_numba/lesson/loop_order.py), the same oracle --------------------
+@pytest.mark.parametrize("method", ["flash_fa1", "flash_db"])
+def test_lesson_tier_many_tiles_and_outliers(method, rng):
+    """tier="lesson": §41's FA1 order and §42's double buffer, several Q and K/V tiles (partial
+    ones), scores near ±1000, causal with Nq > Nk (rows that see no key) and Nq < Nk."""
+    for shape in ((1, 1, 37, 21, 5), (1, 2, 7, 30, 8)):
+        q, k, v = _qkv(rng, *shape, outliers=True)
+        for causal in (False, True):
+            o, lse = attention(q, k, v, causal=causal, method=method, tier="lesson",
+                               config=LESSON, return_lse=True, scale=0.7)
+            _check(o, lse, q, k, v, causal, scale=0.7)
+
+
+@pytest.mark.parametrize("producers", [1, 2])
+def test_lesson_producer_consumer(producers, rng):
+    """§43's lesson kernel: 1 or 2 loading warps beside 16 computing threads, causal and not."""
+    q, k, v = _qkv(rng, 2, 1, 21, 50, 6)
+    for causal in (False, True):
+        o = empty((2, 21, 6), np.float32)
+        lse = empty((2, 21), np.float32)
+        loop_order.launch_db_lesson(*(cuda.to_device(x[:, 0]) for x in (q, k, v)), o, lse,
+                                    causal=causal, scale=1 / np.sqrt(6), config=LESSON,
+                                    producers=producers)
+        _check(o.copy_to_host()[:, None], lse.copy_to_host()[:, None], q, k, v, causal)
+
+
+def test_lesson_tier_refusals(rng):
+    q, k, v = _qkv(rng, 1, 1, 4, 4, 8)
+    with pytest.raises(ValueError, match="key_padding_mask: the lesson tier's 'flash_fa1'"):
+        attention(q, k, v, method="flash_fa1", tier="lesson",
+                  key_padding_mask=np.ones((1, 4), bool))
+    with pytest.raises(ValueError, match="dropout_p: the lesson tier's 'flash_db'"):
+        attention(q, k, v, method="flash_db", tier="lesson", dropout_p=0.1)
+    with pytest.raises(ValueError, match="2 K/V buffers need"):     # 64 KB > 48 KB static
+        attention(*_qkv(rng, 1, 1, 2, 2, 128), method="flash_db", tier="lesson",
+                  config=LessonConfig(Br=16, Bc=32))
+    d3 = [cuda.to_device(x[0]) for x in (q, k, v)]
+    with pytest.raises(ValueError, match="producers"):
+        loop_order.launch_db_lesson(*d3, d3[0], empty((1, 4), np.float32), causal=False,
+                                    scale=1.0, config=LESSON, producers=-1)
 
 
 # --- the IO model against the counter ------------------------------------------------------

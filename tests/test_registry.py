@@ -54,7 +54,12 @@ def test_every_lesson_kernel_exists_and_tier_lesson_reaches_it():
     assert am.METHODS["flash"].lesson_kernels == "lesson.attention.flash_forward"
     assert hasattr(LA, "flash_forward")
     assert set(sm.LESSON_METHODS) == set(SOFTMAX_METHODS) - {"naive"}
-    assert set(am.LESSON_METHODS) == {"naive", "flash", "flash_tc"}
+    assert set(am.LESSON_METHODS) == {"naive", "flash", "flash_fa1", "flash_db", "flash_tc"}
+    import importlib
+    for m in am.METHODS.values():      # every "lesson.<file>.<kernel>" names a kernel there
+        for file, name in re.findall(r"lesson\.(\w+)\.(\w+)", m.lesson_kernels):
+            assert hasattr(importlib.import_module(f"kernels_numba.lesson.{file}"), name), \
+                (m.name, file, name)
     from kernels_numba.lesson import tensor_core as LT
     assert hasattr(LT, "flash_tc_kernel")
     import numpy as np
@@ -65,7 +70,11 @@ def test_every_lesson_kernel_exists_and_tier_lesson_reaches_it():
     with pytest.raises(ValueError, match="tier: expected one of fast, lesson"):
         flashlesson.softmax(x, tier="Lesson")
     q = np.zeros((1, 1, 2, 4), np.float32)
-    with pytest.raises(ValueError, match="tier: attention method 'flash_db' has no lesson"):
-        flashlesson.attention(q, q, q, method="flash_db", tier="lesson")
+    with pytest.raises(ValueError, match="tier: expected one of fast, lesson"):
+        flashlesson.attention(q, q, q, method="flash_db", tier="slow")
+    h = np.zeros((1, 1, 2, 16), np.float16)    # fp16: method flash_tc's lesson kernel only
+    assert flashlesson.attention(h, h, h, method="flash_tc", tier="lesson").shape == h.shape
+    with pytest.raises(TypeError, match="q: tier 'lesson' of method 'flash' takes float32"):
+        flashlesson.attention(h, h, h, tier="lesson")
     with pytest.raises(TypeError, match="config: expected a LessonConfig"):
         flashlesson.attention(q, q, q, tier="lesson", config=am.default_config(4))

@@ -23,5 +23,6 @@ Menu
 |                   |                                     | plain) + the lesson softmax: no kernel of its own |
 | ``backward.py``   | 30                                  | D = rowsum(dO∘O); dK/dV (K/V tile outside); dQ |
 | ``tensor_core.py``| 37                                  | one warp on ``mma.sync`` m16n8k16 fp16         |
-| ``loop_order.py`` | 41, 42, 43                          | FA1's order; double buffering; producer/consumer warps |
+| ``loop_order.py`` | 41, 42, 43                          | ``flash_fa1`` (FA1's order); ``flash_double_buffer``; |
+|                   |                                     | ``flash_producer_consumer`` (warps that load) |
 """

@@ -178,10 +178,13 @@ METHODS = {m.name: m for m in [
     AttentionMethod("flash_fa1", "41", "FlashAttention-1's loop order: K/V tiles outside, Q "
                     "tiles inside; O, m, l read and written back to HBM for every K/V tile; one "
                     "block per (batch, head)", "attention_fa1.flash_fa1_kernel",
-                    "m and l, [B·H, Nq] each (O, m, l re-read and re-written Tc times)"),
+                    "m and l, [B·H, Nq] each (O, m, l re-read and re-written Tc times)",
+                    "lesson.loop_order.flash_fa1"),
     AttentionMethod("flash_db", "42", "flash with K/V double-buffered: the next tile's loads "
                     "issued before the current tile's products, one barrier per tile",
-                    "attention_db.flash_db_kernel", "nothing (m, l, acc stay on chip)"),
+                    "attention_db.flash_db_kernel", "nothing (m, l, acc stay on chip)",
+                    "lesson.loop_order.flash_double_buffer; §43: "
+                    "lesson.loop_order.flash_producer_consumer"),
     # §37 (flashlesson.tc_methods): fp16/bf16 inputs choose it by themselves
     AttentionMethod("flash_tc", "37", "flash on tensor cores: S = QKᵀ and PV as mma.sync "
                     "(fp16/bf16 in, fp32 accumulate; float32 in: 3xTF32), softmax on CUDA cores",
@@ -279,15 +282,17 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
     config: a ``FlashConfig`` (tile sizes, threads) for method "flash"; default per head dim.
         With tier="lesson" a ``LessonConfig(Br, Bc)``.
     tier: "fast" (the tuned kernels) or "lesson" (kernels_numba/lesson/: "flash" runs
-        ``lesson.attention.flash_forward``, "naive" the GEMMs with the lesson softmax).
+        ``lesson.attention.flash_forward``, "naive" the GEMMs with the lesson softmax,
+        "flash_fa1" and "flash_db" ``lesson.loop_order``'s kernels — causal, no padding or
+        dropout; §43's producer warps: ``flashlesson.loop_order.launch_db_lesson``).
     NumPy in → NumPy out; device arrays in → device arrays out, without host copies.
     """
     if method not in CHOICES:
         raise ValueError(f"method: expected one of {', '.join(CHOICES)}; got {method!r}")
     checks.tier(tier, method, LESSON_METHODS, "attention")
-    if tier == "lesson" and tc_methods.low_precision(q):
-        raise TypeError("q: tier 'lesson' takes float32 inputs (fp16/bf16 run on the fast "
-                        "tier's method 'flash_tc')")
+    if tier == "lesson" and tc_methods.low_precision(q) and method != "flash_tc":
+        raise TypeError(f"q: tier 'lesson' of method {method!r} takes float32 inputs (fp16 "
+                        "runs on method 'flash_tc', either tier; bf16 on its fast tier)")
     if method == "flash_tc" or tc_methods.low_precision(q):     # §37: tensor cores
         checks.integer(seed, "seed", 0, 2**64)      # (no dropout there, but a seed is a seed)
         if method not in ("flash", "flash_tc"):
@@ -307,6 +312,13 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
     return_lse = checks.flag(return_lse, "return_lse")
     p, dropout = checks.dropout(dropout_p, seed)
     kpm = checks.key_padding_mask(key_padding_mask, B, nk)
+    if tier == "lesson" and method in _LOOP_ORDER_METHODS:     # §41–43: CAUSAL their only flag
+        if kpm is not None:
+            raise ValueError(f"key_padding_mask: the lesson tier's {method!r} takes none (§35 "
+                             "padding: method 'flash', either tier)")
+        if p > 0:
+            raise ValueError(f"dropout_p: the lesson tier's {method!r} takes none (§36 "
+                             "dropout: method 'flash', either tier)")
     if config is not None:
         want = LessonConfig if tier == "lesson" else FlashConfig
         if not isinstance(config, want):
@@ -345,6 +357,11 @@ def _attention(qo, ko, vo, B, H, nq, nk, d, method, causal, scale, config, kpm, 
         _flash(q3.reshape(-1), k3.reshape(-1), v3.reshape(-1), o3.reshape(-1),
                lse2.reshape(-1), d=d, n_q=nq, n_k=nk, heads=H, grid_bh=bh, max_q=nq,
                causal=causal, scale=scale, config=config, kpm=kpm, dropout=dropout)
+    elif method in _LOOP_ORDER_METHODS and tier == "lesson":    # §41–42, lesson tier
+        from . import loop_order
+        run = loop_order.launch_fa1_lesson if method == "flash_fa1" else \
+            loop_order.launch_db_lesson
+        run(q3, k3, v3, o3, lse2, causal=causal, scale=scale, config=config)
     elif method in _LOOP_ORDER_METHODS:                     # §41–42
         _loop_order(method, q3, k3, v3, o3, lse2, d=d, nq=nq, nk=nk, heads=H, bh=bh,
                     causal=causal, scale=scale, config=config, kpm=kpm, dropout=dropout)

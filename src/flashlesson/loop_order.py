@@ -8,6 +8,9 @@ methods ``"flash_fa1"`` and ``"flash_db"`` of ``flashlesson.attention`` call the
   HBM), ``q_blocks`` blocks per head (1: the paper's one block per head; ⌈Nq/Br⌉: FA2's grid).
 - ``launch_db(…, producers=0)``: FA2's loop, next K/V tile prefetched (producers = 0: by every
   thread, through registers; producers = P: by P warps that only load).
+- the lesson tier (``kernels_numba/lesson/loop_order.py``; ``attention(…, tier="lesson")``):
+  ``launch_fa1_lesson`` (§41), ``launch_db_lesson(…, producers=0)`` (§42; producers = P: §43),
+  on [B·H, N, d] arrays with a ``LessonConfig``; ``lesson_db_config(d)`` its default tiles.
 - ``fa1_attention_traffic``, ``db_attention_traffic``: element reads and writes of each global
   array, as ``flashlesson.traffic``'s models (held to the counter by tests/test_loop_order.py).
 - ``attention_traffic``: the model of any attention method (the registry's): these two here,
@@ -18,9 +21,12 @@ import numpy as np
 
 from kernels_numba import attention_db as KDB
 from kernels_numba import attention_fa1 as KF1
+from kernels_numba.lesson import loop_order as LL
 
 from .arrays import empty
-from .attention_methods import FlashConfig, _aligned16, dummy, default_config
+from .attention_methods import FlashConfig, LessonConfig, _aligned16, default_config, \
+    default_lesson_config, dummy
+from .checks import grid as check_grid
 from .launch import launch, max_shared_bytes
 from .traffic import Access, attention_traffic as _attention_traffic, \
     flash_attention_traffic
@@ -107,6 +113,66 @@ def launch_db(q, k, v, o, lse, *, d, n_q, n_k, heads, bh, causal, scale, config=
     launch(kernel, (bh, tiles) if causal else (tiles, bh), cfg.threads + 32 * int(producers),
            (q, k, v, o, lse, np.float32(scale), d, n_q, n_k, heads, *_extras(kpm, dropout)),
            smem_bytes(DB, cfg, d))
+
+
+# ---------------------------------------------------------------------------------------------
+# The lesson tier (kernels_numba/lesson/loop_order.py)
+# ---------------------------------------------------------------------------------------------
+STATIC_SMEM = 48 * 1024         # the lesson kernels' shared arrays are static: at most 48 KB
+
+
+def lesson_db_config(d):
+    """§42–43's default tiles: the lesson forward's (``default_lesson_config``), Bc halved until
+    the two buffers (4·Bc·d float32) fit in 48 KB."""
+    cfg = default_lesson_config(d)
+    bc = cfg.Bc
+    while bc > 1 and 16 * bc * d > STATIC_SMEM:
+        bc //= 2
+    return LessonConfig(Br=cfg.Br, Bc=bc)
+
+
+def _lesson_config(config, d, buffers):
+    if not isinstance(config, LessonConfig):
+        raise TypeError(f"config: expected a LessonConfig, got {type(config).__name__}")
+    config.check(d)
+    need = 4 * buffers * 2 * config.Bc * d
+    if need > STATIC_SMEM:
+        raise ValueError(f"config {config}: {buffers} K/V buffers need {buffers}·2·Bc·d·4 = "
+                         f"{need} bytes of static shared memory; at most {STATIC_SMEM}")
+    return config
+
+
+def launch_fa1_lesson(q3, k3, v3, o3, lse2, *, causal, scale, config=None):
+    """§41, the lesson kernel ``flash_fa1`` on [B·H, N, d] device arrays: one block per (batch,
+    head), Br threads; allocates its m and l [B·H, Nq] in global memory (Algorithm 1's HBM)."""
+    bh, nq, d = q3.shape
+    cfg = _lesson_config(config or default_lesson_config(d), d, 1)
+    check_grid((bh,), f"q: {bh} (batch, head) pairs, one block each")
+    m = empty((bh, nq), np.float32)             # Algorithm 1's m and l, in HBM
+    l = empty((bh, nq), np.float32)             # noqa: E741 - the lesson's name
+    launch(LL.flash_fa1(d, cfg.Br, cfg.Bc, bool(causal)), (bh,), cfg.Br,
+           (q3, k3, v3, o3, m, l, lse2, np.float32(scale)))
+
+
+def launch_db_lesson(q3, k3, v3, o3, lse2, *, causal, scale, config=None, producers=0):
+    """§42 (producers = 0: ``flash_double_buffer``, Br threads) or §43 (producers = P:
+    ``flash_producer_consumer``, Br + 32·P threads), the lesson kernels on [B·H, N, d] device
+    arrays; grid (⌈Nq/Br⌉, B·H)."""
+    bh, nq, d = q3.shape
+    cfg = _lesson_config(config or lesson_db_config(d), d, 2)
+    if isinstance(producers, bool) or not isinstance(producers, (int, np.integer)) \
+            or producers < 0:
+        raise ValueError(f"producers: expected an int ≥ 0, got {producers!r}")
+    if cfg.Br + 32 * producers > 1024:
+        raise ValueError(f"producers: Br = {cfg.Br} consumer threads + 32·{producers} producer "
+                         "threads exceed 1024")
+    grid = (-(-nq // cfg.Br), bh)
+    check_grid(grid, f"q: {nq} queries in tiles of Br = {cfg.Br}")
+    if producers:
+        kernel = LL.flash_producer_consumer(d, cfg.Br, cfg.Bc, int(producers), bool(causal))
+    else:
+        kernel = LL.flash_double_buffer(d, cfg.Br, cfg.Bc, bool(causal))
+    launch(kernel, grid, cfg.Br + 32 * int(producers), (q3, k3, v3, o3, lse2, np.float32(scale)))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -238,22 +238,24 @@ def softmax_tiers(section, topic, method, x, verbose=True):
 
 def attention_tiers(section, topic, q, k, v, verbose=True, **kw):
     """An example's two tiers of flash attention on q, k, v (``kw``: causal, key_padding_mask,
-    scale): the lesson kernel first (kernels_numba/lesson/attention.py), then the fast one,
-    each checked against the float64 oracle (:func:`attention_check`), then the measured
-    difference (:func:`tier_timing`). Returns the Checks."""
+    scale, method: "flash" by default, or another with a lesson kernel, e.g. "flash_fa1"): the
+    lesson kernel first (kernels_numba/lesson/), then the fast one, each checked against the
+    float64 oracle (:func:`attention_check`), then the measured difference
+    (:func:`tier_timing`). Returns the Checks."""
     from numba import cuda
 
     from .attention_methods import attention
+    method = kw.get("method", "flash")
     checks = []
     for tier in ("lesson", "fast"):
         o, lse = attention(q, k, v, return_lse=True, tier=tier, **kw)
-        cs, _, _ = attention_check(section, topic, f"flash ({tier})", o, lse, q, k, v,
+        cs, _, _ = attention_check(section, topic, f"{method} ({tier})", o, lse, q, k, v,
                                    causal=kw.get("causal", False), scale=kw.get("scale"),
                                    key_padding_mask=kw.get("key_padding_mask"),
                                    note=f"{tier} tier")
         checks += cs
     dev = [cuda.to_device(a) for a in (q, k, v)]
-    checks.append(tier_timing(section, topic, "flash",
+    checks.append(tier_timing(section, topic, method,
                               lambda tier: attention(*dev, tier=tier, **kw)))
     if verbose:
         for c in checks:
