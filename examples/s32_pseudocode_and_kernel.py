@@ -40,7 +40,7 @@ import numpy as np
 from tabulate import tabulate
 
 import flashlesson
-from flashlesson.attention_methods import default_config
+from flashlesson.configs import default_config
 from flashlesson.tolerance import attention_tol
 from flashlesson.tour import Check, attention_inputs, attention_tiers, check_close, example_rng
 from kernels_numba import attention as KA

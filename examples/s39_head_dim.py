@@ -23,7 +23,7 @@ import math
 
 import flashlesson
 from flashlesson import sweeps
-from flashlesson.attention_methods import MAX_HEAD_DIM
+from flashlesson.configs import MAX_HEAD_DIM
 from flashlesson.tour import Check, example_rng
 
 SECTIONS = (39,)

@@ -29,7 +29,7 @@ from tabulate import tabulate
 
 import flashlesson
 from flashlesson import loop_order
-from flashlesson.attention_methods import GPU_CONFIGS
+from flashlesson.configs import GPU_CONFIGS
 from flashlesson.sweeps import inputs
 from flashlesson.tour import Check, attention_check, attention_inputs, example_rng, \
     in_simulator

@@ -96,7 +96,8 @@ def time_end_to_end(fn, calls=INNER, warmup=WARMUP):
     return cuda.event_elapsed_time(start, stop) / calls
 
 
-def _torch():
+def cuda_torch():
+    """torch when it is installed and sees a GPU, else None."""
     try:
         import torch
     except ImportError:
@@ -121,7 +122,7 @@ def bench_softmax(ns=DEFAULT_NS, dtypes=("float32", "float16"), methods=None,
                   elements=DEFAULT_ELEMENTS, log=print):
     """Time every method × N × dtype. Returns a list of result dicts (one per measurement)."""
     device.gpu_only("flashlesson bench softmax")
-    torch = _torch()
+    torch = cuda_torch()
     methods = list(methods or (["auto"] + [m for m in sm.METHODS if m != "naive"]))
     rng = np.random.default_rng(0)
     results = []
@@ -325,7 +326,7 @@ def bench_attention(shapes=ATTENTION_SHAPES + ATTENTION_SWEEP, causal_modes=(Fal
     """Check, then time every method on every shape; torch SDPA (math, efficient) beside it."""
     from .attention_methods import attention as fl_attention
     device.gpu_only("flashlesson bench attention")
-    torch = _torch()
+    torch = cuda_torch()
     results = []
     rng = np.random.default_rng(0)
     for (b, h, n, d) in shapes:
@@ -385,7 +386,7 @@ def bench_attention_backward(shapes=ATTENTION_SHAPES, causal_modes=(False, True)
     from .attention_methods import attention as fl_attention
     from .backward_methods import attention_backward
     device.gpu_only("flashlesson bench attention --backward")
-    torch = _torch()
+    torch = cuda_torch()
     results = []
     rng = np.random.default_rng(0)
     for (b, h, n, d) in shapes:
@@ -453,7 +454,7 @@ def _torch_sdpa(what):
     """(torch, SDPBackend, sdpa_kernel, scaled_dot_product_attention) for a GPU command that
     compares with torch; a clear exit without a GPU or without torch."""
     device.gpu_only(what)
-    torch = _torch()
+    torch = cuda_torch()
     if torch is None:
         raise SystemExit(f"{what} compares with torch SDPA: install torch")
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -701,7 +702,7 @@ def bench_overhead(calls=200, log=print):
     measured the same way in the same process. Returns records with ``function``, ``host_us``,
     ``torch_host_us`` (None where torch has no single equivalent call) and ``fast_launch``."""
     device.gpu_only("flashlesson bench overhead")
-    torch = _torch()
+    torch = cuda_torch()
     if torch is None:
         raise RuntimeError("flashlesson bench overhead needs torch with CUDA (the public calls "
                            "are timed on torch tensors, beside torch's own)")

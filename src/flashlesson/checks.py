@@ -132,14 +132,6 @@ def scale(value, d):
     return v
 
 
-def dropout(dropout_p, seed, noun="probability"):
-    """(p, (seed_lo, seed_hi, threshold, inv_keep)) for the kernels; p = 0 means no dropout.
-    ``noun`` words the range error (the backward says "drop probability")."""
-    from .dropout import attention_args        # (dropout.py imports this module)
-    p = probability(dropout_p, "dropout_p", noun)
-    return p, attention_args(seed, p)           # (checks seed: an int in [0, 2^64))
-
-
 MASK_DTYPES = (np.bool_, np.uint8)
 
 
@@ -233,6 +225,6 @@ def filled(shape, dtype, value, on_host, like=None):
     return host if on_host else cuda.to_device(host)
 
 
-__all__ = ["integer", "probability", "positive_int", "flag", "config_fields", "scale", "dropout", "key_padding_mask",
+__all__ = ["integer", "probability", "positive_int", "flag", "config_fields", "scale", "key_padding_mask",
            "grid", "no_partial_overlap", "lse_parts_values", "empty_like_side", "filled",
            "is_device_array", "MASK_DTYPES", "GRID_X_MAX", "GRID_YZ_MAX"]

@@ -9,9 +9,9 @@ methods ``"flash_fa1"`` and ``"flash_db"`` of ``flashlesson.attention`` call the
 - ``launch_db(…, producers=0)``: FA2's loop, next K/V tile prefetched (producers = 0: by every
   thread, through registers; producers = P: by P warps that only load).
 - ``fa1_attention_traffic``, ``db_attention_traffic``: element reads and writes of each global
-  array, as ``flashlesson.traffic``'s models (held to the counter by tests/test_loop_order.py).
+  array, as ``flashlesson.io_model``'s models (held to the counter by tests/test_loop_order.py).
 - ``attention_traffic``: the model of any attention method (the registry's): these two here,
-  the others from ``flashlesson.traffic``.
+  the others from ``flashlesson.io_model``.
 """
 
 import numpy as np
@@ -20,9 +20,9 @@ from kernels_numba import attention_db as KDB
 from kernels_numba import attention_fa1 as KF1
 
 from .arrays import empty
-from .attention_methods import FlashConfig, _aligned16, dummy, default_config
-from .launch import launch, max_shared_bytes
-from .traffic import Access, attention_traffic as _attention_traffic, \
+from .configs import FlashConfig, default_config
+from .launch import aligned16 as _aligned16, dummy, launch, max_shared_bytes
+from .io_model import Access, attention_traffic as _attention_traffic, \
     flash_attention_traffic
 
 FA1 = "flash_fa1"
@@ -194,7 +194,7 @@ def attention_traffic(B, H, nq, nk, d, method="flash", causal=False, config=None
 
 def fa1_vs_fa2_bytes(B, H, n, d, causal=False, config=None):
     """(FA1 bytes, FA2 bytes) of the models at one size (§41's table), float32."""
-    from .traffic import total_bytes
+    from .io_model import total_bytes
     return (total_bytes(fa1_attention_traffic(B, H, n, n, d, causal, config)),
             total_bytes(flash_attention_traffic(B, H, n, n, d, causal,
                                                 config_for(d, n, B * H, config))))
