@@ -18,6 +18,10 @@ import statistics
 import numpy as np
 from numba import cuda
 
+# §16, §30–31: the FLOP counts are the reference's (it owns them)
+from reference.attention import attention_flops
+from reference.attention_backward import attention_backward_flops
+
 from . import arrays, device
 from . import softmax_methods as sm
 
@@ -224,13 +228,6 @@ def tc_headdim_shapes(headdims=TC_HEADDIMS, b=2, h=16, n=4096):
     return tuple((b, h, n, d) for d in headdims)
 
 
-def attention_flops(b, h, nq, nk, d, causal):
-    """§16, §28: QKᵀ and PV are 2·Nq·Nk·d FLOPs each per head: 4·B·H·Nq·Nk·d, halved when
-    causal (the convention of flash-attn's and torch's benchmarks)."""
-    f = 4 * b * h * nq * nk * d
-    return f // 2 if causal else f
-
-
 def time_gpu_adaptive(fn, target_ms=20.0, samples=7, defer=True):
     """time_gpu with as many launches per sample as make ~target_ms (1 … 10)."""
     fn()
@@ -376,9 +373,6 @@ def bench_attention(shapes=ATTENTION_SHAPES + ATTENTION_SWEEP, causal_modes=(Fal
 # ---------------------------------------------------------------------------------------------
 # Attention backward (§30–31): recompute (flash) vs stored P (naive) vs torch SDPA backward
 # ---------------------------------------------------------------------------------------------
-BACKWARD_FLOP_FACTOR = 2.5      # backward FLOPs = 2.5 × forward (5 matmuls of 2·N²·d vs 2)
-
-
 def bench_attention_backward(shapes=ATTENTION_SHAPES, causal_modes=(False, True),
                              methods=("flash", "naive"), log=print):
     """Check (against torch's float64 autograd on one head), then time ``attention_backward``
@@ -394,7 +388,7 @@ def bench_attention_backward(shapes=ATTENTION_SHAPES, causal_modes=(False, True)
         q, k, v, do = (cuda.to_device(rng.standard_normal(shape).astype(np.float32))
                        for _ in range(4))
         for causal in causal_modes:
-            flops = BACKWARD_FLOP_FACTOR * attention_flops(b, h, n, n, d, causal)
+            flops = attention_backward_flops(b, h, n, n, d, causal)
             row = {"B": b, "H": h, "N": n, "d": d, "causal": causal}
             o, lse = fl_attention(q, k, v, causal=causal, return_lse=True)
             ref = None
@@ -590,7 +584,7 @@ def bench_attention_tc_backward(shapes=ATTENTION_SHAPES + tc_headdim_shapes(),
         t16 = [torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(4)]
         q, k, v, do = (cuda.as_cuda_array(x) for x in t16)
         for causal in causal_modes:
-            flops = BACKWARD_FLOP_FACTOR * attention_flops(b, h, n, n, d, causal)
+            flops = attention_backward_flops(b, h, n, n, d, causal)
             row = {"B": b, "H": h, "N": n, "d": d, "D": padded_head_dim(d), "causal": causal}
             x64 = [x[:1, :1].double().requires_grad_(True) for x in t16[:3]]
             refs = torch.autograd.grad(sdpa(*x64, is_causal=causal), x64, t16[3][:1, :1].double())

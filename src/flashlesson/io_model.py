@@ -218,12 +218,6 @@ def attention_traffic(B, H, nq, nk, d, method="flash", causal=False, config=None
     raise ValueError(f"method: expected naive or flash; got {method!r}")
 
 
-def attention_flops(B, H, nq, nk, d, causal=False):
-    """§16: matmul FLOPs, the reference's convention (4·B·H·Nq·Nk·d, halved when causal)."""
-    from reference.attention import attention_flops as flops
-    return flops(B, H, nq, nk, d, causal)
-
-
 # ---------------------------------------------------------------------------------------------
 # The model: backward (§30 flash, §31 naive), key padding and packed varlen (§35)
 # ---------------------------------------------------------------------------------------------
@@ -423,12 +417,6 @@ def varlen_traffic(seqlens_q, seqlens_k, H, d, causal=False, backward=False, con
         _add(out, "cu_seqlens_k", 2 * n_blocks * threads)
     sizes.update({"cu_seqlens_q": (batch + 1, 4), "cu_seqlens_k": (batch + 1, 4)})
     return _sizes({n: a for n, a in out.items() if a.reads or a.writes}, sizes)
-
-
-def backward_flops(B, H, nq, nk, d, causal=False):
-    """§30–31: the backward's matmul FLOPs by the reference's convention (5 products)."""
-    from reference.attention_backward import attention_backward_flops
-    return attention_backward_flops(B, H, nq, nk, d, causal)
 
 
 # ---------------------------------------------------------------------------------------------

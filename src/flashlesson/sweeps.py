@@ -23,10 +23,11 @@ import time
 
 import numpy as np
 
+from reference.attention import attention_flops
+
 from . import device
 from .attention_methods import attention
 from .configs import GPU_CONFIGS, SMALL_GRID_CONFIGS, FlashConfig
-from .bench import attention_flops
 from .occupancy import blocks_per_sm
 
 REL_TOL = 1e-4

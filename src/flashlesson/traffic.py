@@ -59,15 +59,19 @@ from contextlib import contextmanager
 
 import numpy as np
 
+# §16, §30–31: the FLOP counts are the reference's (it owns them), named here for the CLI
+from reference.attention import attention_flops
+from reference.attention_backward import attention_backward_flops as backward_flops
+
 from . import device
 # The model lives in io_model; its names are re-exported here (``__all__``) so that
 # ``traffic.flash_attention_traffic`` and the counter's ``compare`` sit side by side.
-from .io_model import (DEFAULT_SRAM_KIB, KERNEL_ARRAYS, SRAM_HEADERS, Access, attention_flops,
-                       attention_traffic, backward_flops, backward_traffic, compulsory_traffic,
-                       flash_attention_traffic, flash_backward_traffic, flash_tiles_visited,
-                       kernel_sram_point, naive_attention_traffic, naive_backward_traffic,
-                       softmax_traffic, sram_command, sram_model, sram_sweep, sram_table_rows,
-                       sram_tiles, total_bytes, varlen_traffic)
+from .io_model import (DEFAULT_SRAM_KIB, KERNEL_ARRAYS, SRAM_HEADERS, Access, attention_traffic,
+                       backward_traffic, compulsory_traffic, flash_attention_traffic,
+                       flash_backward_traffic, flash_tiles_visited, kernel_sram_point,
+                       naive_attention_traffic, naive_backward_traffic, softmax_traffic,
+                       sram_command, sram_model, sram_sweep, sram_table_rows, sram_tiles,
+                       total_bytes, varlen_traffic)
 
 
 # ---------------------------------------------------------------------------------------------
