@@ -11,12 +11,14 @@ turn the user's (seed, p) into what the kernels take, and are shared with the at
   ``attention_args(seed, p)`` adds inv_keep = np.float32(1/(1 − p)) for the attention kernels;
 - ``dropout_args(dropout_p, seed)`` → (p checked, attention_args): what the operations call.
 
-(The arithmetic is the reference's, duplicated: this package does not import ``reference``.)
+(The arithmetic of ``seed_key`` and ``threshold`` is the reference's, ``reference/philox.py``,
+called once the arguments pass this package's checks: one owner, no copy.)
 """
 
 import numpy as np
 
 from kernels_numba import philox as KP
+from reference import philox as RP
 
 from . import device
 from .arrays import empty
@@ -30,14 +32,12 @@ MAX_GRID_YZ = 65535
 
 def seed_key(seed):
     """The Philox key of a dropout seed in [0, 2^64): (seed mod 2^32, seed div 2^32)."""
-    seed = integer(seed, "seed", 0, 2**64)
-    return seed & 0xFFFFFFFF, seed >> 32
+    return RP.seed_key(integer(seed, "seed", 0, 2**64))
 
 
 def threshold(p):
     """floor(p · 2^32) for a dropout probability 0 ≤ p < 1; a word r is kept iff r ≥ it."""
-    p = probability(p, "p", "dropout probability")
-    return int(np.floor(p * 2.0**32))           # exact: p · 2^32 only shifts the exponent
+    return RP.dropout_threshold(probability(p, "p", "dropout probability"))
 
 
 def kernel_args(seed, p):
