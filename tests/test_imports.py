@@ -6,7 +6,8 @@ runs back up the graph is a circle all the same, only postponed to the first cal
 Rules checked over ``src/flashlesson``, ``kernels_numba`` (with ``lesson/``) and ``reference``:
 
 (a) no import circle among the modules of one package (the failure names the cycle);
-(b) no ``from X import _private`` across files (a name one file shares is public);
+(b) no ``from X import _private`` across files, nor ``module._private`` read off another
+    project module (a name one file shares is public);
 (c) ``reference/`` imports only numpy, the standard library and itself (it is the oracle);
 (d) ``kernels_numba`` never imports ``flashlesson`` (the kernels sit below the library).
 """
@@ -170,6 +171,39 @@ def test_no_private_name_imported_across_files():
              for module, edges in GRAPH.items() for target, name, line in edges
              if name and name.startswith("_") and not name.startswith("__") and target != module]
     assert not found, "private names imported across files:\n" + "\n".join(found)
+
+
+def _private_attributes(module):
+    """(line, "alias._name") for each ``_name`` read off another project module bound by an
+    import in ``module`` (``from . import traffic`` … ``traffic._cdiv``)."""
+    path, is_package = MODULES[module]
+    tree = ast.parse(path.read_text(), filename=str(path))
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in MODULES:
+                    aliases[alias.asname or alias.name.split(".")[0]] = \
+                        alias.name if alias.asname else alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                for target, name in _resolve(module, is_package, _one(node, alias)):
+                    if name is None and target in MODULES:
+                        aliases[alias.asname or alias.name] = target
+    return [(node.lineno, f"{node.value.id}.{node.attr}") for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and aliases.get(node.value.id, module) != module
+            and node.attr.startswith("_") and not node.attr.startswith("__")]
+
+
+def _one(node, alias):
+    return ast.ImportFrom(module=node.module, names=[alias], level=node.level)
+
+
+def test_no_private_name_read_off_another_module():
+    found = [f"{_where(module, line)}: {text}" for module in MODULES
+             for line, text in _private_attributes(module)]
+    assert not found, "private names used across files:\n" + "\n".join(found)
 
 
 def test_reference_imports_only_numpy_and_the_standard_library():

@@ -30,9 +30,8 @@ from kernels_numba.lesson import tensor_core as LT
 
 from . import checks, device
 from .arrays import Operand, empty, is_device_array, result, using
+from .configs import MAX_HEAD_DIM
 from .launch import dummy, launch, max_shared_bytes, stride_grid
-
-MAX_HEAD_DIM = 256
 
 
 @dataclass(frozen=True)
