@@ -9,8 +9,8 @@ the same functions and config objects the launchers use, ``flashlesson.configs``
 
 The counter that holds these numbers to the library's own calls, element by element, is
 ``flashlesson.traffic`` (it sits on top of this module and of the operations; this module
-imports neither). The model works on either device, with the launch parameters of the device
-this process runs on.
+reads the configs and the softmax registry only, and runs no kernel). The model works on either
+device, with the launch parameters of the device this process runs on.
 """
 
 import sys

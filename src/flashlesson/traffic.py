@@ -1,7 +1,7 @@
 """``flashlesson.traffic``: global-memory traffic, predicted (the model) and counted (the counter).
 
-(The model's formulas are in ``flashlesson.io_model``, which imports no operation; this module
-holds the counter, which runs the operations, and re-exports the model beside it.)
+(The model's formulas are in ``flashlesson.io_model``, which runs no kernel; this module holds
+the counter, which runs the operations, and re-exports the model beside it.)
 
 The lesson's argument is about bytes moved (§4, §14–16, §25). This module makes the claim a
 number twice, and the tests hold the two numbers to each other exactly:
