@@ -20,7 +20,7 @@ from numba import cuda
 from kernels_numba import attention_backward as KB
 from kernels_numba.lesson import backward as LB
 
-from . import checks, device
+from . import checks, device, tc_methods
 from .arrays import Operand, empty, result, using
 from .attention_methods import AttentionMethod, gemm, operands, varlen_operands
 from .configs import NAIVE_GEMM_TILES, BwdConfig, bwd_default_config
@@ -119,7 +119,6 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
     if method not in CHOICES:
         raise ValueError(f"method: expected one of {', '.join(CHOICES)}; got {method!r}")
     tier = checks.tier(tier, method, LESSON_METHODS, "attention_backward")
-    from . import tc_methods
     if tier == "lesson" and tc_methods.low_precision(q):
         raise TypeError("q: the lesson tier's backward takes float32 inputs; fp16/bf16 run on "
                         "tier 'fast' (the tensor-core backward)")
