@@ -16,8 +16,9 @@ from tabulate import tabulate
 
 from flashlesson.attention_methods import attention
 from flashlesson.backward_methods import attention_backward
+from flashlesson.bench import time_gpu_adaptive
 from flashlesson.configs import BwdConfig, bwd_default_config as default_config
-from flashlesson.bench import BACKWARD_FLOP_FACTOR, attention_flops, time_gpu_adaptive
+from reference.attention_backward import attention_backward_flops
 
 # (Bc, Br, TR, TC) for both kernels
 CANDIDATES = {
@@ -42,7 +43,7 @@ def main():
         o, lse = attention(q, k, v, return_lse=True)
         want = [g.copy_to_host() for g in attention_backward(do, q, k, v, o, lse,
                                                              config=default_config(d))]
-        flops = BACKWARD_FLOP_FACTOR * attention_flops(a.b, a.h, a.n, a.n, d, False)
+        flops = attention_backward_flops(a.b, a.h, a.n, a.n, d, False)
         for c in CANDIDATES[d]:
             cfg = BwdConfig(*c, *c)
             try:

@@ -12,7 +12,8 @@ refused call leaves nothing behind (no kernel compiled, no cache entry).
   tiers); "lesson" refused for a method without a lesson kernel.
 - ``flag(value, name)``: a bool (``causal="False"`` is a TypeError, not True).
 - ``scale(value, d)``: None → 1/√d, else a real number finite in float32 (the kernels' type).
-- ``dropout(p, seed)``: p in [0, 1), seed in [0, 2^64) (``flashlesson.dropout``'s rules).
+- ``probability``, ``integer``: what ``flashlesson.dropout.dropout_args(p, seed)`` checks p in
+  [0, 1) and the seed in [0, 2^64) with (the dropout arguments themselves live there).
 - ``key_padding_mask(mask, batch, nk, ...)``: bool or uint8 [B, Nk], nonzero = the key takes part.
 - ``grid(grid, what)``: CUDA's grid limits (x < 2^31, y and z ≤ 65535), before a launch.
 - ``no_partial_overlap(out, x)``: ``out`` is ``x`` itself or shares no byte with it.
