@@ -9,9 +9,9 @@ methods ``"flash_fa1"`` and ``"flash_db"`` of ``flashlesson.attention`` call the
 - ``launch_db(…, producers=0)``: FA2's loop, next K/V tile prefetched (producers = 0: by every
   thread, through registers; producers = P: by P warps that only load).
 - ``fa1_attention_traffic``, ``db_attention_traffic``: element reads and writes of each global
-  array, as ``flashlesson.io_model``'s models (held to the counter by tests/test_loop_order.py).
+  array, as ``flashlesson.traffic``'s models (held to the counter by tests/test_loop_order.py).
 - ``attention_traffic``: the model of any attention method (the registry's): these two here,
-  the others from ``flashlesson.io_model``.
+  the others from ``flashlesson.traffic``.
 """
 
 import numpy as np
