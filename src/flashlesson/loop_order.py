@@ -21,9 +21,9 @@ from kernels_numba import attention_fa1 as KF1
 
 from .arrays import empty
 from .configs import FlashConfig, default_config
-from .launch import aligned16 as _aligned16, dummy, launch, max_shared_bytes
 from .io_model import Access, attention_traffic as _attention_traffic, \
     flash_attention_traffic
+from .launch import aligned16 as _aligned16, dummy, launch, max_shared_bytes
 
 FA1 = "flash_fa1"
 DB = "flash_db"
