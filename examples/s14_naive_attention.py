@@ -28,7 +28,7 @@ import numpy as np
 from numba import cuda
 from tabulate import tabulate
 
-from flashlesson.attention_methods import GEMM_TILES
+from flashlesson.configs import GEMM_TILES
 from flashlesson.tolerance import attention_tol
 from flashlesson.tour import Check, RTOL, attention_inputs, check_close, example_rng
 from kernels_numba import gemm as KG

@@ -27,7 +27,7 @@ import numpy as np
 from tabulate import tabulate
 
 import flashlesson
-from flashlesson.attention_methods import GPU_CONFIGS
+from flashlesson.configs import GPU_CONFIGS
 from flashlesson.tour import Check, example_rng
 from reference import attention, attention_flops, flash_attention_bytes, naive_attention_bytes
 

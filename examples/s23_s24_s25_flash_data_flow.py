@@ -23,7 +23,7 @@ Run: ``PYTHONPATH=src:. python3 examples/s23_s24_s25_flash_data_flow.py`` (or
 from tabulate import tabulate
 
 import flashlesson
-from flashlesson.attention_methods import GPU_CONFIGS, default_config
+from flashlesson.configs import GPU_CONFIGS, default_config
 from flashlesson.tolerance import attention_tol
 from flashlesson.tour import Check, attention_inputs, attention_tiers, check_close, example_rng
 from reference import (attention, flash_attention_bytes, flash_attention_tiled,

@@ -26,7 +26,7 @@ import numpy as np
 from tabulate import tabulate
 
 import flashlesson
-from flashlesson.attention_methods import default_config
+from flashlesson.configs import default_config
 from flashlesson.tolerance import attention_tol
 from flashlesson.tour import Check, check_close, example_rng
 from reference import attention, attention_flops, flash_attention_tiled

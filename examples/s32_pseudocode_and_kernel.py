@@ -40,7 +40,7 @@ import numpy as np
 from tabulate import tabulate
 
 import flashlesson
-from flashlesson.attention_methods import default_config
+from flashlesson.configs import default_config
 from flashlesson.tolerance import attention_tol
 from flashlesson.tour import Check, attention_inputs, attention_tiers, check_close, example_rng
 from kernels_numba import attention as KA
@@ -79,7 +79,7 @@ SIDE_BY_SIDE = [
      r"l = correction \* l \+ np\.sum\(P_local",
      r"l\[i\] = correction \* l\[i\] \+ lanes_sum\(row_sum"),
     ("        acc = correction × acc + P_local × Vj",
-     r"acc = correction\[\.\.\., None\] \* acc \+ _visible_product\(PZ, Vj",
+     r"acc = correction\[\.\.\., None\] \* acc \+ visible_product\(PZ, Vj",
      r"acc\[i, c\] \*= correction"),
     ("", "", r"^pv(_guarded)?\(acc, Pt, KV, r0, tc, a, b\)"),     # (flash_steps.pv_product: acc += P Vj)
     ("        m = new_m", r"^m = new_m", r"^m\[i\] = new_m"),

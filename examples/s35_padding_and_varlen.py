@@ -30,7 +30,7 @@ import numpy as np
 from tabulate import tabulate
 
 import flashlesson
-from flashlesson.attention_methods import default_config
+from flashlesson.configs import default_config
 from flashlesson.tolerance import attention_tol
 from flashlesson.tour import Check, attention_tiers, check_close, example_rng
 from reference import attention, cu_seqlens, pack, packed_to_padded, varlen_attention

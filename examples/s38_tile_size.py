@@ -24,7 +24,7 @@ import datetime
 
 import flashlesson
 from flashlesson import sweeps
-from flashlesson.attention_methods import GPU_CONFIGS
+from flashlesson.configs import GPU_CONFIGS
 from flashlesson.occupancy import blocks_per_sm
 from flashlesson.tour import Check, example_rng
 

@@ -6,7 +6,7 @@ of every shared-memory tile; going from 64 to 128 doubles the FLOPs per score an
 bytes, so the block configuration may have to change.
 
 What you will see: for each d, the tiles the H200 runs (``GPU_CONFIGS`` in
-``flashlesson/attention_methods.py``), D (d rounded up to a multiple of 4·TC: 80 runs as 96,
+``flashlesson/configs.py``), D (d rounded up to a multiple of 4·TC: 80 runs as 96,
 its last 16 columns zeros), the shared memory of the tiles, the values each thread keeps in
 registers and the blocks per SM that shared memory and threads allow (H200 limits); then each
 d checked against the float64 oracle with exactly those tiles, on a tiny N that is not a
@@ -23,7 +23,7 @@ import math
 
 import flashlesson
 from flashlesson import sweeps
-from flashlesson.attention_methods import MAX_HEAD_DIM
+from flashlesson.configs import MAX_HEAD_DIM
 from flashlesson.tour import Check, example_rng
 
 SECTIONS = (39,)

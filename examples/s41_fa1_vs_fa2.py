@@ -31,7 +31,7 @@ from tabulate import tabulate
 
 import flashlesson
 from flashlesson import loop_order
-from flashlesson.attention_methods import GPU_CONFIGS, default_config
+from flashlesson.configs import GPU_CONFIGS, default_config
 from flashlesson.sweeps import inputs, timing_rows, timing_table
 from flashlesson.tour import Check, attention_check, attention_inputs, attention_tiers, \
     example_rng, in_simulator

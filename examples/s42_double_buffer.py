@@ -33,7 +33,7 @@ from tabulate import tabulate
 
 import flashlesson
 from flashlesson import loop_order
-from flashlesson.attention_methods import GPU_CONFIGS
+from flashlesson.configs import GPU_CONFIGS
 from flashlesson.sweeps import inputs
 from flashlesson.tour import Check, attention_check, attention_inputs, attention_tiers, \
     example_rng, in_simulator

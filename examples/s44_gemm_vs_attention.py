@@ -29,7 +29,8 @@ import numpy as np
 from numba import cuda
 
 import flashlesson
-from flashlesson.attention_methods import GEMM_TILES, default_config, gemm
+from flashlesson.attention_methods import gemm
+from flashlesson.configs import GEMM_TILES, default_config
 from flashlesson.tour import RTOL, Check, attention_inputs, check_close, example_rng
 from reference import attention, flash_attention_tiled, merge_attention
 

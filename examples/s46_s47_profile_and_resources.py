@@ -29,7 +29,7 @@ from tabulate import tabulate
 
 import flashlesson
 from flashlesson import resources, traffic
-from flashlesson.attention_methods import GPU_CONFIGS
+from flashlesson.configs import GPU_CONFIGS
 from flashlesson.tour import Check
 
 SECTIONS = (46, 47)

@@ -24,7 +24,7 @@ from tabulate import tabulate
 
 import flashlesson
 from flashlesson import traffic
-from flashlesson.attention_methods import FlashConfig
+from flashlesson.configs import FlashConfig
 from flashlesson.tour import Check, in_simulator
 
 SECTIONS = (48,)

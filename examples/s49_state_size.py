@@ -19,7 +19,7 @@ import numpy as np
 from tabulate import tabulate
 
 import flashlesson
-from flashlesson.attention_methods import default_config
+from flashlesson.configs import default_config
 from flashlesson.tour import Check, RTOL, attention_inputs, check_close, example_rng
 from reference import attention_state, attention_state_sizes
 

@@ -40,7 +40,7 @@ Conventions shared by every function that takes q, k, v:
 * **A masked key contributes exactly nothing**, whatever its K and V rows hold: a key hidden
   from query i (causal, ``key_padding_mask``, another sequence in varlen) adds no term to row
   i's max, sum, O or gradients — not 0·NaN = NaN, not 0·inf = NaN. So the products P V (and,
-  in the backward, dS K) sum over the visible pairs only (:func:`_visible_product`), and the
+  in the backward, dS K) sum over the visible pairs only (:func:`visible_product`), and the
   scores are masked by select (S = −inf where hidden), never by adding −inf to S. A *visible*
   non-finite key propagates as IEEE arithmetic does (its row's O is NaN or ±inf).
 * ``scale`` defaults to 1/√d (d = q's last axis); any finite real number may be given.
@@ -94,7 +94,7 @@ __all__ = [
 # Input checks
 # ---------------------------------------------------------------------------------------------
 
-def _as_real(x, name):
+def as_real(x, name):
     """``x`` as a float64 array, or TypeError naming ``name`` for non-real data."""
     a = np.asarray(x)
     if a.dtype.kind not in "biuf":
@@ -102,9 +102,9 @@ def _as_real(x, name):
     return a.astype(np.float64, copy=False)
 
 
-def _check_qkv(q, k, v):
+def check_qkv(q, k, v):
     """q, k, v as float64 arrays of matching shapes (see the module), or a ValueError."""
-    q, k, v = _as_real(q, "q"), _as_real(k, "k"), _as_real(v, "v")
+    q, k, v = as_real(q, "q"), as_real(k, "k"), as_real(v, "v")
     if q.ndim not in (2, 4) or k.ndim != q.ndim or v.ndim != q.ndim:
         raise ValueError(
             "q, k, v must all be 4-D [B, H, N, d] or all 2-D [N, d]; "
@@ -133,7 +133,7 @@ def _check_qkv(q, k, v):
     return q, k, v
 
 
-def _check_scale(scale, d):
+def check_scale(scale, d):
     """The softmax scale: 1/√d by default, else a finite real number."""
     if scale is None:
         return 1.0 / math.sqrt(d)
@@ -145,7 +145,7 @@ def _check_scale(scale, d):
     return s
 
 
-def _check_count(value, name, minimum=0):
+def check_count(value, name, minimum=0):
     """``value`` as an int ≥ minimum (0: a size in the cost models; 1: a tile, a byte width),
     or an error naming ``name``."""
     what = "a positive int" if minimum == 1 else f"an int ≥ {minimum}" if minimum else \
@@ -163,7 +163,7 @@ def _check_count(value, name, minimum=0):
 
 def _check_positive_int(value, name):
     """``value`` as a positive int, or an error naming ``name``."""
-    return _check_count(value, name, 1)
+    return check_count(value, name, 1)
 
 
 def _key_mask(key_padding_mask, q, k):
@@ -190,7 +190,7 @@ def _key_mask(key_padding_mask, q, k):
     raise ValueError(f"key_padding_mask must have shape {want}; got {mask.shape}")
 
 
-def _check_dropout_p(dropout_p, name="dropout_p"):
+def check_dropout_p(dropout_p, name="dropout_p"):
     """§36: the drop probability as a float in [0, 1), or an error naming ``name``."""
     if isinstance(dropout_p, (bool, np.bool_)) or not isinstance(
             dropout_p, (int, float, np.integer, np.floating)):
@@ -201,14 +201,14 @@ def _check_dropout_p(dropout_p, name="dropout_p"):
     return p
 
 
-def _dropout_scale(dropout_mask, dropout_p, shape, name="dropout_mask", p_name="dropout_p"):
+def dropout_scale(dropout_mask, dropout_p, shape, name="dropout_mask", p_name="dropout_p"):
     """§36: Z = M / (1 − p), broadcastable to the scores' ``shape``; None when there is no dropout.
 
     ``dropout_mask`` is a bool keep-mask (True = keep) whose shape broadcasts to ``shape``
     exactly. p > 0 without a mask is an error (the oracle draws no random numbers); a mask with
     p = 0 is allowed (Z = M).
     """
-    p = _check_dropout_p(dropout_p, p_name)
+    p = check_dropout_p(dropout_p, p_name)
     if dropout_mask is None:
         if p != 0.0:
             raise ValueError(
@@ -238,7 +238,7 @@ def _check_m(m, name):
     return m
 
 
-def _safe_max(m):
+def safe_max(m):
     """m where it is finite, 0 where it is −inf (see the module: the empty row's safe max)."""
     return np.where(m == -np.inf, 0.0, m)
 
@@ -269,13 +269,13 @@ def causal_mask(nq, nk):
     all Nk keys. So Nq = 3, Nk = 5: query 0 sees keys 0..2; Nq = 5, Nk = 3: queries 0 and 1 see
     no key at all. (torch SDPA's ``is_causal`` is top-left, j ≤ i; same mask when Nq = Nk.)
     """
-    nq, nk = _check_count(nq, "nq"), _check_count(nk, "nk")
+    nq, nk = check_count(nq, "nq"), check_count(nk, "nk")
     i = np.arange(nq)[:, None]
     j = np.arange(nk)[None, :]
     return j <= i + (nk - nq)
 
 
-def _visible(q, k, causal, key_padding_mask):
+def visible_mask(q, k, causal, key_padding_mask):
     """Bool mask broadcastable to S: which (query, key) pairs take part; None if all do."""
     allowed = causal_mask(q.shape[-2], k.shape[-2]) if causal else None
     pad = _key_mask(key_padding_mask, q, k)
@@ -284,7 +284,7 @@ def _visible(q, k, causal, key_padding_mask):
     return pad if allowed is None else (allowed & pad)
 
 
-def _visible_product(P, V, visible):
+def visible_product(P, V, visible):
     """Σ_j P_ij V_jc over the visible pairs (i, j) only: P V where a hidden key contributes
     nothing even if its V row holds NaN or ±inf (P_ij = 0 there, but 0·NaN = NaN).
 
@@ -305,7 +305,7 @@ def _visible_product(P, V, visible):
     return out
 
 
-def _masked_scores(q, k, scale, visible):
+def masked_scores(q, k, scale, visible):
     """§12: S = Q Kᵀ · scale, with −inf where a key is not visible (§34–35)."""
     with np.errstate(invalid="ignore"):                 # (NaN/inf keys: NaN scores, masked below)
         S = (q @ np.swapaxes(k, -1, -2)) * scale
@@ -342,16 +342,16 @@ def attention(q, k, v, causal=False, scale=None, key_padding_mask=None, return_p
     Returns ``(o, lse)``, or ``(o, lse, p)`` with ``return_p=True`` (p [B, H, Nq, Nk], for
     §14–15's naive attention; before dropout). Shapes and dtypes: see the module.
     """
-    q, k, v = _check_qkv(q, k, v)
-    scale = _check_scale(scale, q.shape[-1])
-    visible = _visible(q, k, causal, key_padding_mask)
-    S = _masked_scores(q, k, scale, visible)            # S = QKᵀ·scale, −inf where hidden
-    Z = _dropout_scale(dropout_mask, dropout_p, S.shape)    # §36: M / (1 − p), or None
+    q, k, v = check_qkv(q, k, v)
+    scale = check_scale(scale, q.shape[-1])
+    visible = visible_mask(q, k, causal, key_padding_mask)
+    S = masked_scores(q, k, scale, visible)            # S = QKᵀ·scale, −inf where hidden
+    Z = dropout_scale(dropout_mask, dropout_p, S.shape)    # §36: M / (1 − p), or None
     m = np.max(S, axis=-1, initial=-np.inf)             # m_i = max_j S_ij (−inf: no key seen)
-    E = np.exp(S - _safe_max(m)[..., None])             # e^{S_ij − m_i}, 0 for masked keys
+    E = np.exp(S - safe_max(m)[..., None])             # e^{S_ij − m_i}, 0 for masked keys
     l = np.sum(E, axis=-1)                              # l_i = Σ_j e^{S_ij − m_i}
     P = _divide_by_l(E, l)                              # P = softmax(S), zero rows stay zero
-    o = _visible_product(P if Z is None else P * Z, v, visible)  # O = P V;  §36: (P ∘ Z) V
+    o = visible_product(P if Z is None else P * Z, v, visible)  # O = P V;  §36: (P ∘ Z) V
     lse = _lse(m, l)                                    # lse_i = m_i + ln l_i
     return (o, lse, P) if return_p else (o, lse)
 
@@ -368,8 +368,8 @@ def attention_per_query(q, k, v, causal=False, scale=None, key_padding_mask=None
     :func:`reference.softmax.softmax_stable` (the max subtracted, §2). Only for small inputs.
     Masks as in :func:`attention`; a query with no visible key gets o_i = 0. Returns ``o``.
     """
-    q, k, v = _check_qkv(q, k, v)
-    scale = _check_scale(scale, q.shape[-1])
+    q, k, v = check_qkv(q, k, v)
+    scale = check_scale(scale, q.shape[-1])
     nq, nk = q.shape[-2], k.shape[-2]
     o = np.zeros(q.shape[:-1] + v.shape[-1:])
     if nk == 0:                                         # no keys: every o_i is the empty sum
@@ -403,14 +403,14 @@ def attention_state(q, k, v, causal=False, scale=None, key_padding_mask=None):
     state of a subset of the keys (split-KV, §22), pass it as ``key_padding_mask``: positions,
     and so the causal mask, stay those of the whole sequence.
     """
-    q, k, v = _check_qkv(q, k, v)
-    scale = _check_scale(scale, q.shape[-1])
-    visible = _visible(q, k, causal, key_padding_mask)
-    S = _masked_scores(q, k, scale, visible)
+    q, k, v = check_qkv(q, k, v)
+    scale = check_scale(scale, q.shape[-1])
+    visible = visible_mask(q, k, causal, key_padding_mask)
+    S = masked_scores(q, k, scale, visible)
     m = np.max(S, axis=-1, initial=-np.inf)             # m = max_j s_j
-    E = np.exp(S - _safe_max(m)[..., None])             # e^{s_j − m}
+    E = np.exp(S - safe_max(m)[..., None])             # e^{s_j − m}
     l = np.sum(E, axis=-1)                              # l = Σ_j e^{s_j − m}
-    acc = _visible_product(E, v, visible)               # acc = Σ_j e^{s_j − m} v_j
+    acc = visible_product(E, v, visible)               # acc = Σ_j e^{s_j − m} v_j
     return m, l, acc
 
 
@@ -430,7 +430,7 @@ def merge_states(m_a, l_a, acc_a, m_b, l_b, acc_b):
     l_a, l_b = np.asarray(l_a, dtype=np.float64), np.asarray(l_b, dtype=np.float64)
     acc_a, acc_b = np.asarray(acc_a, dtype=np.float64), np.asarray(acc_b, dtype=np.float64)
     m = np.maximum(m_a, m_b)                            # m = max(m_a, m_b)
-    m_safe = _safe_max(m)                               # 0 where both states are empty
+    m_safe = safe_max(m)                               # 0 where both states are empty
     alpha = np.exp(m_a - m_safe)                        # e^{m_a − m}
     beta = np.exp(m_b - m_safe)                         # e^{m_b − m}
     l = alpha * l_a + beta * l_b                        # l = e^{m_a−m} l_a + e^{m_b−m} l_b
@@ -452,15 +452,15 @@ def merge_attention(o_parts, lse_parts):
     part is −inf (or P = 0) the result is o = 0, lse = −inf. Each lse_p must be finite or
     −inf. Returns float64 ``(o, lse)`` of shapes [..., Nq, dv] and [..., Nq].
     """
-    o_parts = _as_real(o_parts, "o_parts")
-    lse_parts = _check_m(_as_real(lse_parts, "lse_parts"), "lse_parts")
+    o_parts = as_real(o_parts, "o_parts")
+    lse_parts = _check_m(as_real(lse_parts, "lse_parts"), "lse_parts")
     if o_parts.ndim < 2 or lse_parts.shape != o_parts.shape[:-1]:
         raise ValueError(
             "o_parts must be [P, ..., dv] and lse_parts [P, ...] with the same leading axes; "
             f"got o_parts {o_parts.shape}, lse_parts {lse_parts.shape}"
         )
     M = np.max(lse_parts, axis=0, initial=-np.inf)      # M = max_p lse_p
-    w = np.exp(lse_parts - _safe_max(M))                # e^{lse_p − M}: 0 for −inf parts
+    w = np.exp(lse_parts - safe_max(M))                # e^{lse_p − M}: 0 for −inf parts
     total = np.sum(w, axis=0)                           # Σ_p e^{lse_p − M} (≥ 1 unless all −inf)
     lse = _lse(M, total)                                # lse = M + ln Σ_p e^{lse_p − M}
     o = _divide_by_l(np.sum(w[..., None] * o_parts, axis=0), total)  # Σ_p e^{lse_p − lse} o_p
@@ -536,12 +536,12 @@ def flash_attention_tiled(q, k, v, Br, Bc, causal=False, scale=None, key_padding
 
     Returns ``(o, lse)`` as :func:`attention`.
     """
-    q, k, v = _check_qkv(q, k, v)
+    q, k, v = check_qkv(q, k, v)
     Br, Bc = _check_positive_int(Br, "Br"), _check_positive_int(Bc, "Bc")
-    scale = _check_scale(scale, q.shape[-1])
+    scale = check_scale(scale, q.shape[-1])
     pad = _key_mask(key_padding_mask, q, k)
     nq, nk = q.shape[-2], k.shape[-2]
-    Z = _dropout_scale(dropout_mask, dropout_p, q.shape[:-1] + (nk,))   # None: no dropout
+    Z = dropout_scale(dropout_mask, dropout_p, q.shape[:-1] + (nk,))   # None: no dropout
     if Z is not None:
         Z = np.broadcast_to(Z, q.shape[:-1] + (nk,))
     if stats is not None and not isinstance(stats, dict):
@@ -595,7 +595,7 @@ def flash_attention_tiled(q, k, v, Br, Bc, causal=False, scale=None, key_padding
             # §36: only what reaches V is dropped, l above kept the whole P_local)
             # (a hidden key adds nothing to acc, even with NaN/inf in its V row)
             PZ = P_local if Z is None else P_local * Z[..., r0:r1, c0:c1]
-            acc = correction[..., None] * acc + _visible_product(PZ, Vj, vis)
+            acc = correction[..., None] * acc + visible_product(PZ, Vj, vis)
             m = new_m                                   #         m = new_m
 
             counts["computed"] += 1
@@ -627,8 +627,8 @@ def attention_flops(b, h, nq, nk, d, causal=False):
     visible fraction is slightly more than half, (N+1)/(2N) for Nq = Nk = N), so
     2·B·H·Nq·Nk·d. Always an int.
     """
-    b, h = _check_count(b, "b"), _check_count(h, "h")
-    nq, nk, d = _check_count(nq, "nq"), _check_count(nk, "nk"), _check_count(d, "d")
+    b, h = check_count(b, "b"), check_count(h, "h")
+    nq, nk, d = check_count(nq, "nq"), check_count(nk, "nk"), check_count(d, "d")
     flops = 4 * b * h * nq * nk * d
     return flops // 2 if causal else flops   # 4x / 2 is exact: still an int
 
@@ -648,8 +648,8 @@ def naive_attention_bytes(b, h, nq, nk, d, dtype_bytes=2):
     read once each) is what §25 says FlashAttention removes; ``S_bytes`` is one head's S alone
     (§15: N = 4096 in FP16 is 32 MiB per head, B·H times that per batch).
     """
-    b, h = _check_count(b, "b"), _check_count(h, "h")
-    nq, nk, d = _check_count(nq, "nq"), _check_count(nk, "nk"), _check_count(d, "d")
+    b, h = check_count(b, "b"), check_count(h, "h")
+    nq, nk, d = check_count(nq, "nq"), check_count(nk, "nk"), check_count(d, "d")
     nb = _check_positive_int(dtype_bytes, "dtype_bytes")
     e = b * h * nb                                      # bytes per element, over all heads
     terms = {
@@ -676,15 +676,15 @@ def flash_attention_bytes(b, h, nq, nk, d, dtype_bytes=2, Br=None, lse_bytes=4):
 
     Causal tile skipping (which also skips K/V loads) is not modelled.
     """
-    b, h = _check_count(b, "b"), _check_count(h, "h")
-    nq, nk, d = _check_count(nq, "nq"), _check_count(nk, "nk"), _check_count(d, "d")
+    b, h = check_count(b, "b"), check_count(h, "h")
+    nq, nk, d = check_count(nq, "nq"), check_count(nk, "nk"), check_count(d, "d")
     e = b * h * _check_positive_int(dtype_bytes, "dtype_bytes")
     passes = 1 if Br is None else -(-nq // _check_positive_int(Br, "Br"))
     terms = {
         "read_Q": nq * d * e,
         "read_K": passes * nk * d * e, "read_V": passes * nk * d * e,
         "write_O": nq * d * e,
-        "write_LSE": b * h * nq * _check_count(lse_bytes, "lse_bytes"),
+        "write_LSE": b * h * nq * check_count(lse_bytes, "lse_bytes"),
     }
     terms["total"] = sum(terms.values())
     return terms

@@ -71,16 +71,16 @@ Imports: NumPy only.
 import numpy as np
 
 from .attention import (
-    _as_real,
-    _check_qkv,
-    _check_scale,
-    _dropout_scale,
-    _masked_scores,
-    _safe_max,
-    _visible,
-    _visible_product,
+    as_real,
     attention,
     attention_flops,
+    check_qkv,
+    check_scale,
+    dropout_scale,
+    masked_scores,
+    safe_max,
+    visible_mask,
+    visible_product,
 )
 
 __all__ = [
@@ -93,7 +93,7 @@ __all__ = [
 
 def _check_do(do, shape):
     """The upstream gradient dO as float64 of O's ``shape``, finite, or an error naming ``do``."""
-    do = _as_real(do, "do")
+    do = as_real(do, "do")
     if do.shape != tuple(shape):
         raise ValueError(
             f"do must have the output's shape [B, H, Nq, dv] (or [Nq, dv]) = {tuple(shape)}; "
@@ -124,17 +124,17 @@ def attention_backward_intermediates(do, q, k, v, *, causal=False, scale=None,
 
     Arguments and conventions: see the module and :func:`attention_backward`.
     """
-    q, k, v = _check_qkv(q, k, v)
-    scale = _check_scale(scale, q.shape[-1])
-    visible = _visible(q, k, causal, key_padding_mask)
-    S = _masked_scores(q, k, scale, visible)            # S = Q Kᵀ · scale, −inf where masked
-    Z = _dropout_scale(dropout_mask, dropout_p, S.shape)    # §36: M / (1 − p), or None
+    q, k, v = check_qkv(q, k, v)
+    scale = check_scale(scale, q.shape[-1])
+    visible = visible_mask(q, k, causal, key_padding_mask)
+    S = masked_scores(q, k, scale, visible)            # S = Q Kᵀ · scale, −inf where masked
+    Z = dropout_scale(dropout_mask, dropout_p, S.shape)    # §36: M / (1 − p), or None
     # The forward pass: what a kernel keeps for the backward is O and lse (§29–30), not P.
     o, lse = attention(q, k, v, causal=causal, scale=scale, key_padding_mask=key_padding_mask,
                        dropout_mask=dropout_mask, dropout_p=dropout_p)
     do = _check_do(do, o.shape)
 
-    P = np.exp(S - _safe_max(lse)[..., None])           # §30: P_ij = e^{S_ij − lse_i}, rebuilt
+    P = np.exp(S - safe_max(lse)[..., None])           # §30: P_ij = e^{S_ij − lse_i}, rebuilt
     Z = np.ones_like(S) if Z is None else np.broadcast_to(Z, S.shape)
     Pd = P * Z                                          # P̃ = P ∘ Z
     sw = np.swapaxes
@@ -146,7 +146,7 @@ def attention_backward_intermediates(do, q, k, v, *, causal=False, scale=None,
     dS = P * (dP - D[..., None])                        # dS = P ∘ (dP − D): 0 where P = 0
     if visible is not None:                             # … and exactly 0 where hidden, even
         dS = np.where(visible, dS, 0.0)                 # with dP = NaN (a NaN V row: 0·NaN)
-    dq = _visible_product(dS, k, visible) * scale       # dQ = dS K · scale (hidden keys: none)
+    dq = visible_product(dS, k, visible) * scale       # dQ = dS K · scale (hidden keys: none)
     dk = (sw(dS, -1, -2) @ q) * scale                   # dK = dSᵀ Q · scale
     return {"S": S, "lse": lse, "O": o, "P": P, "Z": Z, "Pd": Pd, "D": D,
             "dPd": dPd, "dP": dP, "dS": dS, "dq": dq, "dk": dk, "dv": dv}
@@ -212,15 +212,15 @@ def flash_attention_backward_tiled(do, q, k, v, Br, Bc, *, causal=False, scale=N
     the last tiles are simply shorter. Equal to :func:`attention_backward` up to rounding
     (tests/test_reference_backward.py). Returns float64 ``(dq, dk, dv)``.
     """
-    q, k, v = _check_qkv(q, k, v)
+    q, k, v = check_qkv(q, k, v)
     Br, Bc = _tile_size(Br, "Br"), _tile_size(Bc, "Bc")
-    scale = _check_scale(scale, q.shape[-1])
-    visible = _visible(q, k, causal, key_padding_mask)  # bool [.., Nq, Nk] or None: all
+    scale = check_scale(scale, q.shape[-1])
+    visible = visible_mask(q, k, causal, key_padding_mask)  # bool [.., Nq, Nk] or None: all
     o, lse = attention(q, k, v, causal=causal, scale=scale, key_padding_mask=key_padding_mask)
     do = _check_do(do, o.shape)
     nq, nk = q.shape[-2], k.shape[-2]
     offset = nk - nq                                    # §34: query i sees key j iff j ≤ i + offset
-    LSE = _safe_max(lse)                                # −inf (no key seen) → 0: P = e^{−inf} = 0
+    LSE = safe_max(lse)                                # −inf (no key seen) → 0: P = e^{−inf} = 0
     D = np.sum(do * o, axis=-1)                         # D_i = Σ_c dO_ic O_ic
     sw = np.swapaxes
     dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
@@ -276,7 +276,7 @@ def flash_attention_backward_tiled(do, q, k, v, Br, Bc, *, causal=False, scale=N
                 dS = P * (dP - D_i[..., None])          #         dS = P ∘ (dP − D_i)
             if vis is not None:
                 dS = np.where(vis, dS, 0.0)
-            dQi += _visible_product(dS, Kj, vis) * scale    # dQi += dS Kj · scale
+            dQi += visible_product(dS, Kj, vis) * scale    # dQi += dS Kj · scale
         dq[..., r0:r1, :] = dQi                         #     write dQi
     return dq, dk, dv
 

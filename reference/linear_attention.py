@@ -33,7 +33,7 @@ v [.., Nk, dv]; no scale (φ has none). Inputs must be finite.
 
 import numpy as np
 
-from .attention import _check_count, _check_qkv, causal_mask
+from .attention import causal_mask, check_count, check_qkv
 
 
 def elu_feature_map(x):
@@ -50,7 +50,7 @@ def _divide(num, den):
 
 def linear_attention(q, k, v, causal=False):
     """§45: O = φ(Q)(φ(K)ᵀV) / (φ(Q)(φ(K)ᵀ1)), O((Nq + Nk)·d·dv); causal by prefix sums."""
-    q, k, v = _check_qkv(q, k, v)
+    q, k, v = check_qkv(q, k, v)
     fq, fk = elu_feature_map(q), elu_feature_map(k)
     if not causal:
         kv = np.swapaxes(fk, -1, -2) @ v                # KV = φ(K)ᵀ V        [.., d, dv]
@@ -74,7 +74,7 @@ def linear_attention(q, k, v, causal=False):
 def linear_attention_quadratic(q, k, v, causal=False):
     """§45: the same model written the quadratic way, A = φ(Q)φ(K)ᵀ (masked if causal),
     O = A V / A 1 — O(Nq·Nk·d), the form softmax attention is stuck with."""
-    q, k, v = _check_qkv(q, k, v)
+    q, k, v = check_qkv(q, k, v)
     a = elu_feature_map(q) @ np.swapaxes(elu_feature_map(k), -1, -2)   # [.., Nq, Nk]
     if causal:
         a = np.where(causal_mask(q.shape[-2], k.shape[-2]), a, 0.0)
@@ -85,9 +85,9 @@ def linear_attention_flops(b, h, nq, nk, d, dv=None):
     """§45: multiply-adds ×2 of the O(N·d²) form per call: KV' = φ(K)ᵀ[V | 1] is
     2·Nk·d·(dv + 1), φ(Q)·KV' (numerators and denominator) 2·Nq·d·(dv + 1); the same with or
     without causal (the prefix sum adds each key once). Softmax attention: 4·Nq·Nk·d."""
-    b, h, nq, nk, d = (_check_count(x, n) for x, n in
+    b, h, nq, nk, d = (check_count(x, n) for x, n in
                        ((b, "b"), (h, "h"), (nq, "nq"), (nk, "nk"), (d, "d")))
-    dv = d if dv is None else _check_count(dv, "dv")
+    dv = d if dv is None else check_count(dv, "dv")
     return 2 * b * h * (nq + nk) * d * (dv + 1)
 
 

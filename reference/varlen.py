@@ -65,12 +65,12 @@ Imports: NumPy only.
 import numpy as np
 
 from .attention import (
-    _as_real,
-    _check_count,
-    _check_dropout_p,
-    _check_scale,
-    _dropout_scale,
+    as_real,
     attention,
+    check_count,
+    check_dropout_p,
+    check_scale,
+    dropout_scale,
 )
 from .attention_backward import attention_backward
 
@@ -120,7 +120,7 @@ def check_cu_seqlens(cu, total, name):
     offset past the end of the packed tensor (> total) or short of it (< total: rows that
     belong to no sequence). ``total=None`` skips the last two (offsets with no tensor yet).
     """
-    total = None if total is None else _check_count(total, "total")
+    total = None if total is None else check_count(total, "total")
     a = np.asarray(cu)
     if a.dtype.kind not in "iu":
         raise TypeError(f"{name} must hold integer offsets; got dtype {a.dtype}")
@@ -167,7 +167,7 @@ def _check_offsets(cu_q, cu_k, total_q, total_k):
 
 def _check_packed(x, name):
     """A packed tensor [total, H, d] as float64, or an error naming ``name``."""
-    x = _as_real(x, name)
+    x = as_real(x, name)
     if x.ndim != 3:
         raise ValueError(f"{name} must be packed [total, H, d]; got shape {x.shape}")
     return x
@@ -178,7 +178,7 @@ def pack(seqs):
 
     Every array must have the same H and d (n_b ≥ 0 may differ); at least one array.
     """
-    seqs = [_as_real(s, f"seqs[{b}]") for b, s in enumerate(seqs)]
+    seqs = [as_real(s, f"seqs[{b}]") for b, s in enumerate(seqs)]
     if not seqs:
         raise ValueError("seqs must hold at least one [H, n, d] array (H and d come from it)")
     for b, s in enumerate(seqs):
@@ -209,7 +209,7 @@ def packed_to_padded(packed, cu, n=None):
     seqs = unpack(packed, cu)
     lengths = [s.shape[1] for s in seqs]
     longest = max(lengths, default=0)
-    n = max(longest, 1) if n is None else _check_count(n, "n")
+    n = max(longest, 1) if n is None else check_count(n, "n")
     if n < longest:
         raise ValueError(f"n = {n} is shorter than the longest sequence ({longest})")
     h, d = packed.shape[1], packed.shape[2]
@@ -227,7 +227,7 @@ def padded_to_packed(padded, cu):
     ``padded`` is [B, H, n, d] (n ≥ max n_b), ``cu`` the offsets [B + 1] giving the n_b.
     Returns float64 [Σ n_b, H, d].
     """
-    padded = _as_real(padded, "padded")
+    padded = as_real(padded, "padded")
     if padded.ndim != 4:
         raise ValueError(f"padded must be [B, H, n, d]; got shape {padded.shape}")
     lengths = np.diff(check_cu_seqlens(cu, None, "cu_seqlens"))
@@ -272,7 +272,7 @@ def varlen_dropout_masks(mask, cu_seqlens_q, cu_seqlens_k):
 
 def _sequence_masks(dropout_masks, dropout_p, cu_q, cu_k, heads):
     """Per-sequence keep-masks, each checked against [H, n_q,b, n_k,b], or None."""
-    p = _check_dropout_p(dropout_p)
+    p = check_dropout_p(dropout_p)
     if dropout_masks is None:
         if p != 0.0:
             raise ValueError(
@@ -292,7 +292,7 @@ def _sequence_masks(dropout_masks, dropout_p, cu_q, cu_k, heads):
         masks = varlen_dropout_masks(dropout_masks, cu_q, cu_k)
     for b, m in enumerate(masks):
         shape = (heads, int(cu_q[b + 1] - cu_q[b]), int(cu_k[b + 1] - cu_k[b]))
-        _dropout_scale(m, p, shape, name=f"dropout_masks[{b}]")   # dtype and shape checks
+        dropout_scale(m, p, shape, name=f"dropout_masks[{b}]")   # dtype and shape checks
     return [np.asarray(m)[None] for m in masks]                  # [1, …]: a batch of one
 
 
@@ -314,7 +314,7 @@ def _check_varlen(q, k, v, cu_q, cu_k, scale):
         raise ValueError(f"q and k must have the same head dimension d; got q {q.shape}, "
                          f"k {k.shape}")
     cu_q, cu_k = _check_offsets(cu_q, cu_k, q.shape[0], k.shape[0])
-    return q, k, v, cu_q, cu_k, _check_scale(scale, q.shape[2])
+    return q, k, v, cu_q, cu_k, check_scale(scale, q.shape[2])
 
 
 def _sequence(x, cu, b):
@@ -366,7 +366,7 @@ def varlen_attention_backward(do, q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal
     Returns float64 ``(dq, dk, dv)`` of the shapes of ``q``, ``k``, ``v``.
     """
     q, k, v, cu_q, cu_k, scale = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, scale)
-    do = _as_real(do, "do")
+    do = as_real(do, "do")
     want = (q.shape[0], q.shape[1], v.shape[2])
     if do.shape != want:
         raise ValueError(f"do must have o's shape [total_q, H, dv] = {want}; got {do.shape}")

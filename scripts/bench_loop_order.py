@@ -56,7 +56,7 @@ def main():
 
     from flashlesson import attention, loop_order
     from flashlesson.arrays import empty
-    from flashlesson.attention_methods import default_config
+    from flashlesson.configs import default_config
     from flashlesson.bench import attention_flops, time_gpu, time_gpu_adaptive
     from reference import attention as oracle
 

@@ -3,7 +3,7 @@
 Each mutant is a one-line deliberate bug (an off-by-one in a bound, a wrong index in a loop's
 second iteration, a missing barrier, a wrong correction factor, a swapped max/sum, a dropped
 scale, a Philox constant, an IO-model term …) in a kernel file of ``kernels_numba/`` or in the
-IO model (``src/flashlesson/traffic.py``, ``loop_order.py``). For each mutant the script
+IO model (``src/flashlesson/io_model.py``, ``loop_order.py``). For each mutant the script
 
 1. copies the working tree (tracked and untracked-not-ignored files) once to a temporary
    folder — the real files are never edited;
@@ -324,17 +324,17 @@ MUTANTS = [
       "flat[di:di + n] = 0 if words is None else words",
       "flat[di:di + n] = flat[di:di + n] if words is None else words", RACE_TC + TC,
       "cp.async twin: out-of-range source leaves stale data instead of zeros"),
-    # ---- the IO model: src/flashlesson/traffic.py, loop_order.py ----
-    M("io-tiles-visited", FL + "traffic.py", "t = min(n_tiles, last_key // Bc + 1) if last_key",
+    # ---- the IO model: src/flashlesson/io_model.py, loop_order.py ----
+    M("io-tiles-visited", FL + "io_model.py", "t = min(n_tiles, last_key // Bc + 1) if last_key",
       "t = min(n_tiles, (last_key + 1) // Bc + 1) if last_key", IO,
       "visited tiles: one too many on tile edges"),
-    M("io-bwd-first", FL + "traffic.py",
+    M("io-bwd-first", FL + "io_model.py",
       "first = max(k0 - offset, 0) // cfg.Br if causal else 0",
       "first = max(k0 - offset - 1, 0) // cfg.Br if causal else 0", IO,
       "backward: first Q tile one early on tile edges"),
-    M("io-bwd-rows", FL + "traffic.py", "rows = max(nq - first * cfg.Br, 0)",
+    M("io-bwd-rows", FL + "io_model.py", "rows = max(nq - first * cfg.Br, 0)",
       "rows = max(nq - first * cfg.Br, 1)", IO, "backward: a K tile no query sees reads a row"),
-    M("io-fwd-kv", FL + "traffic.py", "kv_rows = sum(min(t * cfg.Bc, nk) for",
+    M("io-fwd-kv", FL + "io_model.py", "kv_rows = sum(min(t * cfg.Bc, nk) for",
       "kv_rows = sum(t * cfg.Bc for", IO, "forward: the last tile's rows past Nk counted"),
     M("io-fa1-first", FL + "loop_order.py",
       "first = max(j * Bc - offset, 0) // Br if causal else 0",

@@ -3,7 +3,7 @@
 For each candidate: check against the float64 oracle on one head, time it (CUDA events,
 medians), and report TFLOP/s with the kernel's registers, local memory (spills), shared memory
 and blocks per SM (``flashlesson.sweeps.measure_config``; ``scripts/bench_sweeps.py`` runs the
-§38 sweep at one shape). ``flashlesson.attention_methods.GPU_CONFIGS`` (the defaults) come from
+§38 sweep at one shape). ``flashlesson.configs.GPU_CONFIGS`` (the defaults) come from
 this sweep.
 
     python scripts/tune_attention.py [--d 64 128 256] [--n 4096]
@@ -15,7 +15,7 @@ import numpy as np
 
 import flashlesson  # noqa: F401 - chooses the device
 from flashlesson import sweeps
-from flashlesson.attention_methods import FlashConfig
+from flashlesson.configs import FlashConfig
 from flashlesson.bench import attention_flops
 
 # (Br, Bc, TR, TC, KU, GROUP)

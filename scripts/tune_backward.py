@@ -3,7 +3,7 @@
 For each candidate (the same tiles for the dK/dV and the dQ kernel): check against the default
 configuration's gradients, time ``attention_backward`` (CUDA events, medians) and report TFLOP/s
 (2.5 × the forward's 4·B·H·N²·d) and the kernels' shared memory.
-``flashlesson.backward_methods.BWD_GPU_CONFIGS`` (the defaults) come from this sweep.
+``flashlesson.configs.BWD_GPU_CONFIGS`` (the defaults) come from this sweep.
 
     python scripts/tune_backward.py [--d 64 128] [--n 4096]
 """
@@ -15,8 +15,10 @@ from numba import cuda
 from tabulate import tabulate
 
 from flashlesson.attention_methods import attention
-from flashlesson.backward_methods import BwdConfig, attention_backward, default_config
-from flashlesson.bench import BACKWARD_FLOP_FACTOR, attention_flops, time_gpu_adaptive
+from flashlesson.backward_methods import attention_backward
+from flashlesson.bench import time_gpu_adaptive
+from flashlesson.configs import BwdConfig, bwd_default_config as default_config
+from reference.attention_backward import attention_backward_flops
 
 # (Bc, Br, TR, TC) for both kernels
 CANDIDATES = {
@@ -41,7 +43,7 @@ def main():
         o, lse = attention(q, k, v, return_lse=True)
         want = [g.copy_to_host() for g in attention_backward(do, q, k, v, o, lse,
                                                              config=default_config(d))]
-        flops = BACKWARD_FLOP_FACTOR * attention_flops(a.b, a.h, a.n, a.n, d, False)
+        flops = attention_backward_flops(a.b, a.h, a.n, a.n, d, False)
         for c in CANDIDATES[d]:
             cfg = BwdConfig(*c, *c)
             try:

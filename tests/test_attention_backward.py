@@ -16,6 +16,7 @@ from numba import cuda
 import flashlesson
 from flashlesson import BwdConfig, attention, attention_backward
 from flashlesson import backward_methods as bwd_module
+from flashlesson.configs import BWD_SIM_CONFIG
 from flashlesson.tolerance import backward_tol
 import reference as R
 
@@ -274,7 +275,7 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="scale: expected a finite"):
         call(scale=float("nan"))
     with pytest.raises(ValueError, match="only method 'flash' takes a configuration"):
-        call(method="naive", config=bwd_module.BWD_SIM_CONFIG)
+        call(method="naive", config=BWD_SIM_CONFIG)
     with pytest.raises(TypeError, match="config: expected a BwdConfig"):
         call(config=flashlesson.FlashConfig(32, 16, 8, 4))
     with pytest.raises(ValueError, match="Br = 10 must be a multiple of 4·TC"):
@@ -295,7 +296,7 @@ def test_lesson_tier_refusals_and_tiles(rng):
     with pytest.raises(ValueError, match="dropout_p: the lesson tier"):
         attention_backward(z, z, z, z, z, lse, dropout_p=0.1, tier="lesson")
     with pytest.raises(ValueError, match="config: the lesson tier"):
-        attention_backward(z, z, z, z, z, lse, config=bwd_module.BWD_SIM_CONFIG, tier="lesson")
+        attention_backward(z, z, z, z, z, lse, config=BWD_SIM_CONFIG, tier="lesson")
     h = z.astype(np.float16)
     with pytest.raises(TypeError, match="q: the lesson tier's backward takes float32"):
         attention_backward(h, h, h, h, h, lse, tier="lesson")

@@ -84,7 +84,8 @@ def test_producer_consumer_warps(producers, rng):
         kpm = rng.random((B, nk)) > 0.3
         mask = dropout_keep_mask(7, B, H, nq, nk, 0.2)
         from flashlesson import checks
-        _, drop = checks.dropout(0.2, 7)
+        from flashlesson.dropout import dropout_args
+        _, drop = dropout_args(0.2, 7)
         o, lse = _launch(loop_order.launch_db, q, k, v, True, SMALL, producers=1,
                          kpm=checks.key_padding_mask(kpm, B, nk), dropout=drop)
         check_attention(o, lse, *ref_attention(q, k, v, causal=True, key_padding_mask=kpm,

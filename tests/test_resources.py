@@ -43,7 +43,7 @@ def test_simulator_says_why_and_gives_what_needs_no_compiler(capsys):
 
 
 def test_config_rows_are_the_occupancy_model_of_the_tiles():
-    from flashlesson.attention_methods import GPU_CONFIGS
+    from flashlesson.configs import GPU_CONFIGS
     rows = resources.config_rows(64)
     fwd = GPU_CONFIGS[0][1]
     assert rows[0][2:4] == [fwd.threads, fwd.smem_bytes(64)]
@@ -157,7 +157,7 @@ def test_profile_plan_is_small_and_larger_than_l2():
 @pytest.mark.skipif(SIM, reason="Numba's resource queries need a GPU")
 def test_resource_report_on_the_gpu():
     # B4 H16 N1024: a grid of many blocks, so the default tiles (over 48 KB of shared memory),
-    # not the small-grid ones (attention_methods.SMALL_GRID_CONFIGS, under 48 KB)
+    # not the small-grid ones (configs.SMALL_GRID_CONFIGS, under 48 KB)
     rows = resources.resource_report(workloads=[
         resources.Workload("softmax", "auto", (64, 1024)),
         resources.Workload("attention", "flash", (4, 16, 1024, 64))])

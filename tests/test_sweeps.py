@@ -15,7 +15,7 @@ import pytest
 import flashlesson  # noqa: F401 - picks the device before numba.cuda loads
 from conftest import SIM
 from flashlesson import sweeps
-from flashlesson.attention_methods import GPU_CONFIGS, SMALL_GRID_CONFIGS, FlashConfig
+from flashlesson.configs import GPU_CONFIGS, SMALL_GRID_CONFIGS, FlashConfig
 from flashlesson.occupancy import H200, blocks_per_sm
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_sweeps.py"

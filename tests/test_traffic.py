@@ -12,7 +12,7 @@ from conftest import SIM, needs_sim
 from numba import cuda
 
 from flashlesson import FlashConfig, SOFTMAX_METHODS, attention, traffic
-from flashlesson.attention_methods import GEMM_TILES, SIM_CONFIG
+from flashlesson.configs import GEMM_TILES, SIM_CONFIG
 from flashlesson.cli import main
 from kernels_numba.vector import load4, store4
 from reference.attention import attention as attention_oracle

@@ -11,9 +11,10 @@ device.announce()
 
 from .device import DeviceError, MODE, SIMULATOR  # noqa: E402
 from .softmax_methods import METHODS as SOFTMAX_METHODS, choose as choose_softmax, softmax  # noqa: E402
-from .attention_methods import METHODS as ATTENTION_METHODS, FlashConfig, LessonConfig, attention, merge_attention, varlen_attention  # noqa: E402
+from .configs import BwdConfig, FlashConfig, LessonConfig  # noqa: E402
+from .attention_methods import METHODS as ATTENTION_METHODS, attention, merge_attention, varlen_attention  # noqa: E402
 from .tc_methods import BFloat16, TcBwdConfig, TcConfig  # noqa: E402
-from .backward_methods import BwdConfig, attention_backward, varlen_attention_backward  # noqa: E402
+from .backward_methods import attention_backward, varlen_attention_backward  # noqa: E402
 from .dropout import dropout_keep_mask  # noqa: E402
 from .linear_methods import LinearConfig, linear_attention  # noqa: E402
 

@@ -13,146 +13,13 @@ from kernels_numba import attention as KA
 from kernels_numba import gemm as KG
 from kernels_numba.lesson import attention as LA
 
-from . import checks, device, tc_methods
-from .arrays import DevArray, Operand, empty, result, using
-from .launch import launch, max_shared_bytes, sm_count, stride_grid
+from . import checks, tc_methods
+from .arrays import Operand, empty, result, using
+from .configs import GEMM_TILES, MAX_HEAD_DIM, FlashConfig, LessonConfig, default_config, \
+    default_lesson_config
+from .dropout import dropout_args
+from .launch import aligned16, dummy, launch, stride_grid
 from .softmax_methods import softmax as _softmax
-
-MAX_HEAD_DIM = 256
-WARP = 32
-
-
-@dataclass(frozen=True)
-class FlashConfig:
-    """Tile sizes and thread layout of the forward kernel (see kernels_numba/attention.py)."""
-    Br: int          # query rows per block (Q tile)
-    Bc: int          # keys per K/V tile
-    TR: int          # thread rows: each thread owns Br/TR query rows
-    TC: int          # threads sharing a row (lanes of one warp, a power of 2 ≤ 32)
-    KU: int = 1      # inner product loops unrolled KU times
-    GROUP: int = 4   # 16-byte tile loads in flight per thread before they are stored
-
-    def __post_init__(self):
-        checks.config_fields(self)      # every field a positive int, named if not
-
-    @property
-    def threads(self):
-        return self.TR * self.TC
-
-    def head_dim(self, d):
-        """D: d rounded up to a multiple of 4·TC (the kernel's compile-time head dimension)."""
-        w = 4 * self.TC
-        return -(-d // w) * w
-
-    def smem_bytes(self, d):
-        return 4 * KA.flash_smem_floats(self.head_dim(d), self.Br, self.Bc)
-
-    def check(self, d):
-        """Raise a clear error if this configuration cannot run head dimension d."""
-        if (self, d) in _CHECKED:           # (frozen: a pair that passed once always passes)
-            return
-        problems = []
-        if self.TC < 1 or self.TC > WARP or self.TC & (self.TC - 1):
-            problems.append(f"TC = {self.TC} must be a power of 2 between 1 and 32")
-        if self.threads % WARP or not WARP <= self.threads <= 1024:
-            problems.append(f"TR·TC = {self.threads} threads must be a multiple of 32, ≤ 1024")
-        if self.TR < 1 or self.Br % (4 * self.TR):
-            problems.append(f"Br = {self.Br} must be a multiple of 4·TR = {4 * self.TR}")
-        if self.Bc % (4 * max(self.TC, 1)):
-            problems.append(f"Bc = {self.Bc} must be a multiple of 4·TC = {4 * self.TC}")
-        if self.KU not in (1, 2, 4) or self.GROUP not in (1, 2, 4, 8):
-            problems.append(f"KU = {self.KU} must be 1, 2 or 4 and GROUP = {self.GROUP} "
-                            "1, 2, 4 or 8")
-        if not problems and self.smem_bytes(d) > max_shared_bytes():
-            problems.append(f"its tiles need {self.smem_bytes(d)} bytes of shared memory for "
-                            f"d = {d}; this device allows {max_shared_bytes()}")
-        if not problems:
-            per_thread = (self.Br // self.TR) * (self.Bc // self.TC + self.head_dim(d) // self.TC)
-            if per_thread > 160:
-                problems.append(f"each thread would hold {per_thread} scores and outputs in "
-                                "registers (> 160): they would spill")
-        if problems:
-            raise ValueError(f"config {self}: " + "; ".join(problems))
-        _CHECKED.add((self, d))
-
-
-# (config, d) pairs whose check passed: a call checks its config once per process, not per call.
-_CHECKED = set()
-
-
-# Defaults per head dimension, from the H200 sweep (scripts/tune_attention.py; README).
-# In the simulator: small tiles and one warp (the tests add multi-warp configurations).
-# Measured 2026-11-30 at B1 H16 N4096, fp32 (TFLOP/s), with the grouped 16-byte tile loads:
-# d=64 (128, 64, 16, 8, KU=2, GROUP=2) 28.9 vs 27.0 with KU=1, GROUP=4 and 24.5 for
-# (64, 64, 16, 8); d=128 (128, 32, 16, 8, 2, 2) 28.3 vs 26.6 (KU=1, GROUP=4) and 24.5 for
-# (64, 32, 16, 8); d=256 (64, 64, 16, 16, 2, 4) 24.5 vs 22.0 with KU=1. (Repeated runs move
-# these by ±3%.) The d ≤ 128 winners hold 8 rows × 8 columns per thread (255 registers): fewer
-# loads per multiply-add beat occupancy. Before the tile loads were grouped (one global load, then its
-# store, thirty times per tile) the same tiles ran at 14.0 (d=64, d=128).
-GPU_CONFIGS = (
-    (64, FlashConfig(Br=128, Bc=64, TR=16, TC=8, KU=2, GROUP=2)),
-    (128, FlashConfig(Br=128, Bc=32, TR=16, TC=8, KU=2, GROUP=2)),
-    (256, FlashConfig(Br=64, Bc=64, TR=16, TC=16, KU=2, GROUP=4)),
-)
-SIM_CONFIG = FlashConfig(Br=32, Bc=16, TR=8, TC=4)
-# Above d = 144, SIM_CONFIG's threads would hold more than the 160 floats ``check`` allows: two
-# warps with 8 lanes a row (4 rows × (4 + 256/8) floats at d = 256), so every d of 1 … 256 runs
-# with the default tiles.
-SIM_WIDE_CONFIG = FlashConfig(Br=32, Bc=32, TR=8, TC=8)
-# The naive path's GEMM tiles (BM, BN, TY, TX): 64×64 with 256 threads; 16×16 with 64 threads
-# in the simulator.
-GEMM_TILES = (16, 16, 8, 8) if device.SIMULATOR else (64, 64, 16, 16)
-
-
-# When the grid of (Q tiles × B·H) blocks would leave three quarters of the SMs idle (B1 H16
-# N256: 32 blocks for 132 SMs), tiles of 32 query rows make four times as many blocks. (At one
-# wave, B1 H16 N1024 = 128 blocks, the default tiles still win: 24.7 vs 19.5 TFLOP/s for
-# (32, 64, 8, 8) in the sweep; the N ≤ 256 case itself is not benchmarked yet.)
-SMALL_GRID_CONFIGS = (
-    (64, FlashConfig(Br=32, Bc=64, TR=8, TC=8)),
-    (128, FlashConfig(Br=32, Bc=32, TR=8, TC=8)),
-    (256, FlashConfig(Br=32, Bc=64, TR=8, TC=16)),
-)
-
-
-def default_config(d, nq=None, bh=None):
-    """The tile configuration for head dimension d (and, given nq and B·H, the grid size)."""
-    if not 1 <= d <= MAX_HEAD_DIM:
-        raise ValueError(f"head dimension d = {d}: at most {MAX_HEAD_DIM} is supported")
-    if device.SIMULATOR:
-        return SIM_CONFIG if d <= 144 else SIM_WIDE_CONFIG
-    cfg = next(c for limit, c in GPU_CONFIGS if d <= limit)
-    if nq is not None and bh is not None:
-        if 4 * -(-nq // cfg.Br) * bh <= sm_count():
-            cfg = next(c for limit, c in SMALL_GRID_CONFIGS if d <= limit)
-    return cfg
-
-
-@dataclass(frozen=True)
-class LessonConfig:
-    """Tiles of the lesson-tier forward kernel (kernels_numba/lesson/attention.py): Br query rows
-    (= Br threads, one a row) and Bc keys per K/V tile; any Br in 1 … 1024 and Bc ≥ 1 (§33:
-    Bc = 2). Shared memory: 2·Bc·d float32 (≤ 48 KB, static)."""
-    Br: int
-    Bc: int
-
-    def __post_init__(self):
-        checks.config_fields(self)
-
-    def check(self, d):
-        if self.Br > 1024:
-            raise ValueError(f"config {self}: Br = {self.Br} threads a block; at most 1024")
-        if 2 * self.Bc * d * 4 > 48 * 1024:
-            raise ValueError(f"config {self}: Kj and Vj need 2·Bc·d·4 = {8 * self.Bc * d} bytes "
-                             "of static shared memory; at most 49152")
-
-
-def default_lesson_config(d):
-    """The lesson kernel's tiles: Br = 64 rows, Bc = 32 keys (16 for d > 128, so that Kj, Vj
-    fit in 48 KB); in the simulator Br = Bc = 16."""
-    if device.SIMULATOR:
-        return LessonConfig(Br=16, Bc=16)
-    return LessonConfig(Br=64, Bc=32 if d <= 128 else 16)
 
 
 @dataclass(frozen=True)
@@ -223,17 +90,6 @@ def operands(q, k, v):
     return qo, ko, vo
 
 
-_DUMMIES = {}
-
-
-def dummy(kind):
-    """Placeholders for the arguments a kernel specialization does not use."""
-    if kind not in _DUMMIES:
-        arr = cuda.to_device(np.zeros((1, 1), np.uint8) if kind == "mask"
-                             else np.zeros(2, np.int32))
-        _DUMMIES[kind] = arr if device.SIMULATOR else DevArray.from_interface(arr)
-    return _DUMMIES[kind]
-
 
 def _flash(q, k, v, o, lse, *, d, n_q, n_k, heads, grid_bh, max_q, causal, scale, config,
            kpm=None, dropout=None, cu=None):
@@ -243,7 +99,7 @@ def _flash(q, k, v, o, lse, *, d, n_q, n_k, heads, grid_bh, max_q, causal, scale
     if not isinstance(cfg, FlashConfig):
         raise TypeError(f"config: expected a FlashConfig, got {type(cfg).__name__}")
     cfg.check(d)
-    vec = d % 4 == 0 and _aligned16(q, k, v)
+    vec = d % 4 == 0 and aligned16(q, k, v)
     kernel = KA.flash_forward_kernel(cfg.head_dim(d), cfg.Br, cfg.Bc, cfg.TR, cfg.TC, causal,
                                      vec, cfg.KU, cfg.GROUP, kpm is not None,
                                      dropout is not None, cu is not None)
@@ -310,7 +166,7 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
     scale = checks.scale(scale, d)
     causal = checks.flag(causal, "causal")
     return_lse = checks.flag(return_lse, "return_lse")
-    p, dropout = checks.dropout(dropout_p, seed)
+    p, dropout = dropout_args(dropout_p, seed)
     kpm = checks.key_padding_mask(key_padding_mask, B, nk)
     if tier == "lesson" and method in _LOOP_ORDER_METHODS:     # §41–43: CAUSAL their only flag
         if kpm is not None:
@@ -521,7 +377,7 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q, max_s
     scale = checks.scale(scale, d)
     causal = checks.flag(causal, "causal")
     return_lse = checks.flag(return_lse, "return_lse")
-    p, dropout = checks.dropout(dropout_p, seed)
+    p, dropout = dropout_args(dropout_p, seed)
     if config is not None and not isinstance(config, FlashConfig):
         raise TypeError(f"config: expected a FlashConfig, got {type(config).__name__}")
     if config is not None:
@@ -542,16 +398,6 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q, max_s
     else:
         o, lse = result(o), result(lse)
     return (o, lse) if return_lse else o
-
-
-def _aligned16(*arrays):
-    """True if every array's data starts on a 16-byte boundary (then rows of d % 4 == 0 floats
-    can be read 16 bytes at a time). Fresh allocations always do; a view into a bigger tensor
-    may not."""
-    if device.SIMULATOR:
-        return True
-    return all((a.ptr if type(a) is DevArray else a.__cuda_array_interface__["data"][0]) % 16
-               == 0 for a in arrays)
 
 
 def gemm(a, b, c, alpha, *, trans_a=False, trans_b=False, causal=False, offset=0,

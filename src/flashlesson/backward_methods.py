@@ -14,140 +14,18 @@ registry, launch configurations and dispatch live here; the kernels are in
 default) and ``kernels_numba/lesson/backward.py`` (``tier="lesson"``: method "flash" only).
 """
 
-from dataclasses import dataclass
-
 import numpy as np
 from numba import cuda
 
 from kernels_numba import attention_backward as KB
 from kernels_numba.lesson import backward as LB
 
-from . import checks, device
+from . import checks, device, tc_methods
 from .arrays import Operand, empty, result, using
-from .attention_methods import GEMM_TILES, MAX_HEAD_DIM, WARP, AttentionMethod, \
-    _aligned16, dummy, gemm, operands, varlen_operands
-from .launch import launch, max_shared_bytes, stride_grid
-
-# Registers: a coarse guard on the floats a thread keeps live in its inner loops (gradient
-# accumulators + S and dP of a tile; ``BwdConfig.registers_floats``). The GPU defaults below
-# hold 96–160 and compile for sm_90 with 0 spill bytes and 0 stack, at 128–254 registers
-# (ptxas -v, every CAUSAL/PAD/DROPOUT/VEC variant); the operand and tile-loader registers come
-# on top, so much more would spill.
-MAX_REGISTER_FLOATS = 160
-
-
-@dataclass(frozen=True)
-class BwdConfig:
-    """Tile sizes and thread layouts of the two backward kernels (kernels_numba/
-    attention_backward.py). The dK/dV kernel keeps Bc keys per block and streams Q tiles of Br
-    queries (each of its TR·TC threads owns Bc/TR keys); the dQ kernel keeps dq_Br queries per
-    block and streams K/V tiles of dq_Bc keys (each thread owns dq_Br/dq_TR queries)."""
-    Bc: int          # dK/dV kernel: keys per block (Kj, Vj on chip; dKj, dVj in registers)
-    Br: int          # dK/dV kernel: queries per streamed Q/dO tile
-    TR: int          # dK/dV kernel: thread rows; each thread owns Bc/TR keys
-    TC: int          # dK/dV kernel: threads sharing a key row (a power of 2 ≤ 32)
-    dq_Br: int       # dQ kernel: queries per block (Qi, dOi on chip; dQi in registers)
-    dq_Bc: int       # dQ kernel: keys per streamed K/V tile
-    dq_TR: int       # dQ kernel: thread rows; each thread owns dq_Br/dq_TR queries
-    dq_TC: int       # dQ kernel: threads sharing a query row (a power of 2 ≤ 32)
-
-    def __post_init__(self):
-        checks.config_fields(self)      # every field a positive int, named if not
-
-    @property
-    def threads(self):
-        """(threads of the dK/dV kernel, threads of the dQ kernel)."""
-        return self.TR * self.TC, self.dq_TR * self.dq_TC
-
-    @staticmethod
-    def _head_dim(d, tc):
-        w = 4 * tc
-        return -(-d // w) * w
-
-    def head_dims(self, d):
-        """D of each kernel: d rounded up to a multiple of 4·TC (its compile-time head dim)."""
-        return self._head_dim(d, self.TC), self._head_dim(d, self.dq_TC)
-
-    def smem_bytes(self, d):
-        """(shared memory of the dK/dV kernel, of the dQ kernel), in bytes."""
-        D1, D2 = self.head_dims(d)
-        return (4 * KB.dkdv_smem_floats(D1, self.Bc, self.Br),
-                4 * KB.dq_smem_floats(D2, self.dq_Br, self.dq_Bc))
-
-    def registers_floats(self, d):
-        """Floats each thread keeps in registers across the inner loops, per kernel: the
-        gradient rows it accumulates plus S and dP of one tile (dK/dV: 2 accumulators)."""
-        D1, D2 = self.head_dims(d)
-        rm, cn = self.Bc // self.TR, self.Br // self.TC
-        dkdv = rm * (2 * D1 // self.TC + 2 * cn)
-        rm, cn = self.dq_Br // self.dq_TR, self.dq_Bc // self.dq_TC
-        dq = rm * (D2 // self.dq_TC + 2 * cn)
-        return dkdv, dq
-
-    def check(self, d):
-        """Raise a clear error if this configuration cannot run head dimension d."""
-        if (self, d) in _CHECKED:           # (frozen: a pair that passed once always passes)
-            return
-        problems = []
-        for kernel, rows, cols, tr, tc, rows_name, cols_name in (
-                ("dK/dV", self.Bc, self.Br, self.TR, self.TC, "Bc", "Br"),
-                ("dQ", self.dq_Br, self.dq_Bc, self.dq_TR, self.dq_TC, "dq_Br", "dq_Bc")):
-            pre = "dq_" if kernel == "dQ" else ""
-            threads = tr * tc
-            if tc < 1 or tc > WARP or tc & (tc - 1):
-                problems.append(f"{pre}TC = {tc} must be a power of 2 between 1 and 32")
-            if threads % WARP or not WARP <= threads <= 1024:
-                problems.append(f"{pre}TR·{pre}TC = {threads} threads ({kernel} kernel) must "
-                                "be a multiple of 32, ≤ 1024")
-            if tr < 1 or rows % (4 * tr):
-                problems.append(f"{rows_name} = {rows} must be a multiple of 4·{pre}TR = "
-                                f"{4 * tr}")
-            if tc >= 1 and cols % (4 * tc):
-                problems.append(f"{cols_name} = {cols} must be a multiple of 4·{pre}TC = "
-                                f"{4 * tc}")
-        if not problems:
-            for kernel, nbytes in zip(("dK/dV", "dQ"), self.smem_bytes(d)):
-                if nbytes > max_shared_bytes():
-                    problems.append(f"the {kernel} kernel's tiles need {nbytes} bytes of shared "
-                                    f"memory for d = {d}; this device allows "
-                                    f"{max_shared_bytes()}")
-            for kernel, floats in zip(("dK/dV", "dQ"), self.registers_floats(d)):
-                if floats > MAX_REGISTER_FLOATS and not device.SIMULATOR:   # (no registers)
-                    problems.append(f"each thread of the {kernel} kernel would hold {floats} "
-                                    f"gradients and scores in registers (> "
-                                    f"{MAX_REGISTER_FLOATS}): they would spill")
-        if problems:
-            raise ValueError(f"config {self}: " + "; ".join(problems))
-        _CHECKED.add((self, d))
-
-
-# (config, d) pairs whose check passed: a call checks its config once per process, not per call.
-_CHECKED = set()
-
-# Defaults per head dimension, from the H200 sweep (scripts/tune_backward.py), B1 H16 N4096,
-# 2026-11-30, TFLOP/s counted as 2.5 × the forward: d=64 (128, 64, 32, 8) 12.7 vs 12.1 for
-# (64, 64, 16, 8), 11.0 for (64, 32, 16, 8), 10.9 for (64, 64, 16, 16); d=128 (64, 64, 16, 16)
-# 11.9 vs 11.5 for (64, 32, 16, 8), 10.5 for (32, 32, 8, 8), 9.9 for (32, 64, 8, 16). d=256:
-# not swept. The simulator runs one warp.
-BWD_GPU_CONFIGS = (
-    (64, BwdConfig(Bc=128, Br=64, TR=32, TC=8, dq_Br=128, dq_Bc=64, dq_TR=32, dq_TC=8)),
-    (128, BwdConfig(Bc=64, Br=64, TR=16, TC=16, dq_Br=64, dq_Bc=64, dq_TR=16, dq_TC=16)),
-    (256, BwdConfig(Bc=32, Br=64, TR=8, TC=16, dq_Br=32, dq_Bc=64, dq_TR=8, dq_TC=16)),
-)
-BWD_SIM_CONFIG = BwdConfig(Bc=32, Br=16, TR=8, TC=4, dq_Br=32, dq_Bc=16, dq_TR=8, dq_TC=4)
-
-# The naive path's GEMM tiles (BM, BN, TY, TX): the forward's on the GPU; in the simulator 32×32
-# tiles with 64 threads (fewer simulated blocks for the same work than the forward's 16×16).
-NAIVE_GEMM_TILES = (32, 32, 8, 8) if device.SIMULATOR else GEMM_TILES
-
-
-def default_config(d):
-    if device.SIMULATOR:
-        return BWD_SIM_CONFIG
-    for limit, cfg in BWD_GPU_CONFIGS:
-        if d <= limit:
-            return cfg
-    raise ValueError(f"head dimension d = {d}: at most {MAX_HEAD_DIM} is supported")
+from .attention_methods import AttentionMethod, gemm, operands, varlen_operands
+from .configs import NAIVE_GEMM_TILES, BwdConfig, bwd_default_config
+from .dropout import dropout_args
+from .launch import aligned16, dummy, launch, stride_grid
 
 
 METHODS = {m.name: m for m in [
@@ -241,7 +119,6 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
     if method not in CHOICES:
         raise ValueError(f"method: expected one of {', '.join(CHOICES)}; got {method!r}")
     tier = checks.tier(tier, method, LESSON_METHODS, "attention_backward")
-    from . import tc_methods
     if tier == "lesson" and tc_methods.low_precision(q):
         raise TypeError("q: the lesson tier's backward takes float32 inputs; fp16/bf16 run on "
                         "tier 'fast' (the tensor-core backward)")
@@ -266,7 +143,7 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
     if lo.shape != (B, H, nq):
         raise ValueError(f"lse: expected shape {(B, H, nq)} ([B, H, Nq]), got {lo.shape}")
     pad = checks.key_padding_mask(key_padding_mask, B, nk, on_host=qo.on_host)
-    p, drop_args = checks.dropout(dropout_p, seed, "drop probability")   # (and the seed)
+    p, drop_args = dropout_args(dropout_p, seed, "drop probability")   # (and the seed)
     scale = checks.scale(scale, d)
     causal = checks.flag(causal, "causal")
     if tier == "lesson":
@@ -277,7 +154,7 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
             raise ValueError("config: the lesson tier takes no configuration (its tiles are "
                              "lesson_tiles(d))")
     elif method == "flash":
-        cfg = config or default_config(d)
+        cfg = config or bwd_default_config(d)
         if not isinstance(cfg, BwdConfig):
             raise TypeError(f"config: expected a BwdConfig, got {type(cfg).__name__}")
         cfg.check(d)
@@ -393,10 +270,10 @@ def varlen_attention_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, *
     _same_side(lo, qo)
     if lo.shape != (total_q, H):
         raise ValueError(f"lse: expected shape {(total_q, H)} ([total_q, H]), got {lo.shape}")
-    p, drop_args = checks.dropout(dropout_p, seed, "drop probability")   # (and the seed)
+    p, drop_args = dropout_args(dropout_p, seed, "drop probability")   # (and the seed)
     scale = checks.scale(scale, d)
     causal = checks.flag(causal, "causal")
-    cfg = config or default_config(d)
+    cfg = config or bwd_default_config(d)
     if not isinstance(cfg, BwdConfig):
         raise TypeError(f"config: expected a BwdConfig, got {type(cfg).__name__}")
     cfg.check(d)
@@ -434,7 +311,7 @@ def _flash(qf, kf, vf, dof, lsef, dvecf, dqf, dkf, dvf, *, d, n_q, n_k, heads, g
     """§30: the dK/dV kernel, then the dQ kernel, on flat arrays (layouts: the forward's
     ``attention_geometry``; ``cu`` = (cu_q, cu_k) selects VARLEN, the grids then sized by the
     longest sequences max_q, max_k). D = rowsum(dO∘O) must already be in dvecf."""
-    vec = d % 4 == 0 and _aligned16(qf, kf, vf, dof)
+    vec = d % 4 == 0 and aligned16(qf, kf, vf, dof)
     cu_q, cu_k = cu or (dummy("cu"), dummy("cu"))
     args = (np.float32(scale), d, n_q, n_k, heads, cu_q, cu_k,
             dummy("mask") if kpm is None else kpm) + \

@@ -18,6 +18,10 @@ import statistics
 import numpy as np
 from numba import cuda
 
+# §16, §30–31: the FLOP counts are the reference's (it owns them)
+from reference.attention import attention_flops
+from reference.attention_backward import attention_backward_flops
+
 from . import arrays, device
 from . import softmax_methods as sm
 
@@ -96,7 +100,8 @@ def time_end_to_end(fn, calls=INNER, warmup=WARMUP):
     return cuda.event_elapsed_time(start, stop) / calls
 
 
-def _torch():
+def cuda_torch():
+    """torch when it is installed and sees a GPU, else None."""
     try:
         import torch
     except ImportError:
@@ -121,7 +126,7 @@ def bench_softmax(ns=DEFAULT_NS, dtypes=("float32", "float16"), methods=None,
                   elements=DEFAULT_ELEMENTS, log=print):
     """Time every method × N × dtype. Returns a list of result dicts (one per measurement)."""
     device.gpu_only("flashlesson bench softmax")
-    torch = _torch()
+    torch = cuda_torch()
     methods = list(methods or (["auto"] + [m for m in sm.METHODS if m != "naive"]))
     rng = np.random.default_rng(0)
     results = []
@@ -223,13 +228,6 @@ def tc_headdim_shapes(headdims=TC_HEADDIMS, b=2, h=16, n=4096):
     return tuple((b, h, n, d) for d in headdims)
 
 
-def attention_flops(b, h, nq, nk, d, causal):
-    """§16, §28: QKᵀ and PV are 2·Nq·Nk·d FLOPs each per head: 4·B·H·Nq·Nk·d, halved when
-    causal (the convention of flash-attn's and torch's benchmarks)."""
-    f = 4 * b * h * nq * nk * d
-    return f // 2 if causal else f
-
-
 def time_gpu_adaptive(fn, target_ms=20.0, samples=7, defer=True):
     """time_gpu with as many launches per sample as make ~target_ms (1 … 10)."""
     fn()
@@ -325,7 +323,7 @@ def bench_attention(shapes=ATTENTION_SHAPES + ATTENTION_SWEEP, causal_modes=(Fal
     """Check, then time every method on every shape; torch SDPA (math, efficient) beside it."""
     from .attention_methods import attention as fl_attention
     device.gpu_only("flashlesson bench attention")
-    torch = _torch()
+    torch = cuda_torch()
     results = []
     rng = np.random.default_rng(0)
     for (b, h, n, d) in shapes:
@@ -375,9 +373,6 @@ def bench_attention(shapes=ATTENTION_SHAPES + ATTENTION_SWEEP, causal_modes=(Fal
 # ---------------------------------------------------------------------------------------------
 # Attention backward (§30–31): recompute (flash) vs stored P (naive) vs torch SDPA backward
 # ---------------------------------------------------------------------------------------------
-BACKWARD_FLOP_FACTOR = 2.5      # backward FLOPs = 2.5 × forward (5 matmuls of 2·N²·d vs 2)
-
-
 def bench_attention_backward(shapes=ATTENTION_SHAPES, causal_modes=(False, True),
                              methods=("flash", "naive"), log=print):
     """Check (against torch's float64 autograd on one head), then time ``attention_backward``
@@ -385,7 +380,7 @@ def bench_attention_backward(shapes=ATTENTION_SHAPES, causal_modes=(False, True)
     from .attention_methods import attention as fl_attention
     from .backward_methods import attention_backward
     device.gpu_only("flashlesson bench attention --backward")
-    torch = _torch()
+    torch = cuda_torch()
     results = []
     rng = np.random.default_rng(0)
     for (b, h, n, d) in shapes:
@@ -393,7 +388,7 @@ def bench_attention_backward(shapes=ATTENTION_SHAPES, causal_modes=(False, True)
         q, k, v, do = (cuda.to_device(rng.standard_normal(shape).astype(np.float32))
                        for _ in range(4))
         for causal in causal_modes:
-            flops = BACKWARD_FLOP_FACTOR * attention_flops(b, h, n, n, d, causal)
+            flops = attention_backward_flops(b, h, n, n, d, causal)
             row = {"B": b, "H": h, "N": n, "d": d, "causal": causal}
             o, lse = fl_attention(q, k, v, causal=causal, return_lse=True)
             ref = None
@@ -453,7 +448,7 @@ def _torch_sdpa(what):
     """(torch, SDPBackend, sdpa_kernel, scaled_dot_product_attention) for a GPU command that
     compares with torch; a clear exit without a GPU or without torch."""
     device.gpu_only(what)
-    torch = _torch()
+    torch = cuda_torch()
     if torch is None:
         raise SystemExit(f"{what} compares with torch SDPA: install torch")
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -589,7 +584,7 @@ def bench_attention_tc_backward(shapes=ATTENTION_SHAPES + tc_headdim_shapes(),
         t16 = [torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(4)]
         q, k, v, do = (cuda.as_cuda_array(x) for x in t16)
         for causal in causal_modes:
-            flops = BACKWARD_FLOP_FACTOR * attention_flops(b, h, n, n, d, causal)
+            flops = attention_backward_flops(b, h, n, n, d, causal)
             row = {"B": b, "H": h, "N": n, "d": d, "D": padded_head_dim(d), "causal": causal}
             x64 = [x[:1, :1].double().requires_grad_(True) for x in t16[:3]]
             refs = torch.autograd.grad(sdpa(*x64, is_causal=causal), x64, t16[3][:1, :1].double())
@@ -701,7 +696,7 @@ def bench_overhead(calls=200, log=print):
     measured the same way in the same process. Returns records with ``function``, ``host_us``,
     ``torch_host_us`` (None where torch has no single equivalent call) and ``fast_launch``."""
     device.gpu_only("flashlesson bench overhead")
-    torch = _torch()
+    torch = cuda_torch()
     if torch is None:
         raise RuntimeError("flashlesson bench overhead needs torch with CUDA (the public calls "
                            "are timed on torch tensors, beside torch's own)")

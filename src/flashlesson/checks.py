@@ -12,7 +12,8 @@ refused call leaves nothing behind (no kernel compiled, no cache entry).
   tiers); "lesson" refused for a method without a lesson kernel.
 - ``flag(value, name)``: a bool (``causal="False"`` is a TypeError, not True).
 - ``scale(value, d)``: None → 1/√d, else a real number finite in float32 (the kernels' type).
-- ``dropout(p, seed)``: p in [0, 1), seed in [0, 2^64) (``flashlesson.dropout``'s rules).
+- ``probability``, ``integer``: what ``flashlesson.dropout.dropout_args(p, seed)`` checks p in
+  [0, 1) and the seed in [0, 2^64) with (the dropout arguments themselves live there).
 - ``key_padding_mask(mask, batch, nk, ...)``: bool or uint8 [B, Nk], nonzero = the key takes part.
 - ``grid(grid, what)``: CUDA's grid limits (x < 2^31, y and z ≤ 65535), before a launch.
 - ``no_partial_overlap(out, x)``: ``out`` is ``x`` itself or shares no byte with it.
@@ -132,14 +133,6 @@ def scale(value, d):
     return v
 
 
-def dropout(dropout_p, seed, noun="probability"):
-    """(p, (seed_lo, seed_hi, threshold, inv_keep)) for the kernels; p = 0 means no dropout.
-    ``noun`` words the range error (the backward says "drop probability")."""
-    from .dropout import attention_args        # (dropout.py imports this module)
-    p = probability(dropout_p, "dropout_p", noun)
-    return p, attention_args(seed, p)           # (checks seed: an int in [0, 2^64))
-
-
 MASK_DTYPES = (np.bool_, np.uint8)
 
 
@@ -233,6 +226,6 @@ def filled(shape, dtype, value, on_host, like=None):
     return host if on_host else cuda.to_device(host)
 
 
-__all__ = ["integer", "probability", "positive_int", "flag", "config_fields", "scale", "dropout", "key_padding_mask",
+__all__ = ["integer", "probability", "positive_int", "flag", "config_fields", "scale", "key_padding_mask",
            "grid", "no_partial_overlap", "lse_parts_values", "empty_like_side", "filled",
            "is_device_array", "MASK_DTYPES", "GRID_X_MAX", "GRID_YZ_MAX"]

@@ -8,14 +8,17 @@ turn the user's (seed, p) into what the kernels take, and are shared with the at
 - ``threshold(p)`` → floor(p · 2^32), a Python int in [0, 2^32 − 1]; r is kept iff r ≥ it;
 - ``kernel_args(seed, p)`` → (np.uint32 k0, np.uint32 k1, np.uint32 threshold), the three
   kernel arguments, typed once here so every launch compiles the same specialization;
-  ``attention_args(seed, p)`` adds inv_keep = np.float32(1/(1 − p)) for the attention kernels.
+  ``attention_args(seed, p)`` adds inv_keep = np.float32(1/(1 − p)) for the attention kernels;
+- ``dropout_args(dropout_p, seed)`` → (p checked, attention_args): what the operations call.
 
-(The arithmetic is the reference's, duplicated: this package does not import ``reference``.)
+(The arithmetic of ``seed_key`` and ``threshold`` is the reference's, ``reference/philox.py``,
+called once the arguments pass this package's checks: one owner, no copy.)
 """
 
 import numpy as np
 
 from kernels_numba import philox as KP
+from reference import philox as RP
 
 from . import device
 from .arrays import empty
@@ -29,14 +32,12 @@ MAX_GRID_YZ = 65535
 
 def seed_key(seed):
     """The Philox key of a dropout seed in [0, 2^64): (seed mod 2^32, seed div 2^32)."""
-    seed = integer(seed, "seed", 0, 2**64)
-    return seed & 0xFFFFFFFF, seed >> 32
+    return RP.seed_key(integer(seed, "seed", 0, 2**64))
 
 
 def threshold(p):
     """floor(p · 2^32) for a dropout probability 0 ≤ p < 1; a word r is kept iff r ≥ it."""
-    p = probability(p, "p", "dropout probability")
-    return int(np.floor(p * 2.0**32))           # exact: p · 2^32 only shifts the exponent
+    return RP.dropout_threshold(probability(p, "p", "dropout probability"))
 
 
 def kernel_args(seed, p):
@@ -49,6 +50,13 @@ def attention_args(seed, p):
     """(k0, k1, threshold, inv_keep = 1/(1 − p)): what the attention kernels take for dropout
     with probability p (already checked by the caller) and ``seed`` (checked here)."""
     return (*kernel_args(seed, p), np.float32(1.0 / (1.0 - p)))
+
+
+def dropout_args(dropout_p, seed, noun="probability"):
+    """(p, (seed_lo, seed_hi, threshold, inv_keep)) for the kernels; p = 0 means no dropout.
+    ``noun`` words the range error (the backward says "drop probability")."""
+    p = probability(dropout_p, "dropout_p", noun)
+    return p, attention_args(seed, p)           # (checks seed: an int in [0, 2^64))
 
 
 def dropout_keep_mask(seed, batch, heads, nq, nk, p):

@@ -390,3 +390,26 @@ def kernel_resources(kernel):
 
 def as_float32(value):
     return np.float32(value)
+
+
+# Placeholders and alignment shared by the attention launchers
+_DUMMIES = {}
+
+
+def dummy(kind):
+    """Placeholders for the arguments a kernel specialization does not use."""
+    if kind not in _DUMMIES:
+        arr = cuda.to_device(np.zeros((1, 1), np.uint8) if kind == "mask"
+                             else np.zeros(2, np.int32))
+        _DUMMIES[kind] = arr if device.SIMULATOR else DevArray.from_interface(arr)
+    return _DUMMIES[kind]
+
+
+def aligned16(*arrays):
+    """True if every array's data starts on a 16-byte boundary (then rows of d % 4 == 0 floats
+    can be read 16 bytes at a time). Fresh allocations always do; a view into a bigger tensor
+    may not."""
+    if device.SIMULATOR:
+        return True
+    return all((a.ptr if type(a) is DevArray else a.__cuda_array_interface__["data"][0]) % 16
+               == 0 for a in arrays)

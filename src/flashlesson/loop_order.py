@@ -24,12 +24,11 @@ from kernels_numba import attention_fa1 as KF1
 from kernels_numba.lesson import loop_order as LL
 
 from .arrays import empty
-from .attention_methods import FlashConfig, LessonConfig, _aligned16, default_config, \
-    default_lesson_config, dummy
 from .checks import grid as check_grid
-from .launch import launch, max_shared_bytes
-from .traffic import Access, attention_traffic as _attention_traffic, \
+from .configs import FlashConfig, LessonConfig, default_config, default_lesson_config
+from .io_model import Access, attention_traffic as _attention_traffic, \
     flash_attention_traffic
+from .launch import aligned16 as _aligned16, dummy, launch, max_shared_bytes
 
 FA1 = "flash_fa1"
 DB = "flash_db"
@@ -260,7 +259,7 @@ def attention_traffic(B, H, nq, nk, d, method="flash", causal=False, config=None
 
 def fa1_vs_fa2_bytes(B, H, n, d, causal=False, config=None):
     """(FA1 bytes, FA2 bytes) of the models at one size (§41's table), float32."""
-    from .traffic import total_bytes
+    from .io_model import total_bytes
     return (total_bytes(fa1_attention_traffic(B, H, n, n, d, causal, config)),
             total_bytes(flash_attention_traffic(B, H, n, n, d, causal,
                                                 config_for(d, n, B * H, config))))

@@ -257,8 +257,7 @@ def resource_report(n=1024, d=64, limits=H200, workloads=None):
 def config_rows(d=64, limits=H200):
     """What needs no compiler: the flash kernels' H200 tiles for head dim d — threads and
     dynamic shared memory — and the blocks per SM those two allow (registers unknown)."""
-    from .attention_methods import GPU_CONFIGS
-    from .backward_methods import BWD_GPU_CONFIGS
+    from .configs import BWD_GPU_CONFIGS, GPU_CONFIGS
     fwd = next(c for lim, c in GPU_CONFIGS if d <= lim)
     bwd = next(c for lim, c in BWD_GPU_CONFIGS if d <= lim)
     kv, qs = bwd.smem_bytes(d)

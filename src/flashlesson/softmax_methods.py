@@ -70,7 +70,7 @@ class Method:
 # simulator every CUDA thread is a Python thread, so blocks are kept small there (but still
 # two warps, so that the two-level reductions of §10 are exercised).
 # ---------------------------------------------------------------------------------------------
-def _threads_for_block_methods(n, threads):
+def threads_for_block_methods(n, threads):
     if threads is not None:
         return threads
     if device.SIMULATOR:
@@ -86,14 +86,14 @@ def _launch_rowwise(kernel, shared=0):
     """A launcher for the block-per-row kernels: grid = rows."""
     def launch(x2, y2, threads):
         rows, n = x2.shape
-        t = _threads_for_block_methods(n, threads)
+        t = threads_for_block_methods(n, threads)
         _launch(kernel, rows, t, (x2, y2), n * 4 if shared else 0)
     return launch
 
 
 def _launch_three_pass(x2, y2, threads):
     rows, n = x2.shape
-    t = _threads_for_block_methods(n, threads)
+    t = threads_for_block_methods(n, threads)
     m = empty(rows, np.float32)                     # §3: the row maxima go to global memory
     l = empty(rows, np.float32)                     # §3: and so do the sums
     _launch(K.row_max, rows, t, (x2, m))

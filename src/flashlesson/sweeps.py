@@ -23,14 +23,16 @@ import time
 
 import numpy as np
 
+from reference.attention import attention_flops
+
 from . import device
-from .attention_methods import GPU_CONFIGS, SMALL_GRID_CONFIGS, FlashConfig, attention
-from .bench import attention_flops
+from .attention_methods import attention
+from .configs import GPU_CONFIGS, SMALL_GRID_CONFIGS, FlashConfig
 from .occupancy import blocks_per_sm
 
 REL_TOL = 1e-4
 H200_SMS = 132
-H200_GEMM_TILES = (64, 64, 16, 16)          # attention_methods.GEMM_TILES on a GPU
+H200_GEMM_TILES = (64, 64, 16, 16)          # configs.GEMM_TILES on a GPU
 
 # §38: one head dimension, one shape, configurations from small to large tiles — the last two
 # are refused by FlashConfig.check (too much shared memory; too many values per thread).
@@ -63,7 +65,7 @@ TINY = {"tile shape": (1, 1, 40), "tile configs": TILE_CONFIGS[:1] + TILE_CONFIG
 # Models (no GPU needed)
 # ---------------------------------------------------------------------------------------------
 def h200_config(d, nq=None, bh=None, sms=H200_SMS):
-    """The configuration ``attention_methods.default_config`` picks on the H200 (GPU_CONFIGS,
+    """The configuration ``configs.default_config`` picks on the H200 (GPU_CONFIGS,
     or SMALL_GRID_CONFIGS when the grid leaves three quarters of the SMs idle) — computable in
     the simulator, where default_config gives the simulator's tiles. On a GPU the bench checks
     the two agree."""
@@ -239,7 +241,7 @@ def sweep_crossover(rng, ns=CROSSOVER_NS, heads=CROSSOVER_HEADS, d=CROSSOVER_D, 
     """§40: naive and flash (and torch SDPA's backends, GPU) at small N: each checked, then
     (``timing``) its GPU time and Python's time per call. Flash runs the H200's choice of
     tiles for the shape (``h200_config``; on a GPU, what ``attention`` picks itself)."""
-    from .attention_methods import default_config
+    from .configs import default_config
     torch = _torch() if timing else None
     rows = []
     for h in heads:
@@ -274,8 +276,8 @@ def sweep_crossover(rng, ns=CROSSOVER_NS, heads=CROSSOVER_HEADS, d=CROSSOVER_D, 
 def _torch():
     if device.SIMULATOR:
         return None
-    from .bench import _torch
-    return _torch()
+    from .bench import cuda_torch
+    return cuda_torch()
 
 
 def _sdpa_times(torch, q, k, v):
@@ -353,7 +355,7 @@ def describe_crossover(result, fast, slow):
 # ---------------------------------------------------------------------------------------------
 LAUNCH_US = 16.0      # Python's cost of one Numba launch, H200 machine (kernels_numba/timing.py)
 COPY_GBS = 4214.0     # device-to-device copy, H200 (bytes read + written; shared/gpu README)
-FLASH_TFLOPS = 28.9   # the d = 64 tiles at B1 H16 N4096 on the H200 (attention_methods.py)
+FLASH_TFLOPS = 28.9   # the d = 64 tiles at B1 H16 N4096 on the H200 (configs.py)
 
 
 def overhead_model(n, b=1, h=1, d=CROSSOVER_D, sms=H200_SMS):

@@ -30,9 +30,8 @@ from kernels_numba.lesson import tensor_core as LT
 
 from . import checks, device
 from .arrays import Operand, empty, is_device_array, result, using
-from .launch import launch, max_shared_bytes, stride_grid
-
-MAX_HEAD_DIM = 256
+from .configs import MAX_HEAD_DIM
+from .launch import dummy, launch, max_shared_bytes, stride_grid
 
 
 @dataclass(frozen=True)
@@ -250,7 +249,6 @@ def attention_tc(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dr
 
 
 def _forward_tc(qo, ko, vo, fq, B, H, nq, nk, d, cfg, causal, scale, kpm, tf32, tier):
-    from .attention_methods import dummy
     bh = B * H
     width, word = _row_format(d, tf32)
     q3 = _words(qo, (bh, nq, width), word)
@@ -418,7 +416,6 @@ def _backward_tc(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, sca
     from kernels_numba import attention_backward as KBF
     from kernels_numba import attention_tc_backward as KB
 
-    from .attention_methods import dummy
     bh = B * H
     w, word = _row_format(d, tf32)
     D = d if tf32 else KT.padded_head_dim(d)        # the kernels' head dimension
