@@ -93,14 +93,3 @@ def check_grads(grads, refs, q, k, *, scale=None, dtype="float32", rel=None):
 def pytest_report_header(config):
     return f"flashlesson device: {flashlesson.MODE} ({flashlesson.device.REASON})"
 
-
-# The longest tests start first: with pytest-xdist each worker takes tests in collection order,
-# and the tour (every example, ~4 min in the simulator) collected last would start when the
-# other worker is nearly done, lengthening the run by its whole duration (CI: 2 cores).
-LONG_FIRST = ("test_tour.py::test_tour_passes_and_covers_every_section_with_an_example",
-              "test_attention_tc_backward.py::test_tf32x3_padding_configs_and_bitwise_runs",
-              "test_sweeps.py::test_bench_sweeps_tiny_writes_every_table_and_json")
-
-
-def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: not any(item.nodeid.endswith(name) for name in LONG_FIRST))

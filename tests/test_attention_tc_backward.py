@@ -234,7 +234,7 @@ def test_tf32x3_matches_oracle(rng, shape, causal):
 def test_tf32x3_padding_configs_and_bitwise_runs(rng):
     """Key padding with a batch row that sees no key (zero gradients, never NaN), other tiles and
     warps, and the same bits on every run (no atomics)."""
-    B, H, nq, nk, d = by_device((2, 1, 19, 33, 16), (3, 4, 300, 257, 64))
+    B, H, nq, nk, d = by_device((2, 1, 19, 33, 8), (3, 4, 300, 257, 64))
     q, k, v, do = _f32_inputs(rng, B, H, nq, nk, d)
     kpm = rng.random((B, nk)) > 0.4
     kpm[0] = False

@@ -14,26 +14,36 @@ import flashlesson  # noqa: F401 - picks the device before numba.cuda loads
 from flashlesson import tour
 
 
-def test_tour_passes_and_covers_every_section_with_an_example(capsys):
+# The tour in CHUNKS parts (every CHUNKS-th example), so that pytest-xdist's workers share it;
+# together they run every example once.
+CHUNKS = 6
+
+
+@pytest.mark.parametrize("part", range(CHUNKS))
+def test_tour_passes_and_covers_every_section_with_an_example(part, capsys):
+    examples = tour.list_examples()
+    mine = examples[part::CHUNKS]
     checks = []
-    code = tour.run_tour(checks=checks)
+    code = tour.run_tour(sections=[min(secs) for secs, _ in mine], checks=checks)
     out = capsys.readouterr().out
     failed = [c for c in checks if c.failed]
     assert code == 0 and not failed, f"failed checks: {failed}\n{out[-3000:]}"
     # measurements and checks not performed are allowed (shown, counted apart), never passes
     assert all(c.passed is None for c in checks if c.kind != tour.CHECK)
     covered = set().union(*(tour.sections_of(c.section) for c in checks))
-    examples = tour.list_examples()
-    with_example = {s for secs, _ in examples for s in secs}
-    assert set(range(1, 12)) <= with_example
+    with_example = {s for secs, _ in mine for s in secs}
     assert with_example <= covered, f"sections with an example but without a check: " \
         f"{sorted(with_example - covered)}"
     assert all(isinstance(c, tour.Check) for c in checks)
     # progress lines, in § order, then the summary table
-    n = len(examples)
-    first, last = tour._label(examples[0][0]), tour._label(examples[-1][0])
+    n = len(mine)
+    first, last = tour._label(mine[0][0]), tour._label(mine[-1][0])
     assert f"[1/{n}] §{first} " in out and f"[{n}/{n}] §{last} " in out
     assert "max err vs oracle" in out and "FAIL" not in out
+
+
+def test_the_examples_cover_the_first_sections():
+    assert set(range(1, 12)) <= {s for secs, _ in tour.list_examples() for s in secs}
 
 
 def test_check_kinds_measured_and_not_performed_are_neither_pass_nor_fail(tmp_path,
