@@ -18,7 +18,7 @@ if [ "${OVERHEAD:-0}" = 1 ]; then       # issue 14's launch-layer check first (<
   echo "--- overhead check rc=$?"; tail -25 "$OUT/overhead.log"
 fi
 left=$((570 - $(date +%s) + start))
-FLASHLESSON_SEED=$seed_tests timeout $left python3 -m pytest -q -n ${WORKERS:-8} -p no:cacheprovider \
+FLASHLESSON_SEED=$seed_tests timeout $left python3 -m pytest -v --tb=line -n ${WORKERS:-8} -p no:cacheprovider \
   ${TESTS:-} > "$OUT/pytest.log" 2>&1 &
 p_tests=$!
 FLASHLESSON_SEED=$seed_tour timeout $((left - 20)) python3 -m flashlesson tour > "$OUT/tour.log" 2>&1 &
@@ -32,7 +32,7 @@ wait $p_tour; rc_tour=$?
 wait $p_tests; rc_tests=$?
 [ "${SANITIZE:-0}" = 1 ] && { wait $p_san; rc_san=$?; }
 cat "$OUT/gpu.txt"
-echo "--- pytest (FLASHLESSON_SEED=$seed_tests), rc=$rc_tests"; grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -30; tail -3 "$OUT/pytest.log"
+echo "--- pytest (FLASHLESSON_SEED=$seed_tests), rc=$rc_tests"; grep -E "(FAILED|ERROR) tests/" "$OUT/pytest.log" | sed "s/^\[gw[0-9]*\] \[ *[0-9]*%\] //" | sort -u | head -30; tail -3 "$OUT/pytest.log"
 echo "--- tour (FLASHLESSON_SEED=$seed_tour), rc=$rc_tour"; grep -E -i "fail|error|Traceback" "$OUT/tour.log" | head -30; tail -6 "$OUT/tour.log"
 echo "--- sanitize: $rc_san"; [ -f "$OUT/sanitize.log" ] && tail -15 "$OUT/sanitize.log"
 echo "wall $(( $(date +%s) - start )) s"
