@@ -82,23 +82,27 @@ def _warps_per_block(threads):
     return (threads or (2 * WARP if device.SIMULATOR else 128)) // WARP
 
 
-def _launch_rowwise(kernel, shared=0):
-    """A launcher for the block-per-row kernels: grid = rows."""
+def _launch_rowwise(kernel, shared=False, threads_for=None):
+    """A launcher for the block-per-row kernels: grid = rows; ``threads_for(n, threads)`` picks
+    the block size (the fast tier's ``threads_for_block_methods`` by default)."""
     def launch(x2, y2, threads):
         rows, n = x2.shape
-        t = threads_for_block_methods(n, threads)
+        t = (threads_for or threads_for_block_methods)(n, threads)
         _launch(kernel, rows, t, (x2, y2), n * 4 if shared else 0)
     return launch
 
 
-def _launch_three_pass(x2, y2, threads):
-    rows, n = x2.shape
-    t = threads_for_block_methods(n, threads)
-    m = empty(rows, np.float32)                     # §3: the row maxima go to global memory
-    l = empty(rows, np.float32)                     # §3: and so do the sums
-    _launch(K.row_max, rows, t, (x2, m))
-    _launch(K.row_sum_exp, rows, t, (x2, m, l))
-    _launch(K.normalize, rows, t, (x2, m, l, y2))
+def _launch_three_pass(kernels=K, threads_for=None):
+    """§3's three launches from ``kernels`` (the fast tier's module, or the lesson tier's)."""
+    def launch(x2, y2, threads):
+        rows, n = x2.shape
+        t = (threads_for or threads_for_block_methods)(n, threads)
+        m = empty(rows, np.float32)                 # §3: the row maxima go to global memory
+        l = empty(rows, np.float32)                 # §3: and so do the sums
+        _launch(kernels.row_max, rows, t, (x2, m))
+        _launch(kernels.row_sum_exp, rows, t, (x2, m, l))
+        _launch(kernels.normalize, rows, t, (x2, m, l, y2))
+    return launch
 
 
 def _launch_warp(x2, y2, threads):
@@ -176,24 +180,6 @@ def _lesson_threads(n, threads):
     return min(MAX_THREADS, max(128, _pow2_at_least(-(-n // 16))))
 
 
-def _lesson_rowwise(kernel, shared=False):
-    def launch(x2, y2, threads):
-        rows, n = x2.shape
-        t = _lesson_threads(n, threads)
-        _launch(kernel, rows, t, (x2, y2), n * 4 if shared else 0)
-    return launch
-
-
-def _lesson_three_pass(x2, y2, threads):
-    rows, n = x2.shape
-    t = _lesson_threads(n, threads)
-    m = empty(rows, np.float32)                     # §3: m and l through global memory
-    l = empty(rows, np.float32)
-    _launch(L.row_max, rows, t, (x2, m))
-    _launch(L.row_sum_exp, rows, t, (x2, m, l))
-    _launch(L.normalize, rows, t, (x2, m, l, y2))
-
-
 def _lesson_warp(x2, y2, threads):
     rows, n = x2.shape
     wpb = _warps_per_block(threads)
@@ -217,8 +203,9 @@ METHODS = {m.name: m for m in [
            auto=False),
     Method("three_pass", "3", "max pass, exp+sum pass, normalize pass: three launches, "
            "m and l through global memory", "row_max, row_sum_exp, normalize",
-           3, 1, None, _launch_three_pass, extra="+ m and l per row, written and read back",
-           lesson_kernel="row_max, row_sum_exp, normalize", lesson_launch=_lesson_three_pass),
+           3, 1, None, _launch_three_pass(), extra="+ m and l per row, written and read back",
+           lesson_kernel="row_max, row_sum_exp, normalize",
+           lesson_launch=_launch_three_pass(L, _lesson_threads)),
     Method("warp", "6–7", "one warp per row, one element per lane, shuffles only",
            "softmax_warp", 1, 1, WARP, _launch_warp,
            lesson_kernel="softmax_warp", lesson_launch=_lesson_warp),
@@ -233,14 +220,15 @@ METHODS = {m.name: m for m in [
            "softmax_block_smem", 1, 1, SMEM_MAX_N,
            _launch_rowwise(K.softmax_block_smem, shared=True),
            lesson_kernel="softmax_block_smem",
-           lesson_launch=_lesson_rowwise(L.softmax_block_smem, shared=True)),
+           lesson_launch=_launch_rowwise(L.softmax_block_smem, True, _lesson_threads)),
     Method("block_reread", "11", "one block per row, any N, re-reads global memory each pass",
            "softmax_block_reread", 3, 1, None,
            _launch_rowwise(K.softmax_block_reread), lesson_kernel="softmax_block_reread",
-           lesson_launch=_lesson_rowwise(L.softmax_block_reread)),
+           lesson_launch=_launch_rowwise(L.softmax_block_reread, threads_for=_lesson_threads)),
     Method("online", "18–20", "single pass of (m, l) per thread, merged by §19, then normalize",
            "softmax_online", 2, 1, None, _launch_rowwise(K.softmax_online),
-           lesson_kernel="softmax_online", lesson_launch=_lesson_rowwise(L.softmax_online)),
+           lesson_kernel="softmax_online",
+           lesson_launch=_launch_rowwise(L.softmax_online, threads_for=_lesson_threads)),
 ]}
 
 AUTO = "auto"
