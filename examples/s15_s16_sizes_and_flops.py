@@ -132,7 +132,7 @@ def main(verbose=True):
 # ---------------------------------------------------------------------------------------------
 # GPU only: device memory held by one call
 # ---------------------------------------------------------------------------------------------
-# held_bytes(fn): device memory taken by fn() at its peak — free memory read across the call,
+# held_bytes(fn): device memory taken by fn() at its peak — this process's allocations across the call,
 # frees deferred, outputs kept alive (flashlesson.bench.device_bytes_held, shared with the bench)
 from flashlesson.bench import device_bytes_held as held_bytes  # noqa: E402
 
@@ -170,7 +170,7 @@ def _measured_memory(rng, verbose):
     if verbose:
         dev = flashlesson.device.describe()["device"]
         print(f"\n{dev}, {datetime.date.today()}: device memory held by one call, measured "
-              f"as the drop in free memory (frees deferred), B={b} H={h} d={d}, float32")
+              f"as the device bytes this process holds at the peak (frees deferred), B={b} H={h} d={d}, float32")
         print(tabulate(table, headers=["N", "method", "held MiB", "predicted MiB"],
                        disable_numparse=True))
         print("naive holds S and P, 2·B·H·N² floats: ×4 each time N doubles; flash holds only "

@@ -11,7 +11,7 @@ and the extra memory of each path (S and P: 2·B·H·N² floats; LSE: B·H·N fl
 and 2× — with the kernel checked on a small case. On a GPU the example then measures it:
 ``flashlesson.attention`` timed with ``time_gpu`` (CUDA events) for N = 1024 … 8192, the ratio
 of successive times (≈ 4) and the TFLOP/s from the FLOP formula; and the device memory each
-method holds at its peak (the drop in free memory, frees deferred), whose growth per doubling
+method holds at its peak (what this process allocates, frees deferred), whose growth per doubling
 is ≈ 4× for naive and ≈ 2× for flash. In the simulator the measurements are skipped: a time
 there measures Python, and there is no device memory.
 
@@ -101,7 +101,7 @@ def main(verbose=True):
 # ---------------------------------------------------------------------------------------------
 # GPU only
 # ---------------------------------------------------------------------------------------------
-# held_bytes(fn): device memory taken by fn() at its peak — free memory read across the call,
+# held_bytes(fn): device memory taken by fn() at its peak — this process's allocations across the call,
 # frees deferred, outputs kept alive (flashlesson.bench.device_bytes_held, shared with the bench)
 from flashlesson.bench import device_bytes_held as held_bytes  # noqa: E402
 from flashlesson.bench import flush_frees  # noqa: E402
@@ -150,7 +150,7 @@ def _measured(rng, verbose):
     if verbose:
         dev = flashlesson.device.describe()["device"]
         print(f"\n{dev}, {datetime.date.today()}: B={B} H={H} d={D} float32; flash timed with "
-              "CUDA events (median); memory = drop in free device memory during one call")
+              "CUDA events (median); memory = device bytes this process holds at the peak of one call")
         print(tabulate(table, headers=["N", "flash ms", "× previous", "TFLOP/s (4·B·H·N²·d)",
                                        "naive MiB held", "flash MiB held"],
                        disable_numparse=True))

@@ -217,8 +217,8 @@ def _measured(rng, verbose):
     if verbose:
         dev = flashlesson.device.describe()["device"]
         print(f"\n{dev}, {datetime.date.today()}: attention_backward, B={B} H={H} d={D} "
-              "float32, not causal; CUDA-event medians; memory = drop in free device memory "
-              "during one call (frees deferred)")
+              "float32, not causal; CUDA-event medians; memory = device bytes this process "
+              "holds at the peak of one call (frees deferred)")
         print(tabulate(table, headers=["N", "naive ms (P stored)", "flash ms (P recomputed)",
                                        "naive / flash", "naive MiB held", "flash MiB held",
                                        "P alone MiB"], disable_numparse=True))

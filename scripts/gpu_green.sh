@@ -18,7 +18,7 @@ if [ "${OVERHEAD:-0}" = 1 ]; then       # issue 14's launch-layer check first (<
   echo "--- overhead check rc=$?"; tail -25 "$OUT/overhead.log"
 fi
 left=$((570 - $(date +%s) + start))
-FLASHLESSON_SEED=$seed_tests timeout $left python3 -m pytest -v --tb=line -n ${WORKERS:-8} -p no:cacheprovider \
+FLASHLESSON_SEED=$seed_tests timeout $left python3 -m pytest -v --tb=line --durations=40 -n ${WORKERS:-8} -p no:cacheprovider \
   ${TESTS:-} > "$OUT/pytest.log" 2>&1 &
 p_tests=$!
 FLASHLESSON_SEED=$seed_tour timeout $((left - 20)) python3 -m flashlesson tour > "$OUT/tour.log" 2>&1 &

@@ -54,7 +54,18 @@ def _torch_errors(q64, k64, v64, do64, causal, refs, fmt):
     o = torch.nn.functional.scaled_dot_product_attention(
         *t, attn_mask=mask, is_causal=causal and mask is None)
     grads = torch.autograd.grad(o, t, torch.tensor(do64, device="cuda").to(dt))
-    return [float(np.max(np.abs(g.double().cpu().numpy() - r))) for g, r in zip(grads, refs)]
+    errs = [float(np.max(np.abs(g.double().cpu().numpy() - r))) for g, r in zip(grads, refs)]
+    # flash-attn's slack for the final rounding (its hopper/test_flash_attn.py): twice the
+    # rounding error of r + 0.3 − 0.3 done in the 16-bit dtype, about one 16-bit ulp of
+    # max|r| + 0.3. Both results are rounded to fp16/bf16 once at the end, and the maxima of
+    # such roundings can land an ulp or two apart between two correct kernels (H200,
+    # 2026-12-01: dv 5.6e-4 vs torch's 2.4e-4, fp16 d = 111; dq 4.1e-3 vs 1.9e-3, bf16 d = 59;
+    # both 113×203 causal, one case of 64 each, the bare 2× rule failing)
+    slack = []
+    for r in refs:
+        r16 = torch.tensor(r, device="cuda").to(dt)
+        slack.append(2 * float(((r16 + 0.3) - 0.3 - r16).abs().max()))
+    return errs, slack
 
 
 def _check(grads, refs, fmt, q64, k64, torch_errs=None):
@@ -69,15 +80,10 @@ def _check(grads, refs, fmt, q64, k64, torch_errs=None):
         rel = err / max(np.max(np.abs(r)), floor, 1e-30)
         assert rel <= bound, f"{name}: relative error {rel:.2e} > the model's {bound:.1e}"
         if torch_errs is not None:
-            # flash-attn's rule, 2× torch's own error in the same dtype, plus half a 16-bit ulp
-            # of the largest |value|: both results are rounded to fp16/bf16 once at the end,
-            # and a maximum of such roundings can land 1–2 ulps apart between two correct
-            # kernels (H200, 2026-12-01: dv 5.6e-4 vs torch's 2.4e-4 at d = 111, 113×203
-            # causal, one case of 64 failed the bare 2× rule)
-            half_ulp = 0.5 * np.spacing(np.float16(np.max(np.abs(r))).astype(np.float32)) \
-                * (8 if fmt == "bf16" else 1)      # (bf16: 3 fewer mantissa bits)
-            assert err <= 2 * torch_errs[i] + half_ulp, \
-                f"{name}: error {err:.2e} > 2 × torch's {torch_errs[i]:.2e} + {half_ulp:.1e}"
+            # flash-attn's rule: 2× torch's own error in the same dtype, plus its rounding slack
+            errs, slack = torch_errs
+            assert err <= 2 * errs[i] + slack[i], \
+                f"{name}: error {err:.2e} > 2 × torch's {errs[i]:.2e} + {slack[i]:.1e}"
 
 
 @pytest.mark.parametrize("fmt", ["f16", "bf16"])

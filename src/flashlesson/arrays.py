@@ -439,8 +439,8 @@ def pool_usage(reset_peak=False):
     """(bytes in use at the peak since the last reset, bytes the pool holds from the driver) of
     the stream-ordered pool; (0, 0) where it is not in use (simulator, or not started yet).
     ``reset_peak`` starts a new peak at the bytes in use now. ``flashlesson.bench``'s memory
-    measurement (§15, §29) adds the peak to what free memory says, since memory the pool
-    already holds does not show in cuMemGetInfo."""
+    measurement (§15, §29, §31) adds the peak to what Numba's allocator holds, since results
+    come from memory the pool may already hold."""
     pool = _POOL["pool"]
     if pool is None or _POOL["failed"] is not None:
         return 0, 0

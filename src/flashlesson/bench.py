@@ -14,6 +14,7 @@ Method, as the lesson's claims need it (§4: softmax is bound by memory, not by 
 import contextlib
 import math
 import statistics
+import sys
 
 import numpy as np
 from numba import cuda
@@ -245,25 +246,56 @@ def flush_frees(ctx):
             pending.clear()
 
 
+def _numba_bytes(ctx):
+    """Bytes of device memory Numba's allocator holds for this process: its live allocations
+    plus the frees it has queued and not yet made; None where Numba's bookkeeping (private
+    attributes of numba-cuda's memory manager, read with a guard) is not there to read."""
+    manager = getattr(ctx, "memory_manager", None)
+    live = getattr(manager, "allocations", None)
+    pending = getattr(getattr(manager, "deallocations", None), "_size", None)
+    if not isinstance(live, dict) or not isinstance(pending, int):
+        return None
+    return sum(getattr(m, "size", 0) for m in list(live.values())) + pending
+
+
+def _torch_peak(reset=False):
+    """torch's caching allocator: bytes allocated at the peak since the last reset (0 when
+    torch is not in use): results the library returns as torch tensors come from it."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return 0
+    if reset:
+        torch.cuda.reset_peak_memory_stats()
+    return torch.cuda.max_memory_allocated()
+
+
 def device_bytes_held(fn):
-    """Device memory taken by ``fn()`` at its peak (§15, §29): the drop in free memory
-    (cuMemGetInfo) across the call, with frees deferred (``cuda.defer_cleanup``) so that what
-    it allocated and dropped on the way — the naive path's S and P — is still held when free
-    memory is read, and its outputs kept alive until then. Granularity: the driver's pages."""
+    """Device memory taken by ``fn()`` at its peak (§15, §29, §31), counted in this process's
+    own books, so that another process on the same GPU cannot move it: what Numba's allocator
+    newly holds across the call with frees deferred (``cuda.defer_cleanup``: what ``fn``
+    allocated and dropped on the way — the naive path's S and P — is still counted, its
+    outputs kept alive until then), plus the peak in use of the stream-ordered pool
+    (``arrays.pool_usage``) and of torch's allocator. Where Numba's books cannot be read, the
+    drop in the device's free memory (cuMemGetInfo) stands in for them: the driver's pages,
+    and disturbed by other processes."""
     ctx = cuda.current_context()
     cuda.synchronize()
     flush_frees(ctx)
-    free0 = ctx.get_memory_info()[0]
+    numba0, free0 = _numba_bytes(ctx), ctx.get_memory_info()[0]
     used0, reserved0 = arrays.pool_usage(reset_peak=True)
+    torch0 = _torch_peak(reset=True)
     with cuda.defer_cleanup():
         out = fn()
         cuda.synchronize()
-        free1 = ctx.get_memory_info()[0]
-    # the stream-ordered pool (arrays.pool_usage) serves results from memory it already holds,
-    # which free memory does not show: count its peak in use, not what it newly reserved
+        numba1, free1 = _numba_bytes(ctx), ctx.get_memory_info()[0]
     peak, reserved1 = arrays.pool_usage()
+    torch_extra = max(_torch_peak() - torch0, 0)
     del out
     flush_frees(ctx)
+    if numba0 is not None and numba1 is not None:
+        return numba1 - numba0 + max(peak - used0, 0) + torch_extra
+    # the pool serves results from memory it already holds, which free memory does not show:
+    # count its peak in use, not what it newly reserved
     return free0 - free1 - (reserved1 - reserved0) + max(peak - used0, 0)
 
 
