@@ -15,13 +15,18 @@ branch on the simulator:
 - ``vector.py`` — twins of ``kernels_numba/vector.py``'s (vector loads/stores, cp.async held
   back until the thread waits).
 - ``reductions.py`` — the twin of ``fast_exp`` (libdevice's ``__expf``): NumPy's float32 exp.
+- ``hopper.py`` — twins of ``kernels_numba/hopper.py``'s (mbarriers with phases, arrival and
+  transaction counts; named barriers; setmaxnreg; wgmma as a warpgroup rendezvous reading its
+  operands through the descriptors; the bulk copy landing on its mbarrier's phase), with waits
+  that can never end reported as errors.
 
 The choice, made here only:
 
 - :data:`SIMULATOR` — whether Numba runs kernels in its simulator.
 - :func:`install` — adds ``warp.py``'s operations and ``races.py``'s race mode to the simulator;
   ``import kernels_numba`` calls it once (nothing on a GPU).
-- :func:`helper_chooser` — a helper file (``mma.py``, ``vector.py``, ``reductions.py``)
+- :func:`helper_chooser` — a helper file (``mma.py``, ``vector.py``, ``reductions.py``,
+  ``hopper.py``)
   defines each GPU helper (an ``@intrinsic`` of inline PTX, a libdevice call) and passes it
   through ``helper = helper_chooser("mma")`` (its twins' module here): on the GPU
   ``helper(f)`` is ``f`` itself, in the simulator the twin of the same name in ``sim/mma.py``.
@@ -51,9 +56,9 @@ def install():
 
 def _twin_module(twins):
     """This package's module ``twins`` (its simulator twins of a helper file's helpers)."""
-    from . import mma, reductions, vector
+    from . import hopper, mma, reductions, vector
 
-    modules = {"mma": mma, "reductions": reductions, "vector": vector}
+    modules = {"hopper": hopper, "mma": mma, "reductions": reductions, "vector": vector}
     if twins not in modules:
         raise ValueError(f"twins: expected one of {sorted(modules)} (a module of "
                          f"kernels_numba/sim holding simulator twins); got {twins!r}")
@@ -63,7 +68,7 @@ def _twin_module(twins):
 def helper_chooser(twins):
     """The decorator that picks a helper: on a GPU the helper itself (an inline-PTX
     ``@intrinsic``, a libdevice call), in the simulator its twin of the same ``__name__`` in
-    ``kernels_numba/sim/<twins>.py`` (``twins``: "mma", "vector" or "reductions")."""
+    ``kernels_numba/sim/<twins>.py`` (``twins``: "mma", "vector", "reductions" or "hopper")."""
     if not SIMULATOR:
         def helper(gpu):
             return gpu

@@ -266,8 +266,13 @@ def install():
         def array(self, shape, dtype, alignment=None):
             # The simulator's own array(), but it identifies a static allocation by the line
             # that declares it: its caller's caller would be this wrapper, one line for all
-            if alignment is not None:
-                raise RuntimeError("Array alignment is not supported in cudasim")
+            if alignment is not None and (not isinstance(alignment, int) or alignment <= 0
+                                          or alignment & (alignment - 1)):
+                raise ValueError(f"cuda.shared.array: alignment must be a power of two, got "
+                                 f"{alignment!r}")
+            # (The simulator itself refuses alignment=; accepted here and left to the model:
+            # the Hopper twins' shared window, sim/hopper.py, starts every shared array on a
+            # 1024-byte boundary, the strictest alignment a kernel asks for: 128B swizzle.)
             if isinstance(dtype, types.Type):
                 dtype = numpy_support.as_dtype(dtype)
             if shape == 0:      # dynamic: every view shares one byte buffer

@@ -693,6 +693,21 @@ def _settle_activemask(st, g, give_up):
     g.event.set()
 
 
+def block_threads(manager):
+    """(the block's thread count, {linear thread id: BlockThread} of the threads created so
+    far, exited ones included) of the block run by ``manager``: for the deadlock reports of
+    the Hopper twins (``sim/hopper.py``), which wait across warps."""
+    st = _block_state(manager)
+    return st.nthreads, st.threads
+
+
+def waits_in_warp_op(thread):
+    """Whether ``thread`` waits in a warp operation (or activemask) that has not completed."""
+    st = _warp_state(thread._manager, thread.thread_id // WARP_SIZE)
+    rv = st.waiting.get(thread.thread_id)
+    return rv is not None and not rv.done
+
+
 def lanemask_lt():
     """Bits of the lanes below the caller's: (1 << lane) - 1."""
     t = _current_thread("lanemask_lt")

@@ -1,0 +1,340 @@
+"""The Hopper helpers of kernels_numba/hopper.py, each alone against NumPy: mbarrier phases and
+arrival counts, the bulk copy's bytes landing on its mbarrier, named barriers between a producer
+and a consumer warp, setmaxnreg, the wgmma descriptor's bit fields, and wgmma 64×N×16 (one k16
+step, and a K loop of 4 steps in one commit group) in fp16 and bf16. Same tests on the GPU (an
+H200: the real PTX, sm_90a) and in the simulator (the twins of kernels_numba/sim/hopper.py); the
+simulator alone also checks that a wait which can never end is reported, not hung.
+
+On the H200: ``PYTHONPATH=/tmp/site:$PWD/src:$PWD FLASHLESSON_DEVICE=gpu python3 -m pytest -q
+tests/test_hopper.py``."""
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import SIM
+
+import flashlesson  # noqa: F401 - picks the device first
+from flashlesson.tc_methods import BFloat16
+from numba import cuda, float32, uint64
+
+from kernels_numba import hopper as H
+from kernels_numba.hopper import (bar_sync, bulk_copy_g2s, mbar_arrive, mbar_arrive_expect_tx,
+                                  mbar_init, mbar_try_wait_parity, setmaxnreg_dec)
+
+ROOT = Path(__file__).resolve().parents[1]
+sim_only = pytest.mark.skipif(not SIM, reason="the simulator's own check (on a GPU it hangs)")
+
+
+def _sim_error():
+    from kernels_numba.sim.hopper import HopperSimError
+    return HopperSimError
+
+
+# --- mbarrier: phases and arrival counts ------------------------------------------------------
+def test_mbarrier_phases(rng):
+    src = rng.standard_normal((3, 32)).astype(np.float32)
+    out = np.full((6, 32), np.nan, np.float32)
+    H.mbarrier_kernel[1, 64](src, out)
+    np.testing.assert_array_equal(out[:3], src[:, np.roll(np.arange(32), -1)])
+    np.testing.assert_array_equal(out[3:], -src[:, np.roll(np.arange(32), -3)])
+
+
+# --- bulk copy: expect_tx, bytes landing, the phase flip ---------------------------------------
+def test_bulk_copy_lands_on_the_mbarrier(rng):
+    n0, n1 = 192, 128                   # 768 and 512 bytes; src offset 768 B, dst 256 B
+    src = rng.standard_normal(n0 + n1).astype(np.float32)
+    out = np.full((2, 256), np.nan, np.float32)
+    early = np.zeros(1, np.float32)
+    H.bulk_copy_kernel[1, 64](src, n0, n1, out, early, SIM)   # (probe: the GPU would race)
+    want0 = np.full(256, -1.0, np.float32)
+    want0[:n0] = src[:n0]
+    want1 = want0.copy()
+    want1[64:64 + n1] = src[n0:]
+    np.testing.assert_array_equal(out[0], want0)
+    np.testing.assert_array_equal(out[1], want1)
+    if SIM:                             # the copy landed only when its phase completed
+        assert early[0] == -1.0
+
+
+# --- named barriers: producer and consumer warps -----------------------------------------------
+def test_named_barriers_producer_consumer(rng):
+    src = rng.standard_normal((4, 32)).astype(np.float32)
+    out = np.full((4, 32), np.nan, np.float32)
+    H.named_barrier_kernel[1, 64](src, out)
+    np.testing.assert_array_equal(out, src[:, np.roll(np.arange(32), -1)])
+
+
+# --- setmaxnreg ---------------------------------------------------------------------------------
+def test_setmaxnreg_runs(rng):
+    x = rng.standard_normal(256).astype(np.float32)
+    out = np.full(256, np.nan, np.float32)
+    H.setmaxnreg_kernel[1, 256](x, out)
+    np.testing.assert_array_equal(out, 2 * x)
+
+
+@cuda.jit
+def _bad_setmaxnreg_kernel(out):
+    setmaxnreg_dec(100)
+    out[cuda.threadIdx.x] = 1
+
+
+def test_setmaxnreg_refuses_a_bad_count():
+    """On the GPU a typing error at compile time; in the simulator an error at the call."""
+    with pytest.raises(Exception, match="multiple of 8"):
+        _bad_setmaxnreg_kernel[1, 128](np.zeros(128, np.float32))
+
+
+# --- wgmma --------------------------------------------------------------------------------------
+@cuda.jit
+def _desc_kernel(addr, lbo, sbo, swizzle, out):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = H.wgmma_desc(addr[i], lbo[i], sbo[i], swizzle[i])
+
+
+def test_wgmma_descriptor_fields():
+    """The PTX ISA's table: start address >> 4 at bits 0‥13, LBO >> 4 at 16‥29, SBO >> 4 at
+    32‥45, swizzle at 62‥63; each field (x & 0x3FFFF) >> 4. Its example (K-major, no swizzle,
+    tf32): LBO 256 bytes encodes as 16, SBO 128 as 8."""
+    addr = np.array([0x400, 0x3FFF0, 0x12340, 0x40010], np.uint32)
+    lbo = np.array([256, 16, 1024, 2048], np.int64)
+    sbo = np.array([128, 1024, 128, 0x40000 + 256], np.int64)
+    swz = np.array([0, 1, 0, 1], np.int64)
+    out = np.zeros(4, np.uint64)
+    _desc_kernel[1, 32](addr, lbo, sbo, swz, out)
+    o = out.astype(object)
+    assert [int(x) & 0x3FFF for x in o] == [0x40, 0x3FFF, 0x1234, 0x1]   # 0x40010 wraps
+    assert [(int(x) >> 16) & 0x3FFF for x in o] == [16, 1, 64, 128]
+    assert [(int(x) >> 32) & 0x3FFF for x in o] == [8, 64, 8, 16]        # bit 18 dropped
+    assert [int(x) >> 62 for x in o] == [0, 1, 0, 1]
+    assert all(int(x) & 0x3FFF0000C000C000 == 0 for x in o)             # reserved bits 0
+
+
+def _as_bits(x, kind):
+    if kind == "f16":
+        return x.astype(np.float16).view(np.uint16)
+    return BFloat16.from_float32(x).bits
+
+
+def _from_bits(bits, kind):
+    if kind == "f16":
+        return bits.view(np.float16).astype(np.float64)
+    return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+WGMMA_CASES = [      # kind, N, k16 steps, swizzle, first mma with scale_d = 0
+    ("f16", 64, 1, H.SWIZZLE_NONE, False),
+    ("bf16", 64, 1, H.SWIZZLE_NONE, False),
+    ("f16", 128, 4, H.SWIZZLE_NONE, False),
+    ("bf16", 128, 4, H.SWIZZLE_NONE, True),
+    ("f16", 64, 4, H.SWIZZLE_128B, True),
+    ("bf16", 128, 4, H.SWIZZLE_128B, False),
+    pytest.param("f16", 256, 4, H.SWIZZLE_NONE, False, marks=pytest.mark.skipif(
+        SIM, reason="N = 256 on the GPU only (the simulator covers 64 and 128)")),
+    pytest.param("bf16", 256, 4, H.SWIZZLE_128B, True, marks=pytest.mark.skipif(
+        SIM, reason="N = 256 on the GPU only (the simulator covers 64 and 128)")),
+]
+
+
+@pytest.mark.parametrize("kind, N, ksteps, swizzle, zero_first", WGMMA_CASES)
+def test_wgmma(rng, kind, N, ksteps, swizzle, zero_first):
+    """d = a·btᵀ (+ c) against float64. The products of fp16 (11 significant bits) or bf16
+    (8) inputs are exact in fp32, so the only error is the fp32 accumulation of the K + 1 terms
+    of each element: bound (K + 1)·2^-22·(|a|·|bt|ᵀ + |c|) — four times the round-to-nearest
+    bound (K + 1)·2^-24·(…), room for a tensor-core adder that truncates. A misplaced element
+    (a wrong fragment lane, descriptor field or layout index) is off by O(1)."""
+    K = 16 * ksteps
+    a = _as_bits(rng.standard_normal((64, K)).astype(np.float32), kind)
+    bt = _as_bits(rng.standard_normal((N, K)).astype(np.float32), kind)
+    c = np.full((64, N), np.nan, np.float32) if zero_first else \
+        rng.standard_normal((64, N)).astype(np.float32)
+    d = np.full((64, N), np.nan, np.float32)
+    H.wgmma_kernel(kind, N, ksteps, swizzle, zero_first)[1, 128](a, bt, c, d)
+    A, B = _from_bits(a, kind), _from_bits(bt, kind).T
+    C = np.zeros((64, N)) if zero_first else c.astype(np.float64)
+    want = A @ B + C
+    bound = (K + 1) * 2.0 ** -22 * (np.abs(A) @ np.abs(B) + np.abs(C))
+    err = np.abs(d - want)
+    assert not np.isnan(d).any(), "NaN: an element not written (or c read with scale_d = 0)"
+    worst = np.unravel_index(np.argmax(err - bound), err.shape)
+    assert np.all(err <= bound), (f"error {err[worst]:.2e} at {worst}, bound there "
+                                  f"{bound[worst]:.2e} (largest error {err.max():.2e})")
+
+
+# --- the simulator reports waits that can never end --------------------------------------------
+@cuda.jit
+def _missing_arrive_kernel(out):
+    bars = cuda.shared.array(1, uint64)
+    tid = cuda.threadIdx.x
+    if tid == 0:
+        mbar_init(bars, 0, 64)
+    cuda.syncthreads()
+    if tid >= 32:
+        return                          # warp 1 never arrives
+    mbar_arrive(bars, 0)
+    mbar_try_wait_parity(bars, 0, 0)
+    out[tid] = 1
+
+
+@cuda.jit
+def _missing_bytes_kernel(src, out):
+    bars = cuda.shared.array(1, uint64)
+    buf = cuda.shared.array(128, float32)
+    tid = cuda.threadIdx.x
+    if tid == 0:
+        mbar_init(bars, 0, 1)
+        mbar_arrive_expect_tx(bars, 0, 512)
+        bulk_copy_g2s(buf, 0, src, 0, 256, bars, 0)     # 256 of the 512 bytes expected
+    mbar_try_wait_parity(bars, 0, 0)
+    out[tid] = buf[tid]
+
+
+@cuda.jit
+def _unfilled_named_kernel(out):
+    tid = cuda.threadIdx.x
+    if tid >= 32:
+        return                          # the consumer warp is gone
+    bar_sync(H.FULL, 64)
+    out[tid] = 1
+
+
+@sim_only
+def test_simulator_reports_a_missing_arrival():
+    with pytest.raises(_sim_error(), match=r"mbarrier .* 32 of 64 arrivals pending.*deadlock"):
+        _missing_arrive_kernel[1, 64](np.zeros(64, np.float32))
+
+
+@sim_only
+def test_simulator_reports_missing_transaction_bytes():
+    with pytest.raises(_sim_error(), match=r"tx-count 256 bytes.*missing 256 transaction bytes"):
+        _missing_bytes_kernel[1, 32](np.zeros(64, np.float32), np.zeros(32, np.float32))
+
+
+@sim_only
+def test_simulator_reports_a_named_barrier_that_never_fills():
+    with pytest.raises(_sim_error(), match=r"named barrier 1 never fills: 32 of 64"):
+        _unfilled_named_kernel[1, 64](np.zeros(64, np.float32))
+
+
+@sim_only
+def test_simulator_reports_a_partial_warpgroup():
+    z = np.zeros((64, 16), np.uint16)
+    with pytest.raises(_sim_error(), match="warpgroup 0 needs threads 0-127"):
+        H.wgmma_kernel("f16", 64, 1)[1, 64](z, z, np.zeros((64, 64), np.float32),
+                                            np.zeros((64, 64), np.float32))
+
+
+# --- the PTX: compiled for sm_90a (no GPU needed, but NVVM; ptxas when present) ----------------
+PTX_SCRIPT = textwrap.dedent("""
+    import sys
+    from numba import cuda, types
+    import numba.cuda.dispatcher
+
+    class Hopper:                       # device functions compile for the current device's cc:
+        compute_capability = (9, 0)     # without a GPU, say it is an H100/H200's
+
+    if not cuda.is_available():
+        numba.cuda.dispatcher.get_current_device = Hopper
+    from kernels_numba import hopper as H
+
+    def arr(dt, nd):
+        return types.Array(dt, nd, "C")
+    u16, f32, u32, u64, i64 = types.uint16, types.float32, types.uint32, types.uint64, types.int64
+    kernels = {
+        "wgmma_f16": (H.wgmma_kernel("f16", 64, 4).py_func,
+                      (arr(u16, 2),) * 2 + (arr(f32, 2),) * 2),
+        "wgmma_bf16_sw128": (H.wgmma_kernel("bf16", 128, 4, H.SWIZZLE_128B).py_func,
+                             (arr(u16, 2),) * 2 + (arr(f32, 2),) * 2),
+        "mbarrier": (H.mbarrier_kernel.py_func, (arr(f32, 2), arr(f32, 2))),
+        "bulk": (H.bulk_copy_kernel.py_func,
+                 (arr(f32, 1), i64, i64, arr(f32, 2), arr(f32, 1), types.boolean)),
+        "named": (H.named_barrier_kernel.py_func, (arr(f32, 2), arr(f32, 2))),
+        "setmaxnreg": (H.setmaxnreg_kernel.py_func, (arr(f32, 1), arr(f32, 1))),
+    }
+    out = sys.argv[1]
+    for name, (fn, sig) in kernels.items():
+        ptx, _ = cuda.compile_ptx(fn, sig, cc=(9, 0, "a"))
+        with open(f"{out}/{name}.ptx", "w") as f:
+            f.write(ptx)
+    print("compiled", len(kernels))
+""")
+
+PTX_EXPECT = {
+    "wgmma_f16": ["wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned",
+                  "wgmma.wait_group.sync.aligned 0",
+                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16",
+                  "fence.proxy.async.shared::cta"],
+    "wgmma_bf16_sw128": ["wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"],
+    "mbarrier": ["mbarrier.init.shared::cta.b64", "mbarrier.arrive.shared::cta.b64",
+                 "mbarrier.try_wait.parity.shared::cta.b64", "fence.mbarrier_init.release.cluster"],
+    "bulk": ["mbarrier.arrive.expect_tx.shared::cta.b64",
+             "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"],
+    "named": ["bar.sync %r", "bar.arrive %r"],
+    "setmaxnreg": ["setmaxnreg.dec.sync.aligned.u32 64", "setmaxnreg.inc.sync.aligned.u32 192"],
+}
+
+
+def _ptxas():
+    found = shutil.which("ptxas")
+    if found:
+        return found
+    for p in sys.path:      # the nvidia-cuda-nvcc wheel
+        cand = Path(p) / "nvidia" / "cu13" / "bin" / "ptxas"
+        if cand.is_file():
+            return str(cand)
+    return None
+
+
+def test_ptx_for_sm90a(tmp_path):
+    """compile_ptx(cc=(9, 0, "a")) in a process without the simulator: each kernel's PTX holds
+    its instructions; when ptxas is found it assembles each for sm_90a (the PTX is valid).
+    Needs NVVM (libnvvm, e.g. the nvidia-nvvm and nvidia-cuda-nvrtc wheels): skipped
+    without it."""
+    try:                                # cheap: no NVVM, no subprocess
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+        load_nvidia_dynamic_lib("nvrtc")
+        load_nvidia_dynamic_lib("nvvm")
+    except Exception as e:              # (ImportError, DynamicLibNotFoundError)
+        pytest.skip(f"no NVVM here: {type(e).__name__}: {str(e)[:150]}")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("NUMBA_ENABLE_CUDASIM", "FLASHLESSON_DEVICE")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, "-c", PTX_SCRIPT, str(tmp_path)], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=300)
+    if r.returncode and ("nvvm" in r.stderr.lower() or "nvrtc" in r.stderr.lower()):
+        pytest.skip("no NVVM here: " + r.stderr.strip().splitlines()[-1][:200])
+    assert r.returncode == 0, r.stderr[-3000:]
+    for name, wants in PTX_EXPECT.items():
+        ptx = (tmp_path / f"{name}.ptx").read_text()
+        assert ".target sm_90a" in ptx
+        for w in wants:
+            assert w in ptx, f"{name}: {w!r} not in its PTX"
+    for name in ("wgmma_f16", "wgmma_bf16_sw128"):     # (a report, not a check)
+        local = ".local" in (tmp_path / f"{name}.ptx").read_text()
+        print(f"{name}: the accumulator {'in local memory' if local else 'in registers'}")
+    ptxas = _ptxas()
+    if ptxas is None:
+        return
+    for name in PTX_EXPECT:
+        cap = ["-maxrregcount", "128"] if name == "setmaxnreg" else []   # as max_registers=128
+        a = subprocess.run([ptxas, "-arch=sm_90a", "-v", *cap, str(tmp_path / f"{name}.ptx"),
+                            "-o", str(tmp_path / f"{name}.cubin")], capture_output=True, text=True)
+        assert a.returncode == 0, f"ptxas {name}: {a.stderr[-2000:]}"
+        # C7508: setmaxnreg ignored; the wgmma serialisation warnings: accumulator discipline
+        assert "Performance Loss" not in a.stderr, f"ptxas {name}: {a.stderr[-2000:]}"
+        used = [line.split(":", 1)[1].strip() for line in a.stderr.splitlines() if "Used" in line]
+        print(f"ptxas {name}: {'; '.join(used)}")
+    cuobjdump = shutil.which("cuobjdump")
+    if cuobjdump:                       # the tensor-core instruction in the machine code
+        for name in ("wgmma_f16", "wgmma_bf16_sw128"):
+            sass = subprocess.run([cuobjdump, "-sass", str(tmp_path / f"{name}.cubin")],
+                                  capture_output=True, text=True).stdout
+            n = sass.count("HGMMA")
+            print(f"{name}: {n} HGMMA in the SASS")
+            assert n >= 4, f"{name}: no HGMMA in the SASS"
