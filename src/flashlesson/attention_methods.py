@@ -91,6 +91,15 @@ def operands(q, k, v):
 
 
 
+def forward_kernel(cfg, d, causal, vec, pad=False, dropout=False, varlen=False):
+    """The forward kernel that ``attention`` launches for a FlashConfig and head dimension d.
+    Every flag is passed, in one order: ``flash_forward_kernel`` is cached per argument list
+    as written, so a call that leaves the defaults out gets a different dispatcher — one that
+    never ran, whose registers no one can ask (§39's table asked such a one)."""
+    return KA.flash_forward_kernel(cfg.head_dim(d), cfg.Br, cfg.Bc, cfg.TR, cfg.TC, causal, vec,
+                                   cfg.KU, cfg.GROUP, pad, dropout, varlen)
+
+
 def _flash(q, k, v, o, lse, *, d, n_q, n_k, heads, grid_bh, max_q, causal, scale, config,
            kpm=None, dropout=None, cu=None):
     """Launch the forward kernel on flat arrays (layouts: ``attention_geometry`` in
@@ -99,10 +108,8 @@ def _flash(q, k, v, o, lse, *, d, n_q, n_k, heads, grid_bh, max_q, causal, scale
     if not isinstance(cfg, FlashConfig):
         raise TypeError(f"config: expected a FlashConfig, got {type(cfg).__name__}")
     cfg.check(d)
-    vec = d % 4 == 0 and aligned16(q, k, v)
-    kernel = KA.flash_forward_kernel(cfg.head_dim(d), cfg.Br, cfg.Bc, cfg.TR, cfg.TC, causal,
-                                     vec, cfg.KU, cfg.GROUP, kpm is not None,
-                                     dropout is not None, cu is not None)
+    kernel = forward_kernel(cfg, d, causal, d % 4 == 0 and aligned16(q, k, v), kpm is not None,
+                            dropout is not None, cu is not None)
     seed_lo, seed_hi, threshold, inv_keep = dropout or (np.uint32(0), np.uint32(0),
                                                         np.uint32(0), np.float32(1))
     cu_q, cu_k = cu or (dummy("cu"), dummy("cu"))
