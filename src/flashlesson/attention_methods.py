@@ -13,7 +13,7 @@ from kernels_numba import attention as KA
 from kernels_numba import gemm as KG
 from kernels_numba.lesson import attention as LA
 
-from . import checks, tc_methods
+from . import calls, checks, tc_methods
 from .arrays import Operand, empty, result, using
 from .configs import GEMM_TILES, MAX_HEAD_DIM, FlashConfig, LessonConfig, default_config, \
     default_lesson_config
@@ -149,7 +149,29 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
         "flash_fa1" and "flash_db" ``lesson.loop_order``'s kernels — causal, no padding or
         dropout; §43's producer warps: ``flashlesson.loop_order.launch_db_lesson``).
     NumPy in → NumPy out; device arrays in → device arrays out, without host copies.
+    torch tensors seen before with these options (no dropout) replay their first call's
+    launches (``flashlesson.calls``: no check repeated, since none could answer otherwise).
     """
+    if calls.no_dropout(dropout_p):     # the fast path: torch tensors, a key seen before
+        tensors = (q, k, v) if key_padding_mask is None else (q, k, v, key_padding_mask)
+        facts, ptrs = calls.tensor_facts(tensors)
+        if facts is not None:
+            key = ("attention", facts, causal, type(causal), scale, type(scale), dropout_p,
+                   type(dropout_p), seed, type(seed), return_lse, type(return_lse),
+                   key_padding_mask is None, method, config, tier)
+            plan = calls.lookup(key)
+            if plan is not None:
+                return plan(ptrs)
+            return calls.run(key, tensors, lambda: _attention_call(
+                q, k, v, causal, scale, key_padding_mask, dropout_p, seed, return_lse, method,
+                config, tier))
+    return _attention_call(q, k, v, causal, scale, key_padding_mask, dropout_p, seed,
+                           return_lse, method, config, tier)
+
+
+def _attention_call(q, k, v, causal, scale, key_padding_mask, dropout_p, seed, return_lse,
+                    method, config, tier):
+    """``attention``'s full path: every check, then the launches."""
     if method not in CHOICES:
         raise ValueError(f"method: expected one of {', '.join(CHOICES)}; got {method!r}")
     checks.tier(tier, method, LESSON_METHODS, "attention")
