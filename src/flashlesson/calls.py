@@ -67,19 +67,23 @@ def no_dropout(p):
 def tensor_facts(tensors):
     """(facts, pointers) of torch CUDA tensors for a call key — per tensor (shape, dtype,
     device index), then the OR of the pointers' low 4 bits — or (None, None) when one is not
-    exactly a contiguous ``torch.Tensor`` (those calls take the full path)."""
+    exactly a contiguous CUDA ``torch.Tensor`` (a subclass, a CPU, sparse or strided one: those
+    calls take the full path, which accepts or names them)."""
     torch = sys.modules.get("torch")
     if torch is None or not ENABLED or device.SIMULATOR:
         return None, None
     tensor = torch.Tensor
     facts, ptrs, bits = [], [], 0
-    for t in tensors:
-        if type(t) is not tensor or not t.is_contiguous():
-            return None, None
-        p = t.data_ptr()
-        ptrs.append(p)
-        bits |= p
-        facts += (t.shape, t.dtype, t.get_device())
+    try:
+        for t in tensors:
+            if type(t) is not tensor or not t.is_cuda or not t.is_contiguous():
+                return None, None
+            p = t.data_ptr()
+            ptrs.append(p)
+            bits |= p
+            facts += (t.shape, t.dtype, t.get_device())
+    except (RuntimeError, NotImplementedError):     # (is_contiguous of a sparse tensor)
+        return None, None
     facts.append(bits & 15)
     return tuple(facts), ptrs
 
