@@ -3,6 +3,8 @@
 1. both launch paths (the fast cuda.core path and Numba's call, FLASHLESSON_FAST_LAUNCH=0
    equivalent) agree bitwise with each other and with torch (within the dtype's error) on a
    few shapes: softmax fp32/fp16, attention forward fp32/fp16/bf16 (causal and not), backward;
+   the fast side is each call's second call, replayed from its call plan through packed
+   launches (``flashlesson.calls``), and equals its first call bitwise too;
 2. host µs per call next to torch's (``flashlesson.bench.bench_overhead``);
 3. a flashlesson.torch forward + backward captured in a CUDA graph, replayed on new inputs,
    equals the eager step.
@@ -24,7 +26,7 @@ sys.path[:0] = [os.path.join(os.path.dirname(__file__), "..", "src"),
 import torch  # noqa: E402
 
 import flashlesson as fl  # noqa: E402
-from flashlesson import bench, launch  # noqa: E402
+from flashlesson import bench, calls, launch  # noqa: E402
 
 FAILS = []
 
@@ -43,9 +45,14 @@ def both_paths(fn):
         launch.clear_plans()
         r = fn()
         out[fast] = [t.clone() for t in (r if isinstance(r, tuple) else (r,))]
+        if fast:                                # the second call replays the recorded one
+            r = fn()
+            out["replay"] = [t.clone() for t in (r if isinstance(r, tuple) else (r,))]
     launch.FAST = True
     launch.clear_plans()
-    return out[True], out[False]
+    check(all(torch.equal(a, b) for a, b in zip(out[True], out["replay"])),
+          "  replayed call (flashlesson.calls) == its first call (bitwise)")
+    return out["replay"], out[False]
 
 
 def compare(name, fn, ref, tol):
@@ -140,6 +147,9 @@ def main(argv=None):
     except Exception as exc:                    # noqa: BLE001 - reported as a failure
         check(False, f"CUDA graph capture raised {exc!r}")
     check(launch.fast_state() is None, f"fast launch path still on ({launch.fast_state()})")
+    check(calls.STATS["replayed"] > 0, f"calls replayed from their call plans ({calls.STATS})")
+    check(launch.packed_state() == "ok", f"packed launches in use ({launch.packed_state()}; "
+          "FLASHLESSON_PACKED_LAUNCH=0 turns them off)")
     print(f"{len(FAILS)} failure(s), {time.time() - t0:.1f} s")
     return 1 if FAILS else 0
 

@@ -3,6 +3,7 @@
     PYTHONPATH=src:. python scripts/profile_host.py            # no GPU needed: fake driver
     PYTHONPATH=src:. python scripts/profile_host.py --real     # on a GPU: real torch, real launches
     ... --profile [softmax|attention32|attention16|backward32|backward16|torch_step] [--top 40]
+    PYTHONPATH=src:. python scripts/profile_host.py --check    # replayed calls == full path
 
 Without ``--real`` the library's **GPU code path** runs (not the simulator's: numba.cuda is
 imported with ``NUMBA_ENABLE_CUDASIM=0`` before flashlesson, so ``device.SIMULATOR`` is False)
@@ -13,6 +14,9 @@ with everything that touches the driver replaced by fakes, for profiling only:
 - ``Plan._build_fast`` → the real parameter template (``launch.param_template``) built from the
   argument types Numba infers (``typeof_pyval``) instead of a compiled overload's, with a dummy
   kernel handle and launch configuration (no NVVM, no driver);
+- libcuda's ``cuLaunchKernel`` of the packed launches (``launch.Packed``, the call plans'
+  replays) → a Python stand-in returning 0 (so ctypes' argument conversion, ~1 µs, is left
+  out), their self-test skipped;
 - the pool's ``cuMemAllocAsync`` (``arrays.PoolBlock``) → a counter;
 - ``torch``, when it is not installed, by a minimal fake module (``FakeTensor``: dtype, shape,
   data_ptr, is_contiguous, view, detach; ``torch.empty``; ``torch.cuda.current_stream``;
@@ -48,10 +52,38 @@ check runs once per (config, d).
 
 (µs on that CPU, fastest of 5 runs, before → after, quiet moments: softmax 27 → 22, attention
 fp32 87 → ~80, backward fp32 ~280 → ~180; the H200 host's figures are in docs/results.md.)
+
+Second round, call plans (``flashlesson.calls``: a torch call seen before replays its recorded
+launches through packed launches). Python calls per call, and µs per call (the fastest of 7
+interleaved runs of each side with this file; the garbage collector off while timing, as
+timeit does — a full collection over Numba's objects costs ~50 ms and used to land inside the
+fake torch step, whose Function kept a reference cycle):
+
+| call                                              | calls before | after | µs before | after |
+|---------------------------------------------------|-------------:|------:|----------:|------:|
+| softmax fp32 [4096, 1024]                         |          116 |    34 |      23.1 |   5.1 |
+| attention fp32 causal B1 H2 N128 d64              |          348 |    56 |      58.3 |   7.9 |
+| attention fp16 causal B1 H2 N128 d64              |          361 |    56 |      67.9 |   7.8 |
+| attention_backward fp32 causal                    |          664 |   106 |     120.8 |  15.7 |
+| attention_backward fp16 causal                    |          686 |   106 |     139.0 |  15.8 |
+| flashlesson.torch forward + backward              |         1154 |   196 |     200.6 |  34.9 |
+
+(2-core CPU shared with other jobs, load 20–30: the µs are upper bounds. torch's own C++ —
+``torch.empty``, accessors, autograd — and the driver's launch are not in them.)
+
+``--check`` (no timing; tests/test_calls.py runs it) calls every case of ``check_cases`` — the
+methods and tiers of softmax, attention and its backward in fp32/fp16/bf16 with masks, scales,
+LSE, an unaligned view, the naive and lesson paths, a flashlesson.torch step — three times:
+full path (``calls.ENABLED = False``), recorded, replayed; each launch's kernel, grid, block,
+shared bytes, stream and parameters (pointers into this call's allocations as (ordinal,
+offset)) and the results' shapes and dtypes must agree. Then options that the full path
+refuses (``causal=1``, ``scale=True``, ...) must still raise after their key was recorded.
 """
 
 import argparse
 import cProfile
+import ctypes
+import gc
 import os
 import pstats
 import sys
@@ -61,6 +93,8 @@ import types
 import numpy as np
 
 REAL = "--real" in sys.argv
+PACKED_SIZES = {}           # (--check) address of a packed launch's kernelParams → its length
+FAKE = {}                   # the fake driver's counters and launch log
 
 
 # --- a minimal fake torch (only when torch is not installed, or --fake-torch) -------------------
@@ -111,6 +145,12 @@ def _install_fake_torch():
 
         def data_ptr(self):
             return self._ptr
+
+        def get_device(self):
+            return 0
+
+        def element_size(self):
+            return self.dtype.itemsize
 
         def is_contiguous(self):
             return True
@@ -175,6 +215,9 @@ def _install_fake_torch():
     class _Stream:
         cuda_stream = 0
 
+    C = types.ModuleType("torch._C")
+    C._cuda_getCurrentRawStream = lambda index: 0
+    torch._C = C
     cuda_mod = types.ModuleType("torch.cuda")
     cuda_mod.current_stream = lambda device=None: _Stream()
     cuda_mod.is_available = lambda: True
@@ -190,7 +233,10 @@ def _install_fake_torch():
         def apply(cls, *args):
             ctx = _Ctx()
             out = cls.forward(ctx, *args)
-            out._ctx, out._fn = ctx, cls    # (the harness calls backward by hand)
+            # (the harness calls backward by hand; kept on the class, not on out: ctx holds
+            # out among its saved tensors, and a cycle would leave every step to the garbage
+            # collector, whose full passes over Numba's objects then dominate the timing)
+            Function.last = (cls, ctx)
             return out
 
     autograd = types.ModuleType("torch.autograd")
@@ -211,7 +257,7 @@ def _have_torch():
 if not REAL:
     os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
     os.environ.pop("FLASHLESSON_DEVICE", None)
-    if "--fake-torch" in sys.argv or not _have_torch():
+    if "--fake-torch" in sys.argv or "--check" in sys.argv or not _have_torch():
         _install_fake_torch()
     import numba.cuda  # noqa: E402,F401  (GPU mode chosen before flashlesson is imported)
 else:
@@ -229,10 +275,14 @@ def _fake_driver():
     assert not fl.device.SIMULATOR, "the harness must run flashlesson's GPU path"
     import cuda.core
 
-    calls = {"launch": 0, "alloc": 0}
+    calls = {"launch": 0, "alloc": 0, "log": None}
 
     def core_launch(stream, config, kernel, *params):
         calls["launch"] += 1
+        if calls["log"] is not None:            # (--check: what each launch was given)
+            grid, block, shared = config
+            calls["log"].append((kernel.handle, (grid + (1, 1))[:3], (block + (1, 1))[:3],
+                                 shared, stream, tuple(launch._slot_bits(p) for p in params)))
 
     cuda.core.launch = core_launch
     if hasattr(launch, "_CORE"):                # (the launch layer's cached cuda.core.launch)
@@ -247,9 +297,30 @@ def _fake_driver():
                          if hasattr(a, "__cuda_array_interface__") and hasattr(a, "shape")
                          else self.kernel.typeof_pyval(a) for a in args)
         self.template, self.arrays, self.scalars = launch.param_template(argtypes, args)
-        self.cu_kernel, self.config = object(), (self.grid, self.block, self.shared)
+        self.cu_kernel = types.SimpleNamespace(handle=id(self.kernel))
+        self.config = (self.grid, self.block, self.shared)
 
     launch.Plan._build_fast = build_fast
+
+    def cu_launch(func, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        calls["launch"] += 1                    # (libcuda's cuLaunchKernel: a Python stand-in,
+        if calls["log"] is not None:            # so ctypes' argument conversion is left out)
+            n = PACKED_SIZES[params]            # (the kernel's parameters, read back from the
+            argv = (ctypes.c_void_p * n).from_address(params)       # packed slots)
+            values = tuple(ctypes.c_uint64.from_address(a).value for a in argv)
+            calls["log"].append((func, (gx, gy, gz), (bx, by, bz), shared, stream, values))
+        return 0
+
+    if hasattr(launch, "Packed"):
+        original_init = launch.Packed.__init__
+
+        def packed_init(self, plan, params):
+            original_init(self, plan, params)
+            PACKED_SIZES[self.addr] = len(params)
+        launch.Packed.__init__ = packed_init
+
+    if hasattr(launch, "_CU"):                  # (the packed launches of the call plans)
+        launch._CU.update(launch=cu_launch, state="ok")
     launch.max_shared_bytes = lambda: 227 * 1024
 
     class FakeDevice:                           # (an H200's figures)
@@ -286,6 +357,7 @@ def _fake_driver():
 
     arrays.PoolBlock = FakeBlock
     arrays._POOL.update(ready=True, failed=None)
+    FAKE["calls"] = calls
     return calls
 
 
@@ -313,7 +385,8 @@ def make_calls():
         if REAL:
             out.backward(tdo)
         else:                                   # the Function's backward, as autograd calls it
-            out._fn.backward(out._ctx, tdo)
+            fn, ctx = torch.autograd.Function.last
+            fn.backward(ctx, tdo)
 
     def fwd(s):
         q, k, v = shapes[s][:3]
@@ -335,17 +408,22 @@ def make_calls():
 
 def per_call_us(fn, n, repeats=5):
     """Fastest of ``repeats`` runs of n back-to-back calls (one sync at the end with --real): the
-    minimum, since a shared CPU only ever adds time."""
+    minimum, since a shared CPU only ever adds time; the garbage collector off meanwhile."""
     fn()
     fn()                                        # (warm: plans built, kernels compiled)
     runs = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        if REAL:
-            torch.cuda.synchronize()
-        runs.append((time.perf_counter() - t0) / n * 1e6)
+    gc.collect()
+    gc.disable()                # (as timeit does: a full collection over Numba's objects
+    try:                        # costs ~50 ms and lands on whichever call triggers it)
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            if REAL:
+                torch.cuda.synchronize()
+            runs.append((time.perf_counter() - t0) / n * 1e6)
+    finally:
+        gc.enable()
     return min(runs)
 
 
@@ -385,6 +463,145 @@ def stage_table(n):
     return out
 
 
+# --- --check: a replayed call launches what its full path launches ----------------------------
+def _logged(fn):
+    """Run ``fn()`` with the fake driver's launches and torch.empty's allocations logged: the
+    launches (kernel, grid, block, shared bytes, stream, parameters as slot bits, a pointer into
+    an allocation of this call written as (its ordinal, offset)) and the results' (shape,
+    dtype)."""
+    log, allocs = [], []
+    FAKE["calls"]["log"] = log
+    empty = torch.empty
+
+    def logged_empty(*shape, **kw):
+        t = empty(*shape, **kw)
+        allocs.append((t.data_ptr(), t.numel() * t.element_size()))
+        return t
+    device_array = numba.cuda.device_array
+
+    def logged_device_array(*a, **kw):          # (the naive methods' scratch arrays)
+        arr = device_array(*a, **kw)
+        allocs.append((arr.ptr, arr.dtype.itemsize * int(np.prod(arr.shape))))
+        return arr
+    torch.empty, numba.cuda.device_array = logged_empty, logged_device_array
+    try:
+        result = fn()
+    finally:
+        torch.empty, numba.cuda.device_array = empty, device_array
+        FAKE["calls"]["log"] = None
+
+    def where(v):
+        for i, (start, n) in enumerate(allocs):
+            if start <= v < start + max(n, 1):
+                return ("alloc", i, v - start)
+        return v
+    launches = [entry[:5] + (tuple(where(v) for v in entry[5]),) for entry in log]
+    results = result if isinstance(result, tuple) else (result,)
+    return launches, [(tuple(r.shape), str(r.dtype)) for r in results]
+
+
+def check_cases():
+    """name → call, over the paths of softmax, attention and attention_backward on (fake)
+    torch tensors: methods, tiers, dtypes, masks, options, an unaligned view."""
+    cases = {}
+    for dt in (torch.float32, torch.float16):
+        for n in (32, 300, 1000):
+            x = _tensor((24, n), dt)
+            for method in ("auto",) + tuple(fl.SOFTMAX_METHODS):
+                most = fl.SOFTMAX_METHODS[method].max_n if method != "auto" else None
+                if most and n > most:
+                    continue
+                cases[f"softmax {dt} N={n} {method}"] = \
+                    lambda x=x, m=method: fl.softmax(x, method=m)
+                if method not in ("auto", "naive"):
+                    cases[f"softmax {dt} N={n} {method} lesson"] = \
+                        lambda x=x, m=method: fl.softmax(x, method=m, tier="lesson")
+        cases[f"softmax {dt} threads=256 block"] = \
+            lambda x=_tensor((24, 1000), dt): fl.softmax(x, method="block", threads=256)
+    for dt in (torch.float32, torch.float16, torch.bfloat16):
+        for d in (64, 40):
+            q = _tensor((2, 3, 100, d), dt)
+            k, v, do = (_tensor((2, 3, n, d), dt) for n in (130, 130, 100))
+            o, lse = fl.attention(q, k, v, return_lse=True)
+            kpm = _tensor((2, 130), torch.bool)
+            for causal in (False, True):
+                opts = dict(causal=causal)
+                cases[f"attention {dt} d={d} {opts}"] = \
+                    lambda q=q, k=k, v=v, o=opts: fl.attention(q, k, v, **o)
+                cases[f"attention {dt} d={d} lse scale kpm {opts}"] = \
+                    lambda q=q, k=k, v=v, o=opts, m=kpm: fl.attention(
+                        q, k, v, return_lse=True, scale=0.3, key_padding_mask=m, **o)
+                cases[f"attention_backward {dt} d={d} {opts}"] = \
+                    lambda a=(do, q, k, v, o, lse), o=opts: fl.attention_backward(*a, **o)
+                cases[f"attention_backward {dt} d={d} kpm {opts}"] = \
+                    lambda a=(do, q, k, v, o, lse), o=opts, m=kpm: fl.attention_backward(
+                        *a, key_padding_mask=m, scale=0.3, **o)
+            if dt == torch.float32:
+                for method in ("naive", "flash_fa1", "flash_db", "flash_tc"):
+                    cases[f"attention {dt} d={d} {method}"] = \
+                        lambda q=q, k=k, v=v, m=method: fl.attention(q, k, v, method=m)
+                cases[f"attention {dt} d={d} lesson"] = \
+                    lambda q=q, k=k, v=v: fl.attention(q, k, v, causal=True, tier="lesson")
+                for method in ("naive", "flash_tc"):
+                    cases[f"attention_backward {dt} d={d} {method}"] = \
+                        lambda a=(do, q, k, v, o, lse), m=method: fl.attention_backward(
+                            *a, method=m)
+                cases[f"attention_backward {dt} d={d} lesson"] = \
+                    lambda a=(do, q, k, v, o, lse): fl.attention_backward(*a, tier="lesson")
+                # an unaligned view (4 bytes past a 16-byte boundary): no 16-byte loads
+                qu = torch.Tensor((2, 3, 100, d), dt, ptr=q.data_ptr() + 4)
+                cases[f"attention {dt} d={d} unaligned"] = \
+                    lambda q=qu, k=k, v=v: fl.attention(q, k, v)
+    tq, tk, tv, tdo = (_tensor((1, 2, 128, 64), torch.float32, grad=True) for _ in range(4))
+
+    def torch_step():                           # flashlesson.torch: forward, then backward
+        out = fl_torch.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
+        fn, ctx = torch.autograd.Function.last
+        return (out,) + tuple(fn.backward(ctx, tdo)[:3])
+    cases["flashlesson.torch forward + backward"] = torch_step
+    return cases
+
+
+def check(verbose=True):
+    """Each case three times: the full path (``calls.ENABLED = False``), then a first call
+    (recorded) and a second (replayed where replayable): the same launches with the same
+    parameters, the same result shapes and dtypes. Then calls that a recorded key must not let
+    through (``causal=1``, ``scale=True``, ``dropout_p=False``) still raise. Returns failures."""
+    from flashlesson import calls as fl_calls
+    failures, replayable = [], 0
+    for name, fn in check_cases().items():
+        launch.clear_plans()
+        fl_calls.ENABLED = False
+        full = _logged(fn)
+        fl_calls.ENABLED = True
+        launch.clear_plans()
+        first = _logged(fn)
+        before = fl_calls.STATS["replayed"]
+        again = _logged(fn)
+        replayed = fl_calls.STATS["replayed"] > before
+        replayable += replayed
+        ok = full == first == again and full[0]
+        if verbose or not ok:
+            print(f"{'ok  ' if ok else 'FAIL'} {'replayed' if replayed else 'full    '} "
+                  f"{len(full[0])} launch(es)  {name}")
+        if not ok:
+            failures.append(name)
+    q, k, v = (_tensor((1, 2, 64, 32), torch.float32) for _ in range(3))
+    fl.attention(q, k, v, causal=True)
+    fl.attention(q, k, v, causal=True)
+    for bad, error in ((dict(causal=1), TypeError), (dict(scale=True), TypeError),
+                       (dict(causal=True, dropout_p=False), TypeError),
+                       (dict(return_lse=1), TypeError), (dict(method="flash "), ValueError),
+                       (dict(config=[1]), TypeError)):
+        try:
+            fl.attention(q, k, v, **bad)
+            failures.append(f"attention(**{bad}) was not refused")
+        except error:
+            pass
+    print(f"{len(failures)} failure(s); {replayable} of the cases replayed")
+    return failures
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--real", action="store_true", help="on a GPU: no fakes")
@@ -393,8 +610,14 @@ def main(argv=None):
                     help="cProfile one call (or all), sorted by cumulative time")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("-n", type=int, default=300, help="calls per timing run")
+    ap.add_argument("--check", action="store_true",
+                    help="no timing: check that replayed calls launch what the full path does")
     args = ap.parse_args(argv)
     calls = None if REAL else _fake_driver()
+    if args.check:
+        if REAL:
+            raise SystemExit("--check runs on the fake driver (no --real)")
+        return 1 if check() else 0
     table = make_calls()
     mode = "GPU, real launches" if REAL else "CPU harness, Python only, not a GPU measurement"
     print(f"# host µs per call ({mode}); torch {torch.__version__}")
@@ -441,4 +664,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -153,3 +153,22 @@ def test_bench_sweeps_fails_on_a_wrong_answer_and_without_tiny(tmp_path, monkeyp
     assert "FAILED check (crossover)" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["bogus", "--tiny"])
+
+
+def test_resources_asks_the_dispatcher_that_ran(rng):
+    """§39's registers column: ``sweeps.resources`` must ask the very dispatcher ``attention``
+    launched. The kernel factory is cached per argument list as written, so building it with
+    fewer (defaulted) arguments gave a second dispatcher that never compiled: registers None
+    on the GPU. Both now come from ``attention_methods.forward_kernel``."""
+    import numpy as np
+
+    from flashlesson import launch
+    from flashlesson.attention_methods import forward_kernel
+    from flashlesson.configs import default_config
+    d = 8
+    q, k, v = (rng.standard_normal((1, 1, 16, d)).astype(np.float32) for _ in range(3))
+    cfg = default_config(d)
+    launch.clear_plans()
+    flashlesson.attention(q, k, v, config=cfg)
+    launched = {key[0] for key in launch._PLANS}
+    assert forward_kernel(cfg, d, False, d % 4 == 0) in launched

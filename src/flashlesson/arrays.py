@@ -138,8 +138,7 @@ class using:
             self.torch, self.stream = getattr(_local, "torch", None), current_stream()
         else:
             self.torch = t
-            self.stream = 0 if device.SIMULATOR else \
-                sys.modules["torch"].cuda.current_stream(t.device).cuda_stream
+            self.stream = 0 if device.SIMULATOR else torch_stream(t.get_device())
 
     def __enter__(self):
         self.saved = (getattr(_local, "stream", 0), getattr(_local, "torch", None))
@@ -149,6 +148,47 @@ class using:
     def __exit__(self, *exc):
         _local.stream, _local.torch = self.saved
         return False
+
+
+_RAW_STREAM = []
+
+
+def torch_stream(index):
+    """torch's current CUDA stream on device ``index``, as a handle (an int). Through
+    ``torch._C._cuda_getCurrentRawStream`` where torch has it (what torch's own compiled code
+    calls: no Stream object per call), else ``torch.cuda.current_stream(index).cuda_stream``;
+    the function is looked up once."""
+    if not _RAW_STREAM:
+        torch = sys.modules["torch"]
+        raw = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
+        _RAW_STREAM.append(raw or (lambda i: torch.cuda.current_stream(i).cuda_stream))
+    return _RAW_STREAM[0](index)
+
+
+# --- recording a call (flashlesson.calls): the torch allocations and the launches it made ----
+class recording_into:
+    """``with recording_into(events):`` — ``empty`` appends ("alloc", tensor) for each torch
+    result it allocates and ``launch.launch`` ("launch", (plan, args)) for each launch, in
+    order, until the block ends (``flashlesson.calls`` builds a call plan from them)."""
+
+    __slots__ = ("events", "saved")
+
+    def __init__(self, events):
+        self.events = events
+
+    def __enter__(self):
+        self.saved = getattr(_local, "events", None)
+        _local.events = self.events
+        return self.events
+
+    def __exit__(self, *exc):
+        _local.events = self.saved
+        return False
+
+
+def recording():
+    """The event list of the recording in progress on this thread, or None."""
+    return getattr(_local, "events", None)
 
 
 # --- torch tensors, read without their __cuda_array_interface__ --------------------------------
@@ -342,16 +382,24 @@ def empty(shape, dtype, like=None, bf16=False):
     like = getattr(like, "torch", None) if like is not None else getattr(_local, "torch", None)
     if like is not None:
         torch = sys.modules["torch"]            # (imported: like is a torch tensor)
-        tdtype = numpy_to_torch(dtype, bf16)
-        t = torch.empty(shape, dtype=tdtype, device=like.device)
-        if POISON and t.numel():                # NaN floats, 0xAB bytes otherwise
-            t.fill_(float("nan")) if tdtype.is_floating_point else \
-                t.view(-1).view(torch.uint8).fill_(0xAB)
+        t = torch.empty(shape, dtype=numpy_to_torch(dtype, bf16), device=like.device)
+        if POISON:
+            poison(t)
+        events = getattr(_local, "events", None)
+        if events is not None:
+            events.append(("alloc", t))
         return DevArray(t.data_ptr(), shape, dtype, t)
     if POISON:
         arr = _numba_empty(shape, dtype)
         return DevArray(arr.device_ctypes_pointer.value or 0, shape, dtype, arr)
     return pool_array(shape, dtype)
+
+
+def poison(t):
+    """Fill a fresh torch result with NaN (floating point) or 0xAB bytes (``POISON``)."""
+    if t.numel():
+        t.fill_(float("nan")) if t.dtype.is_floating_point else \
+            t.view(-1).view(sys.modules["torch"].uint8).fill_(0xAB)
 
 
 def _numba_empty(shape, dtype):

@@ -13,7 +13,7 @@ from kernels_numba import attention as KA
 from kernels_numba import gemm as KG
 from kernels_numba.lesson import attention as LA
 
-from . import checks, tc_methods
+from . import calls, checks, tc_methods
 from .arrays import Operand, empty, result, using
 from .configs import GEMM_TILES, MAX_HEAD_DIM, FlashConfig, LessonConfig, default_config, \
     default_lesson_config
@@ -91,6 +91,15 @@ def operands(q, k, v):
 
 
 
+def forward_kernel(cfg, d, causal, vec, pad=False, dropout=False, varlen=False):
+    """The forward kernel that ``attention`` launches for a FlashConfig and head dimension d.
+    Every flag is passed, in one order: ``flash_forward_kernel`` is cached per argument list
+    as written, so a call that leaves the defaults out gets a different dispatcher — one that
+    never ran, whose registers no one can ask (§39's table asked such a one)."""
+    return KA.flash_forward_kernel(cfg.head_dim(d), cfg.Br, cfg.Bc, cfg.TR, cfg.TC, causal, vec,
+                                   cfg.KU, cfg.GROUP, pad, dropout, varlen)
+
+
 def _flash(q, k, v, o, lse, *, d, n_q, n_k, heads, grid_bh, max_q, causal, scale, config,
            kpm=None, dropout=None, cu=None):
     """Launch the forward kernel on flat arrays (layouts: ``attention_geometry`` in
@@ -99,10 +108,8 @@ def _flash(q, k, v, o, lse, *, d, n_q, n_k, heads, grid_bh, max_q, causal, scale
     if not isinstance(cfg, FlashConfig):
         raise TypeError(f"config: expected a FlashConfig, got {type(cfg).__name__}")
     cfg.check(d)
-    vec = d % 4 == 0 and aligned16(q, k, v)
-    kernel = KA.flash_forward_kernel(cfg.head_dim(d), cfg.Br, cfg.Bc, cfg.TR, cfg.TC, causal,
-                                     vec, cfg.KU, cfg.GROUP, kpm is not None,
-                                     dropout is not None, cu is not None)
+    kernel = forward_kernel(cfg, d, causal, d % 4 == 0 and aligned16(q, k, v), kpm is not None,
+                            dropout is not None, cu is not None)
     seed_lo, seed_hi, threshold, inv_keep = dropout or (np.uint32(0), np.uint32(0),
                                                         np.uint32(0), np.float32(1))
     cu_q, cu_k = cu or (dummy("cu"), dummy("cu"))
@@ -142,7 +149,29 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
         "flash_fa1" and "flash_db" ``lesson.loop_order``'s kernels — causal, no padding or
         dropout; §43's producer warps: ``flashlesson.loop_order.launch_db_lesson``).
     NumPy in → NumPy out; device arrays in → device arrays out, without host copies.
+    torch tensors seen before with these options (no dropout) replay their first call's
+    launches (``flashlesson.calls``: no check repeated, since none could answer otherwise).
     """
+    if calls.no_dropout(dropout_p):     # the fast path: torch tensors, a key seen before
+        tensors = (q, k, v) if key_padding_mask is None else (q, k, v, key_padding_mask)
+        facts, ptrs = calls.tensor_facts(tensors)
+        if facts is not None:
+            key = ("attention", facts, causal, type(causal), scale, type(scale), dropout_p,
+                   type(dropout_p), seed, type(seed), return_lse, type(return_lse),
+                   key_padding_mask is None, method, config, tier)
+            plan = calls.lookup(key)
+            if plan is not None:
+                return plan(ptrs)
+            return calls.run(key, tensors, lambda: _attention_call(
+                q, k, v, causal, scale, key_padding_mask, dropout_p, seed, return_lse, method,
+                config, tier))
+    return _attention_call(q, k, v, causal, scale, key_padding_mask, dropout_p, seed,
+                           return_lse, method, config, tier)
+
+
+def _attention_call(q, k, v, causal, scale, key_padding_mask, dropout_p, seed, return_lse,
+                    method, config, tier):
+    """``attention``'s full path: every check, then the launches."""
     if method not in CHOICES:
         raise ValueError(f"method: expected one of {', '.join(CHOICES)}; got {method!r}")
     checks.tier(tier, method, LESSON_METHODS, "attention")

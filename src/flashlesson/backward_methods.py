@@ -20,7 +20,7 @@ from numba import cuda
 from kernels_numba import attention_backward as KB
 from kernels_numba.lesson import backward as LB
 
-from . import checks, device, tc_methods
+from . import calls, checks, device, tc_methods
 from .arrays import Operand, empty, result, using
 from .attention_methods import AttentionMethod, gemm, operands, varlen_operands
 from .configs import NAIVE_GEMM_TILES, BwdConfig, bwd_default_config
@@ -115,7 +115,31 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
     tensor-core backward (``flashlesson.tc_methods.attention_backward_tc``, §37): gradients in
     the inputs' format, no dropout; config a ``TcBwdConfig`` (tiles and warps of its two
     kernels).
+
+    torch tensors seen before with these options (no dropout) replay their first call's
+    launches (``flashlesson.calls``: no check repeated, since none could answer otherwise).
     """
+    if calls.no_dropout(dropout_p):     # the fast path: torch tensors, a key seen before
+        tensors = (do, q, k, v, o, lse) if key_padding_mask is None else \
+            (do, q, k, v, o, lse, key_padding_mask)
+        facts, ptrs = calls.tensor_facts(tensors)
+        if facts is not None:
+            key = ("attention_backward", facts, causal, type(causal), scale, type(scale),
+                   dropout_p, type(dropout_p), seed, type(seed), key_padding_mask is None,
+                   method, config, tier)
+            plan = calls.lookup(key)
+            if plan is not None:
+                return plan(ptrs)
+            return calls.run(key, tensors, lambda: _backward_call(
+                do, q, k, v, o, lse, causal, scale, key_padding_mask, dropout_p, seed, method,
+                config, tier))
+    return _backward_call(do, q, k, v, o, lse, causal, scale, key_padding_mask, dropout_p, seed,
+                          method, config, tier)
+
+
+def _backward_call(do, q, k, v, o, lse, causal, scale, key_padding_mask, dropout_p, seed,
+                   method, config, tier):
+    """``attention_backward``'s full path: every check, then the launches."""
     if method not in CHOICES:
         raise ValueError(f"method: expected one of {', '.join(CHOICES)}; got {method!r}")
     tier = checks.tier(tier, method, LESSON_METHODS, "attention_backward")

@@ -732,6 +732,7 @@ def bench_overhead(calls=200, log=print):
     if torch is None:
         raise RuntimeError("flashlesson bench overhead needs torch with CUDA (the public calls "
                            "are timed on torch tensors, beside torch's own)")
+    from . import calls as call_plans
     from . import launch
     records = []
     for name, fn, tfn in overhead_cases(torch):
@@ -739,6 +740,8 @@ def bench_overhead(calls=200, log=print):
         tus = host_us_per_call(tfn, calls) if tfn is not None else None
         records.append({"function": name, "host_us": round(us, 2),
                         "torch_host_us": None if tus is None else round(tus, 2),
-                        "fast_launch": launch.FAST and launch.fast_state() is None})
+                        "fast_launch": launch.FAST and launch.fast_state() is None,
+                        "call_plans": call_plans.ENABLED,
+                        "packed_launch": launch.packed_state()})
         log(f"{name:52s} {us:9.1f} µs" + (f"   torch {tus:8.1f} µs" if tus else ""))
     return records

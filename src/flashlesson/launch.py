@@ -29,6 +29,14 @@ compared) disagrees, a warning is printed once on stderr and Numba's call is use
 slower, never wrong. The simulator always takes Numba's (simulated) launch, through the same
 plan objects, so plan reuse is tested there too.
 
+Packed launches: a call replayed from its call plan (``flashlesson.calls``) launches each of its
+plans through a :class:`Packed` launch instead — the parameters packed once into 8-byte slots,
+only the data pointers written per call, libcuda's ``cuLaunchKernel`` called through ctypes with
+the plan's ``CUkernel`` — since ``cuda.core.launch`` converts every parameter on every call.
+They check themselves once (the small kernel again, launched with a pointer swapped in) and
+fall back to ``cuda.core`` if that fails, or if the driver refuses a launch;
+``FLASHLESSON_PACKED_LAUNCH=0`` turns them off.
+
 Streams: a launch goes to ``arrays.current_stream()``, which the public functions set with
 ``with arrays.using(operand):`` — torch's current stream when their inputs are torch tensors (so
 ``torch.cuda.stream(s)`` blocks and CUDA-graph capture work), the legacy default stream 0
@@ -42,7 +50,9 @@ kernel through the handle above. In the simulator there is no limit to lift.
 
 import ctypes
 import os
+import struct
 import sys
+import threading
 
 import numpy as np
 from numba import cuda
@@ -243,6 +253,14 @@ class Plan:
                     _disable(f"the first fast launch of {self.name} raised {exc!r}")
         self.numba_launch(args, stream)
 
+    def launch_params(self, params, stream):
+        """The fast launch with its parameters ready (``flashlesson.calls`` replays: a plan
+        that has launched before, on a fast path that is still on)."""
+        self.calls += 1
+        STATS["fast"] += 1
+        (_CORE["launch"] or _load_core_launch())(_core_stream(stream), self.config,
+                                                 self.cu_kernel, *params)
+
     def numba_launch(self, args, stream=0):
         """Numba's own call, ``kernel[grid, block, stream, shared](*args)``."""
         STATS["numba"] += 1
@@ -281,6 +299,93 @@ def _disable(why):
               "on (slower, same results)", file=sys.stderr)
 
 
+# --- packed launches (the call plans' replays) ------------------------------------------------
+# FLASHLESSON_PACKED_LAUNCH=0 (or PACKED = False): replays launch through cuda.core too.
+PACKED = os.environ.get("FLASHLESSON_PACKED_LAUNCH", "1").strip() != "0"
+_CU = {"launch": None, "state": None}     # libcuda's cuLaunchKernel; None / "ok" / why not
+_MASK64 = (1 << 64) - 1
+
+
+def _slot_bits(p):
+    """The 8-byte slot of one kernel parameter: its value's bytes, little-endian (the driver
+    copies the parameter's own size from the slot's start). Python ints are Numba's intp
+    fields, bools one byte, ctypes scalars their C type."""
+    if type(p) is bool:
+        return int(p)
+    if type(p) is int:
+        return p & _MASK64
+    if isinstance(p, ctypes.c_float):
+        return struct.unpack("<I", struct.pack("<f", p.value))[0]
+    if isinstance(p, ctypes.c_double):
+        return struct.unpack("<Q", struct.pack("<d", p.value))[0]
+    if isinstance(p, ctypes._SimpleCData) and type(p.value) is int:
+        return p.value & _MASK64
+    raise _Unsupported(f"a parameter of type {type(p).__name__}")
+
+
+def _load_cu_launch():
+    """libcuda's ``cuLaunchKernel`` through ctypes (the GIL released during the call)."""
+    lib = ctypes.CDLL("libcuda.so.1")
+    fn = lib.cuLaunchKernel
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+    _CU["launch"] = fn
+    return fn
+
+
+class Packed:
+    """One launch of a fast plan with its parameters packed once: an 8-byte slot per kernel
+    parameter and the ``void*`` array ``cuLaunchKernel``'s ``kernelParams`` points to. A call
+    writes only the data pointers into their slots and calls the driver through ctypes —
+    cuda.core's ``launch`` packs every parameter on every call instead. The kernel is the
+    plan's ``CUkernel``, which ``cuLaunchKernel`` takes in place of a ``CUfunction`` (the
+    context then comes from the stream, or is the current one for stream 0). A lock makes
+    the slot writes and the launch one step (threads may share a call plan)."""
+
+    __slots__ = ("plan", "func", "dims", "slots", "argv", "addr", "lock")
+
+    def __init__(self, plan, params):
+        n = max(len(params), 1)
+        self.slots = (ctypes.c_uint64 * n)(*map(_slot_bits, params))
+        base = ctypes.addressof(self.slots)
+        self.argv = (ctypes.c_void_p * n)(*(base + 8 * j for j in range(n)))
+        self.addr = ctypes.addressof(self.argv)
+        self.func = int(plan.cu_kernel.handle)
+        self.dims = (plan.grid + (1, 1))[:3] + (plan.block + (1, 1))[:3] + (plan.shared,)
+        self.plan, self.lock = plan, threading.Lock()
+
+    def __call__(self, where, ptrs, stream):
+        """Launch with ``slots[j] = ptrs[k] + offset`` for each (j, k, offset) of ``where``;
+        returns the driver's status (0: launched)."""
+        launch = _CU["launch"] or _load_cu_launch()
+        slots = self.slots
+        with self.lock:
+            for j, k, offset in where:
+                slots[j] = ptrs[k] + offset
+            rc = launch(self.func, *self.dims, stream, self.addr, None)
+        if not rc:
+            self.plan.calls += 1
+            STATS["fast"] += 1
+        return rc
+
+
+def packed(plan, params):
+    """A :class:`Packed` launch of ``plan`` (fast, launched before) with these parameters, or
+    None where packed launches are off or failed their self-test (the replay then launches
+    through cuda.core)."""
+    if not PACKED or device.SIMULATOR:
+        return None
+    if _CU["state"] is None:
+        _packed_self_test()
+    if _CU["state"] != "ok":
+        return None
+    try:
+        return Packed(plan, params)
+    except Exception:                           # noqa: BLE001 - an unusual parameter type
+        return None
+
+
+# --- plan lookup and launch -----------------------------------------------------------------
 def _dims(d):
     if isinstance(d, tuple):
         return d
@@ -303,9 +408,14 @@ def plan_for(kernel, grid, block, args, shared_bytes=0):
 
 def launch(kernel, grid, block, args, shared_bytes=0):
     """Launch ``kernel`` on ``args`` (a tuple) through its cached plan, on the stream of the
-    enclosing ``on_stream`` (0 by default); opts in above 48 KB of shared memory."""
+    enclosing ``arrays.using`` (0 by default); opts in above 48 KB of shared memory. Inside
+    ``arrays.recording_into(events)`` the launch is noted there (``flashlesson.calls``)."""
     args = tuple(args)
-    plan_for(kernel, grid, block, args, shared_bytes)(args, current_stream())
+    plan = plan_for(kernel, grid, block, args, shared_bytes)
+    plan(args, current_stream())
+    events = arrays.recording()
+    if events is not None:
+        events.append(("launch", (plan, args)))
 
 
 def fast_state():
@@ -313,9 +423,20 @@ def fast_state():
     return _STATE["broken"]
 
 
+_ON_CLEAR = []
+
+
+def on_clear(fn):
+    """Call ``fn()`` whenever the plans are cleared (``flashlesson.calls`` forgets its call
+    plans then: they hold launch plans)."""
+    _ON_CLEAR.append(fn)
+
+
 def clear_plans():
-    """Forget every plan (tests: count builds from zero)."""
+    """Forget every plan, and every call plan built on them (tests: count builds from zero)."""
     _PLANS.clear()
+    for fn in _ON_CLEAR:
+        fn()
 
 
 # --- the self-test of the fast path ----------------------------------------------------------
@@ -362,6 +483,43 @@ def _self_test():
         _disable(f"the fast launch path failed its self-test ({exc!r})")
 
 
+def _packed_self_test():
+    """The probe kernel through a :class:`Packed` launch — packed with one output, launched
+    with another written into its slot — compared with the expected values; a failure says so
+    once on stderr and leaves the replays on cuda.core's launch."""
+    _CU["state"] = "testing"
+    try:
+        a = np.arange(12, dtype=np.float32).reshape(3, 4)
+        m = np.arange(12, dtype=np.float32) * 1000
+        da = DevArray.from_interface(cuda.to_device(a))
+        dm = DevArray.from_interface(cuda.to_device(m))
+        douts = [cuda.device_array(12, np.float32) for _ in range(2)]
+        outs = [DevArray.from_interface(x) for x in douts]
+        args = (outs[0], da, np.float32(0.5), -7, np.uint32(3), True, dm)
+        plan = Plan(_probe_kernel(), (1,), (32,), 0, args)
+        STATS["plans"] -= 1                     # (not a plan of the library's calls)
+        if not plan.fast:
+            raise RuntimeError(plan.why_slow)
+        launcher = Packed(plan, plan.params(args))
+        rc = launcher(((plan.arrays[0][1], 0, 0),), [outs[1].ptr], 0)
+        if rc:
+            raise RuntimeError(f"cuLaunchKernel returned CUDA error {rc}")
+        got = douts[1].copy_to_host()
+        want = (a.reshape(-1) * np.float32(0.5) - 7 + 3 + 100 + m).astype(np.float32)
+        if not np.array_equal(got, want):
+            raise RuntimeError(f"the packed launch computed {got[:4]}…, expected {want[:4]}…")
+        _CU["state"] = "ok"
+    except Exception as exc:                    # noqa: BLE001 - said once, then cuda.core
+        _CU["state"] = f"failed its self-test ({exc!r})"
+        print(f"flashlesson: warning: the packed launch {_CU['state']}; replayed calls launch "
+              "through cuda.core (slower, same results)", file=sys.stderr)
+
+
+def packed_state():
+    """None until the first packed launch, "ok", or why packed launches are off."""
+    return _CU["state"] if PACKED else "off (FLASHLESSON_PACKED_LAUNCH=0)"
+
+
 # Element-wise kernels with grid-stride loops (the naive paths' masks, dropout, D = rowsum):
 # (threads per block, most blocks). One warp in the simulator, where each thread is a Python
 # thread.
@@ -397,12 +555,18 @@ _DUMMIES = {}
 
 
 def dummy(kind):
-    """Placeholders for the arguments a kernel specialization does not use."""
+    """Placeholders for the arguments a kernel specialization does not use (made once, kept
+    for the life of the process)."""
     if kind not in _DUMMIES:
         arr = cuda.to_device(np.zeros((1, 1), np.uint8) if kind == "mask"
                              else np.zeros(2, np.int32))
         _DUMMIES[kind] = arr if device.SIMULATOR else DevArray.from_interface(arr)
     return _DUMMIES[kind]
+
+
+def is_placeholder(a):
+    """True if ``a`` is one of ``dummy``'s placeholders (a fixed address)."""
+    return any(a is d for d in _DUMMIES.values())
 
 
 def aligned16(*arrays):

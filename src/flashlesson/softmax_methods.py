@@ -15,7 +15,7 @@ import numpy as np
 from kernels_numba import softmax as K
 from kernels_numba.lesson import softmax as L
 
-from . import checks, device
+from . import calls, checks, device
 from .arrays import Operand, check_out, empty, result, using
 from .launch import launch as _launch
 
@@ -267,7 +267,23 @@ def softmax(x, *, method=AUTO, out=None, threads=None, tier="fast"):
     threads: threads per block (a multiple of 32, ≤ 1024); default: chosen per method and N.
     tier: "fast" (kernels_numba/softmax.py, tuned) or "lesson" (kernels_numba/lesson/softmax.py,
        the plain kernel of each idea; every method but "naive"; ``auto`` picks as for "fast").
+
+    A torch tensor seen before with these options replays its first call's launches
+    (``flashlesson.calls``: no check repeated, since none could answer otherwise).
     """
+    if out is None:                     # the fast path: a torch tensor, a key seen before
+        facts, ptrs = calls.tensor_facts((x,))
+        if facts is not None:
+            key = ("softmax", facts, method, threads, type(threads), tier)
+            plan = calls.lookup(key)
+            if plan is not None:
+                return plan(ptrs)
+            return calls.run(key, (x,), lambda: _softmax(x, method, out, threads, tier))
+    return _softmax(x, method, out, threads, tier)
+
+
+def _softmax(x, method, out, threads, tier):
+    """``softmax``'s full path: every check, then the launches."""
     if method not in CHOICES:
         raise ValueError(f"method: expected one of {', '.join(CHOICES)}; got {method!r}")
     checks.tier(tier, method if method != AUTO else LESSON_METHODS[0], LESSON_METHODS,

@@ -157,13 +157,11 @@ def timed(fn):
 
 def resources(cfg, d):
     """(registers, local bytes, static shared bytes) of the forward kernel compiled for cfg
-    and d (non-causal, 16-byte loads when d % 4 == 0); (None, None, 0) in the simulator."""
-    from kernels_numba import attention as KA
-
+    and d (non-causal, 16-byte loads when d % 4 == 0: what ``measure_config`` ran, the same
+    dispatcher as ``attention``'s); (None, None, 0) in the simulator."""
+    from .attention_methods import forward_kernel
     from .launch import kernel_resources
-    kernel = KA.flash_forward_kernel(cfg.head_dim(d), cfg.Br, cfg.Bc, cfg.TR, cfg.TC, False,
-                                     d % 4 == 0, cfg.KU, cfg.GROUP)
-    res = kernel_resources(kernel)
+    res = kernel_resources(forward_kernel(cfg, d, False, d % 4 == 0))
     if not res:
         return None, None, 0
     return res[0]["registers"], res[0]["local bytes"], res[0]["static shared bytes"]

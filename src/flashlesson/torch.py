@@ -53,29 +53,35 @@ def _tensor(arr, like):
 class FlashAttentionFunction(torch.autograd.Function):
     """autograd.Function: forward = ``flashlesson.attention(method="flash")``, backward =
     ``flashlesson.attention_backward(method="flash")``, both on torch tensors directly (torch's
-    current stream, outputs from ``torch.empty``: usable inside ``torch.cuda.graph``)."""
+    current stream, outputs from ``torch.empty``: usable inside ``torch.cuda.graph``). From
+    the second step with the same shapes both replay their recorded launches
+    (``flashlesson.calls``). The tensors are passed as they are, not detached: the kernels
+    read their memory by pointer, and autograd is this Function's business."""
 
     @staticmethod
     def forward(ctx, q, k, v, causal, scale, key_padding_mask, dropout_p, seed):
-        # (detached: the kernels read the memory; autograd is this Function's business)
-        q, k, v = (t.detach() for t in (q, k, v))
-        q, k, v = (t if t.is_contiguous() else t.contiguous() for t in (q, k, v))
+        if not q.is_contiguous():
+            q = q.contiguous()
+        if not k.is_contiguous():
+            k = k.contiguous()
+        if not v.is_contiguous():
+            v = v.contiguous()
         o, lse = attention(q, k, v, causal=causal, scale=scale,
                            key_padding_mask=key_padding_mask, dropout_p=dropout_p, seed=seed,
                            return_lse=True)
         o, lse = _tensor(o, q), _tensor(lse, q)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.options = dict(causal=causal, scale=scale, key_padding_mask=key_padding_mask,
-                           dropout_p=dropout_p, seed=seed)
+        ctx.options = (causal, scale, key_padding_mask, dropout_p, seed)
         return o
 
     @staticmethod
     def backward(ctx, do):
-        # (detached: autograd marks the saved output o as requiring grad)
-        q, k, v, o, lse = (t.detach() for t in ctx.saved_tensors)
-        do = do.detach()
+        q, k, v, o, lse = ctx.saved_tensors
+        causal, scale, key_padding_mask, dropout_p, seed = ctx.options
         dq, dk, dv = attention_backward(do if do.is_contiguous() else do.contiguous(), q, k, v,
-                                        o, lse, **ctx.options)
+                                        o, lse, causal=causal, scale=scale,
+                                        key_padding_mask=key_padding_mask,
+                                        dropout_p=dropout_p, seed=seed)
         return _tensor(dq, q), _tensor(dk, q), _tensor(dv, q), None, None, None, None, None
 
 
