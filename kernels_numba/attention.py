@@ -46,13 +46,13 @@ TFLOP/s recorded then.
 |      | compiled out when unused                     | 2026-11-30: B4 H16 N1024 d64 | attention``                    |
 |      |                                              | 29.4 vs 30.5 TFLOP/s before  |                                |
 |      |                                              | (runs vary ±3%)              |                                |
-| 7a   | (at B1 H16 N256: 32 blocks of step 4's tiles | not measured yet             | config=FlashConfig(Br=128,     |
+| 7a   | (before step 7: step 4's tiles, 32 blocks    | not measured yet             | config=FlashConfig(Br=128,     |
 |      | for 132 SMs) (at B1 H16 N256 d64)            |                              | Bc=64, TR=16, TC=8, KU=2,      |
 |      |                                              |                              | GROUP=2)                       |
 | 7    | 32-row tiles when the grid would leave ¾ of  | not measured yet             | the defaults                   |
 |      | the SMs idle (``SMALL_GRID_CONFIGS``): the   |                              |                                |
-|      | default at B1 H16 N256, 128 blocks (at B1    |                              |                                |
-|      | H16 N256 d64)                                |                              |                                |
+|      | default here, 128 blocks (at B1 H16 N256     |                              |                                |
+|      | d64)                                         |                              |                                |
 
 Menu
 | kernel                                   | §            | what                                      |

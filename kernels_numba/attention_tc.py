@@ -42,10 +42,10 @@ TFLOP/s recorded then.
 | tf32 | float32 inputs on the tensor cores, 3xTF32   | not measured yet             | method='flash_tc'              |
 |      | (``flash_tf32x3_kernel``: three tf32 mmas a  |                              |                                |
 |      | product), against the float32 lesson kernel  |                              |                                |
-|      | of §32 (at float32)                          |                              |                                |
+|      | of §32 (float32)                             |                              |                                |
 | 0f   | (the lesson kernel of step tf32:             | not measured yet             | tier='lesson'                  |
-|      | ``lesson/attention.py``, CUDA cores) (at     |                              |                                |
-|      | float32)                                     |                              |                                |
+|      | ``lesson/attention.py``, CUDA cores)         |                              |                                |
+|      | (float32)                                    |                              |                                |
 
 The same loop as ``flash_forward_kernel`` (kernels_numba/attention.py, §32), with the two
 products moved to the tensor cores (§37)::

@@ -19,7 +19,7 @@ the code) and keeps the TFLOP/s recorded then.
 |------|----------------------------------------------|------------------------------|--------------------------------|
 | 0    | the lesson kernels of §30 on CUDA cores, on  | not measured yet             | tier='lesson'                  |
 |      | float32 inputs of the same shape (there is   |                              |                                |
-|      | no lesson tensor-core backward) (at float32) |                              |                                |
+|      | no lesson tensor-core backward) (float32)    |                              |                                |
 | 1    | D, dK/dV on the transposed problem, dQ, all  | not measured yet             | config=TcBwdConfig(Bq=64,      |
 |      | on ``mma.sync``, tiles through registers, 4  |                              | KV_WARPS=4, Bk=64, Q_WARPS=4,  |
 |      | warps (git 04ac8dc; before: 0.32× / 0.29×    |                              | KV_ASYNC=False, Q_ASYNC=False) |

@@ -159,10 +159,10 @@ LADDERS = (
              call="``flashlesson bench attention``",
              recorded="H200, 2026-11-30: B4 H16 N1024 d64 29.4 vs 30.5 TFLOP/s before "
                       "(runs vary ±3%)"),
-        Step("7a", "(at B1 H16 N256: 32 blocks of step 4's tiles for 132 SMs)",
+        Step("7a", "(before step 7: step 4's tiles, 32 blocks for 132 SMs)",
              {"config": FlashConfig(128, 64, 16, 8, KU=2, GROUP=2)}, shape=(1, 16, 256, 64)),
         Step("7", "32-row tiles when the grid would leave ¾ of the SMs idle "
-             "(``SMALL_GRID_CONFIGS``): the default at B1 H16 N256, 128 blocks", {},
+             "(``SMALL_GRID_CONFIGS``): the default here, 128 blocks", {},
              shape=(1, 16, 256, 64)),
     )),
     Ladder("attention_backward", BACKWARD, DEFAULT_FP32, "float32", (
@@ -453,7 +453,7 @@ def table_rows(results):
     out = []
     for r in results:
         what = textwrap.shorten(whats[(r["ladder"], r["step"])].replace("``", ""), 48)
-        rate_ = "" if r["rate"] is None else f"{r['rate']:.3g} {r['unit']}" + (
+        rate_ = "" if r["rate"] is None else f"{rate_text(r['rate'])} {r['unit']}" + (
             f" ({100 * r['rate'] / r['copy GB/s']:.0f}% of copy)" if r.get("copy GB/s") else "")
         vs = r.get("vs lesson")
         out.append([r["file"].split("/")[-1], r["step"], what,
@@ -475,14 +475,19 @@ WIDTHS = (4, 44, 28, 30)        # step | what changed | measured | timed call
 HEADERS = ("step", "what changed", "measured", "timed call")
 
 
+def rate_text(value):
+    """3508, 168, 29.2, 0.555: whole numbers from 100 on, else 3 significant digits."""
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
+
+
 def measured_text(r, device, date):
     """The measured cell of a result: "H200, 2026-12-02: 1.23 ms, 45.6 TFLOP/s, 3.2× lesson"."""
-    text = f"{device}, {date}: {r['ms']:.3g} ms, {r['rate']:.3g} {r['unit']}"
+    text = f"{device}, {date}: {r['ms']:.3g} ms, {rate_text(r['rate'])} {r['unit']}"
     if r.get("copy GB/s"):
         text += f" ({100 * r['rate'] / r['copy GB/s']:.0f}% of copy)"
     if r.get("vs lesson"):
         text += f", {r['vs lesson']:.2f}× lesson" + (
-            f" {r['versus']}" if r.get("versus", "0") != "0" else "")
+            f" (step {r['versus']})" if r.get("versus", "0") != "0" else "")
     return text
 
 
@@ -511,9 +516,9 @@ def render(lad, measured):
     lines.append("| " + " | ".join(h.ljust(w) for h, w in zip(HEADERS, WIDTHS)) + " |")
     lines.append("|" + "|".join("-" * (w + 2) for w in WIDTHS) + "|")
     for s in lad.steps:
-        where = [shape_text(lad.op, s.shape)] if s.shape else []
+        where = [f"at {shape_text(lad.op, s.shape)}"] if s.shape else []
         where += [s.dtype] if s.dtype and s.dtype != lad.dtype else []
-        what = s.what + (f" (at {', '.join(where)})" if where else "")
+        what = s.what + (f" ({', '.join(where)})" if where else "")
         cell = ("historical: " + s.recorded) if not s.runs else measured.get(s.step,
                                                                               NOT_MEASURED)
         cols = [wrap(s.step, WIDTHS[0]), wrap(what, WIDTHS[1]), wrap(cell, WIDTHS[2]),
