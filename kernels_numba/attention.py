@@ -12,32 +12,32 @@ numbers here; a step without one is historical (no longer separable in the code)
 TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
-| 0    | the lesson kernel (``lesson/attention.py``): | not measured yet             | tier='lesson'                  |
-|      | a thread a query row, Kj and Vj in shared    |                              |                                |
+| 0    | the lesson kernel (``lesson/attention.py``): | H200, 2026-12-01: 2.5 ms,    | tier='lesson'                  |
+|      | a thread a query row, Kj and Vj in shared    | 6.87 TFLOP/s                 |                                |
 |      | memory, S and acc in local memory,           |                              |                                |
 |      | ``math.exp``; Br 64, Bc 32                   |                              |                                |
-| 1    | TR × TC threads, each RM rows × CN columns   | not measured yet             | config=FlashConfig(Br=64,      |
-|      | of S in registers; Qiᵀ, Kjᵀ, Pᵀ transposed   |                              | Bc=64, TR=16, TC=8, KU=1,      |
+| 1    | TR × TC threads, each RM rows × CN columns   | H200, 2026-12-01: 0.767 ms,  | config=FlashConfig(Br=64,      |
+|      | of S in registers; Qiᵀ, Kjᵀ, Pᵀ transposed   | 22.4 TFLOP/s, 3.26× lesson   | Bc=64, TR=16, TC=8, KU=1,      |
 |      | in shared memory, ``load4``; a row's max and |                              | GROUP=1)                       |
 |      | sum by ``lanes_max``/``lanes_sum``;          |                              |                                |
 |      | ``fast_exp``; tiles 64 × 64, one 16-byte     |                              |                                |
 |      | load in flight at a time (GROUP = 1)         |                              |                                |
 |      | (before: 14.8 TFLOP/s at B2 H16 N4096,       |                              |                                |
 |      | Nsight: 45% of stalls on global loads)       |                              |                                |
-| 2    | tile loads grouped: four 16-byte loads in    | not measured yet             | config=FlashConfig(Br=64,      |
-|      | flight per thread before their stores        |                              | Bc=64, TR=16, TC=8, KU=1,      |
+| 2    | tile loads grouped: four 16-byte loads in    | H200, 2026-12-01: 0.717 ms,  | config=FlashConfig(Br=64,      |
+|      | flight per thread before their stores        | 24 TFLOP/s, 3.49× lesson     | Bc=64, TR=16, TC=8, KU=1,      |
 |      | (``tiles.py``, GROUP = 4) (before: 27        |                              | GROUP=4)                       |
 |      | TFLOP/s at B2 H16 N4096)                     |                              |                                |
-| 3    | the two inner products unrolled twice (KU =  | not measured yet             | config=FlashConfig(Br=64,      |
-|      | 2) (before: 29 TFLOP/s at B2 H16 N4096)      |                              | Bc=64, TR=16, TC=8, KU=2,      |
+| 3    | the two inner products unrolled twice (KU =  | H200, 2026-12-01: 0.681 ms,  | config=FlashConfig(Br=64,      |
+|      | 2) (before: 29 TFLOP/s at B2 H16 N4096)      | 25.2 TFLOP/s, 3.67× lesson   | Bc=64, TR=16, TC=8, KU=2,      |
 |      |                                              |                              | GROUP=4)                       |
-| 4    | tiles per head dimension from the sweep      | not measured yet             | the defaults                   |
-|      | (``GPU_CONFIGS``; d = 64: Br 128, Bc 64, 8 × |                              |                                |
+| 4    | tiles per head dimension from the sweep      | H200, 2026-12-01: 0.588 ms,  | the defaults                   |
+|      | (``GPU_CONFIGS``; d = 64: Br 128, Bc 64, 8 × | 29.2 TFLOP/s, 4.25× lesson   |                                |
 |      | 8 per thread, GROUP = 2): the default        |                              |                                |
 |      | (before: B1 H16 N4096 28.9 vs 24.5 for (64,  |                              |                                |
 |      | 64, 16, 8))                                  |                              |                                |
-| 5    | causal (§34): the tiles past the diagonal    | not measured yet             | the defaults, causal=True      |
-|      | skipped, the heaviest Q tile first on the    |                              |                                |
+| 5    | causal (§34): the tiles past the diagonal    | H200, 2026-12-01: 0.342 ms,  | the defaults, causal=True      |
+|      | skipped, the heaviest Q tile first on the    | 25.1 TFLOP/s, 6.32× lesson   |                                |
 |      | grid (``block_tile``; the order itself is    |                              |                                |
 |      | not switchable: before, causal / full time   |                              |                                |
 |      | 0.64 → 0.51); against the lesson kernel,     |                              |                                |
@@ -46,11 +46,11 @@ TFLOP/s recorded then.
 |      | compiled out when unused                     | 2026-11-30: B4 H16 N1024 d64 | attention``                    |
 |      |                                              | 29.4 vs 30.5 TFLOP/s before  |                                |
 |      |                                              | (runs vary ±3%)              |                                |
-| 7a   | (before step 7: step 4's tiles, 32 blocks    | not measured yet             | config=FlashConfig(Br=128,     |
-|      | for 132 SMs) (at B1 H16 N256 d64)            |                              | Bc=64, TR=16, TC=8, KU=2,      |
+| 7a   | (before step 7: step 4's tiles, 32 blocks    | H200, 2026-12-01: 0.0517 ms, | config=FlashConfig(Br=128,     |
+|      | for 132 SMs) (at B1 H16 N256 d64)            | 5.19 TFLOP/s, 3.88× lesson   | Bc=64, TR=16, TC=8, KU=2,      |
 |      |                                              |                              | GROUP=2)                       |
-| 7    | 32-row tiles when the grid would leave ¾ of  | not measured yet             | the defaults                   |
-|      | the SMs idle (``SMALL_GRID_CONFIGS``): the   |                              |                                |
+| 7    | 32-row tiles when the grid would leave ¾ of  | H200, 2026-12-01: 0.0455 ms, | the defaults                   |
+|      | the SMs idle (``SMALL_GRID_CONFIGS``): the   | 5.9 TFLOP/s, 4.41× lesson    |                                |
 |      | default here, 128 blocks (at B1 H16 N256     |                              |                                |
 |      | d64)                                         |                              |                                |
 

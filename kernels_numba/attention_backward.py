@@ -9,20 +9,20 @@ call, ``--write`` puts its numbers here; a step without one is historical (no lo
 the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
-| 0    | the lesson kernels (``lesson/backward.py``,  | not measured yet             | tier='lesson'                  |
-|      | §30): a thread a key (dK/dV) or a query      |                              |                                |
+| 0    | the lesson kernels (``lesson/backward.py``,  | H200, 2026-12-01: 5.66 ms,   | tier='lesson'                  |
+|      | §30): a thread a key (dK/dV) or a query      | 7.58 TFLOP/s                 |                                |
 |      | (dQ), its rows in local memory, one tile in  |                              |                                |
 |      | shared memory                                |                              |                                |
-| 1    | TR × TC threads share a tile, S and dP as    | not measured yet             | config=BwdConfig(Bc=64, Br=64, |
-|      | register blocks (4 along d per load), Kj, Vj |                              | TR=16, TC=8, dq_Br=64,         |
+| 1    | TR × TC threads share a tile, S and dP as    | H200, 2026-12-01: 3.61 ms,   | config=BwdConfig(Bc=64, Br=64, |
+|      | register blocks (4 along d per load), Kj, Vj | 11.9 TFLOP/s, 1.57× lesson   | TR=16, TC=8, dq_Br=64,         |
 |      | and Qi, dOi in padded shared tiles; the      |                              | dq_Bc=64, dq_TR=16, dq_TC=8)   |
 |      | first tiles (64, 64, 16, 8) for both kernels |                              |                                |
 |      | (before: 12.5 TFLOP/s vs 4.4 for the naive   |                              |                                |
 |      | §31,                                         |                              |                                |
 |      | docs/bench_attention_backward_h200.json,     |                              |                                |
 |      | 2026-11-30)                                  |                              |                                |
-| 2    | tiles per head dimension from a sweep        | not measured yet             | the defaults                   |
-|      | (``BWD_GPU_CONFIGS``; d = 64: (128, 64, 32,  |                              |                                |
+| 2    | tiles per head dimension from a sweep        | H200, 2026-12-01: 3.44 ms,   | the defaults                   |
+|      | (``BWD_GPU_CONFIGS``; d = 64: (128, 64, 32,  | 12.5 TFLOP/s, 1.65× lesson   |                                |
 |      | 8) both kernels): the default (before: B1    |                              |                                |
 |      | H16 N4096 12.7 vs 12.1 for step 1's tiles)   |                              |                                |
 

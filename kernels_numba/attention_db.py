@@ -10,24 +10,24 @@ numbers here; a step without one is historical (no longer separable in the code)
 TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
-| 0    | the lesson kernel of §42                     | not measured yet             | method='flash_db',             |
-|      | (``lesson/loop_order.py``'s                  |                              | tier='lesson'                  |
+| 0    | the lesson kernel of §42                     | H200, 2026-12-01: 16.2 ms,   | method='flash_db',             |
+|      | (``lesson/loop_order.py``'s                  | 8.49 TFLOP/s                 | tier='lesson'                  |
 |      | ``flash_double_buffer``): one thread a row,  |                              |                                |
 |      | the next tile's loads written straight into  |                              |                                |
 |      | the other buffer                             |                              |                                |
-| 0b   | the lesson kernel of §43                     | not measured yet             | loop_order.launch_db_lesson(…, |
-|      | (``flash_producer_consumer``): one warp that |                              | producers=1)                   |
+| 0b   | the lesson kernel of §43                     | H200, 2026-12-01: 36.1 ms,   | loop_order.launch_db_lesson(…, |
+|      | (``flash_producer_consumer``): one warp that | 3.81 TFLOP/s                 | producers=1)                   |
 |      | only loads                                   |                              |                                |
-| 1    | this file, producers = 0: the next K/V tile  | not measured yet             | method='flash_db'              |
-|      | through registers, two buffers, one barrier  |                              |                                |
+| 1    | this file, producers = 0: the next K/V tile  | H200, 2026-12-01: 7.25 ms,   | method='flash_db'              |
+|      | through registers, two buffers, one barrier  | 19 TFLOP/s, 2.23× lesson     |                                |
 |      | a tile (before: 19.0 TFLOP/s, slower than    |                              |                                |
 |      | flash: double the shared memory, fewer       |                              |                                |
 |      | blocks per SM)                               |                              |                                |
-| 2    | producers = 1: one warp only loads (§43),    | not measured yet             | loop_order.launch_db(…,        |
-|      | against the lesson's §43 kernel (before:     |                              | producers=1)                   |
-|      | 22.9 TFLOP/s)                                |                              |                                |
-| ref  | the single-buffered ``flash``                | not measured yet             | method='flash'                 |
-|      | (``attention.py``), for comparison (before:  |                              |                                |
+| 2    | producers = 1: one warp only loads (§43),    | H200, 2026-12-01: 6.06 ms,   | loop_order.launch_db(…,        |
+|      | against the lesson's §43 kernel (before:     | 22.7 TFLOP/s, 5.96× lesson   | producers=1)                   |
+|      | 22.9 TFLOP/s)                                | (step 0b)                    |                                |
+| ref  | the single-buffered ``flash``                | H200, 2026-12-01: 4.37 ms,   | method='flash'                 |
+|      | (``attention.py``), for comparison (before:  | 31.4 TFLOP/s                 |                                |
 |      | 31.5 TFLOP/s)                                |                              |                                |
 
 Menu

@@ -10,19 +10,19 @@ numbers here; a step without one is historical (no longer separable in the code)
 TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
-| 0    | the lesson kernel                            | not measured yet             | method='flash_fa1',            |
-|      | (``lesson/loop_order.py``'s ``flash_fa1``):  |                              | tier='lesson'                  |
+| 0    | the lesson kernel                            | H200, 2026-12-01: 62 ms,     | method='flash_fa1',            |
+|      | (``lesson/loop_order.py``'s ``flash_fa1``):  | 0.555 TFLOP/s                | tier='lesson'                  |
 |      | FA1's order, one thread a row, a block per   |                              |                                |
 |      | head                                         |                              |                                |
-| 1    | this file, Algorithm 1 (one block per head), | not measured yet             | method='flash_fa1'             |
-|      | the forward kernel's tiles and thread layout |                              |                                |
+| 1    | this file, Algorithm 1 (one block per head), | H200, 2026-12-01: 11.1 ms,   | method='flash_fa1'             |
+|      | the forward kernel's tiles and thread layout | 3.09 TFLOP/s, 5.57× lesson   |                                |
 |      | (before: 2.6 TFLOP/s at B2 H16 N4096)        |                              |                                |
-| 2    | the same loop on FA2's grid (a block per Q   | not measured yet             | loop_order.launch_fa1(…,       |
-|      | tile, ``q_blocks`` = ⌈Nq/Br⌉): the gap to    |                              | q_blocks=⌈Nq/Br⌉)              |
+| 2    | the same loop on FA2's grid (a block per Q   | H200, 2026-12-01: 1.96 ms,   | loop_order.launch_fa1(…,       |
+|      | tile, ``q_blocks`` = ⌈Nq/Br⌉): the gap to    | 17.6 TFLOP/s, 31.68× lesson  | q_blocks=⌈Nq/Br⌉)              |
 |      | ``ref`` is the HBM round trips alone         |                              |                                |
 |      | (before: 18.6 TFLOP/s)                       |                              |                                |
-| ref  | FA2's order (``attention.py``'s ``flash``),  | not measured yet             | method='flash'                 |
-|      | for comparison (before: 31.5 TFLOP/s at B2   |                              |                                |
+| ref  | FA2's order (``attention.py``'s ``flash``),  | H200, 2026-12-01: 1.13 ms,   | method='flash'                 |
+|      | for comparison (before: 31.5 TFLOP/s at B2   | 30.5 TFLOP/s                 |                                |
 |      | H16 N4096)                                   |                              |                                |
 
 Menu

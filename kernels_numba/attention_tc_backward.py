@@ -17,15 +17,15 @@ call, ``--write`` puts its numbers here; a step without one is historical (no lo
 the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
-| 0    | the lesson kernels of §30 on CUDA cores, on  | not measured yet             | tier='lesson'                  |
-|      | float32 inputs of the same shape (there is   |                              |                                |
+| 0    | the lesson kernels of §30 on CUDA cores, on  | H200, 2026-12-01: 5.67 ms,   | tier='lesson'                  |
+|      | float32 inputs of the same shape (there is   | 7.58 TFLOP/s                 |                                |
 |      | no lesson tensor-core backward) (float32)    |                              |                                |
-| 1    | D, dK/dV on the transposed problem, dQ, all  | not measured yet             | config=TcBwdConfig(Bq=64,      |
-|      | on ``mma.sync``, tiles through registers, 4  |                              | KV_WARPS=4, Bk=64, Q_WARPS=4,  |
+| 1    | D, dK/dV on the transposed problem, dQ, all  | H200, 2026-12-01: 0.462 ms,  | config=TcBwdConfig(Bq=64,      |
+|      | on ``mma.sync``, tiles through registers, 4  | 92.9 TFLOP/s, 12.26× lesson  | KV_WARPS=4, Bk=64, Q_WARPS=4,  |
 |      | warps (git 04ac8dc; before: 0.32× / 0.29×    |                              | KV_ASYNC=False, Q_ASYNC=False) |
 |      | SDPA flash backward, README)                 |                              |                                |
-| 2    | ASYNC loads (cp.async stages, ldmatrix), 8   | not measured yet             | the defaults                   |
-|      | warps: the default (before: 0.62–0.84× SDPA  |                              |                                |
+| 2    | ASYNC loads (cp.async stages, ldmatrix), 8   | H200, 2026-12-01: 0.311 ms,  | the defaults                   |
+|      | warps: the default (before: 0.62–0.84× SDPA  | 138 TFLOP/s, 18.20× lesson   |                                |
 |      | flash backward, git a4b5d17; 166.9 TFLOP/s   |                              |                                |
 |      | at B2 H16 N4096 d64, 0.63×,                  |                              |                                |
 |      | docs/bench_attention_tc_backward_h200.json). |                              |                                |
