@@ -256,7 +256,10 @@ def ladder_names():
 # ---------------------------------------------------------------------------------------------
 # Running a step: inputs, the call, the check
 # ---------------------------------------------------------------------------------------------
-TINY = {SOFTMAX: lambda shape: (8, min(shape[1], 1024)), FORWARD: lambda shape: (1, 1, 40, shape[3]),
+# --tiny (the simulator): 8 rows of at most 1024 (the lesson's block kernel holds ≤ 32 values a
+# thread, 64 threads there); one head of 40 queries at the step's head dimension
+TINY = {SOFTMAX: lambda shape: (8, min(shape[1], 1024)),
+        FORWARD: lambda shape: (1, 1, 40, shape[3]),
         BACKWARD: lambda shape: (1, 1, 40, shape[3])}
 
 
