@@ -14,9 +14,11 @@ What you will see: the three launches of ``method="naive"`` made one at a time, 
 checked against the float64 oracle (``reference.attention(return_p=True)``); the bytes each
 launch moves, from the model ``reference.naive_attention_bytes`` (float32 here, 4 bytes per
 element, every matrix moved once per kernel that uses it), next to the sizes of the arrays
-really allocated; then ``flashlesson.attention(method="naive")`` itself, plain and causal,
-against the oracle. Q and K have different lengths on purpose (Nq ≠ Nk, d not a multiple of
-the GEMM tile) so that the edge guards run.
+really allocated; then ``flashlesson.attention(method="naive")`` itself against the oracle:
+its lesson tier first (issue 13: the same GEMMs with the lesson's softmax kernels,
+``kernels_numba/lesson/softmax.py``, between them), then the fast tier, plain and causal, and
+on a GPU the measured difference of the two tiers. Q and K have different lengths on purpose
+(Nq ≠ Nk, d not a multiple of the GEMM tile) so that the edge guards run.
 
 Run: ``PYTHONPATH=src:. python3 examples/s14_naive_attention.py`` (or ``flashlesson section 14``).
 """
@@ -30,7 +32,8 @@ from tabulate import tabulate
 
 from flashlesson.configs import GEMM_TILES
 from flashlesson.tolerance import attention_tol
-from flashlesson.tour import Check, RTOL, attention_inputs, check_close, example_rng
+from flashlesson.tour import Check, RTOL, attention_check, attention_inputs, check_close, \
+    example_rng, tier_timing
 from kernels_numba import gemm as KG
 from reference import attention, naive_attention_bytes
 
@@ -116,8 +119,15 @@ def main(verbose=True):
               f"{model['total']:,} bytes: {nn / model['total']:.0%}. At N = 4096, d = 64 they "
               f"are {_nn_share(4096, 64):.1%}: the intermediate matrices are the traffic.")
 
-    # the public call, plain and causal, with its LSE (one more read of S, see attention._naive)
-    table = []
+    # the public call with its LSE (one more read of S, see attention._naive). Issue 13's two
+    # tiers: §14 has no lesson kernel of its own (GEMM → softmax → GEMM), so its lesson tier is
+    # the same GEMMs with the lesson softmax between them — first, against the same oracle and
+    # bound (tour.attention_check); then the fast tier, plain and causal
+    lesson, _, _ = attention_check("14", TOPIC, "naive (lesson)", *flashlesson.attention(
+        q, k, v, method="naive", return_lse=True, tier="lesson"), q, k, v,
+        note=f"{shape}, lesson tier")
+    checks += lesson
+    table = [["lesson", False, f"{lesson[0].max_err:.1e}", f"{lesson[1].max_err:.1e}"]]
     for causal in (False, True):
         wo, wl = attention(q, k, v, causal=causal)
         go, gl = flashlesson.attention(q, k, v, causal=causal, method="naive", return_lse=True)
@@ -126,11 +136,17 @@ def main(verbose=True):
                          atol=attention_tol(q, k, v).o)
         cl = check_close("14", TOPIC, "naive", gl, wl, f"{tag}: LSE")
         checks += [co, cl]
-        table.append([causal, f"{co.max_err:.1e}", f"{cl.max_err:.1e}"])
+        table.append(["fast", causal, f"{co.max_err:.1e}", f"{cl.max_err:.1e}"])
+    dev = [cuda.to_device(a) for a in (q, k, v)]
+    timing = tier_timing("14", TOPIC, "naive", lambda tier: flashlesson.attention(
+        *dev, method="naive", tier=tier))
+    checks.append(timing)
     if verbose:
-        print("\nflashlesson.attention(method='naive') against reference.attention:")
-        print(tabulate(table, headers=["causal", "max |ΔO|", "max |ΔLSE|"],
+        print("\nflashlesson.attention(method='naive') against reference.attention, the lesson "
+              "tier first:")
+        print(tabulate(table, headers=["tier", "causal", "max |ΔO|", "max |ΔLSE|"],
                        disable_numparse=True))
+        print(timing.note)
     return checks
 
 

@@ -89,29 +89,31 @@ SIDE_BY_SIDE = [
      r"lse\[at\] = .*m\[i\] \+ math\.log\(l\[i\]\)"),
 ]
 # The lesson-tier kernel's line for each row of SIDE_BY_SIDE (kernels_numba/lesson/attention.py:
-# flash_forward, thread i owning query row q0 + i): read first, it is the pseudocode almost
-# word for word.
+# flash_forward, thread i owning query row q0 + i, and its §19–20 step online_softmax): read
+# first, it is the pseudocode almost word for word.
 LESSON_LINES = [
     r"q0 = cuda\.blockIdx\.x \* Br", r"Qi\[c\] = q\[bh, row, c\] \* scale", r"^m = NEG_INF",
     r"^l = ZERO", r"acc\[c\] = ZERO", r"^for j in range\(n_tiles\)", r"Kj\[e // D, e % D\] = k\[",
-    r"Vj\[e // D, e % D\] = v\[", r"s \+= Qi\[c\] \* Kj\[jj, c\]", r"row_max = max\(row_max, s\)",
-    r"new_m = max\(m, row_max\)", r"S\[jj\] = math\.exp\(S\[jj\] - m_safe\)",
-    r"correction = math\.exp\(m - m_safe\)", r"l = correction \* l \+ row_sum",
-    r"acc\[c\] \*= correction", r"acc\[c\] \+= p \* Vj\[jj, c\]", r"^m = new_m",
+    r"Vj\[e // D, e % D\] = v\[", r"s \+= Qi\[c\] \* Kj\[jj, c\]",
+    r"row_max = max\(row_max, S\[jj\]\)", r"new_m = max\(m, row_max\)",
+    r"S\[jj\] = math\.exp\(S\[jj\] - m_safe\)", r"correction = math\.exp\(m - m_safe\)",
+    r"correction \* l \+ row_sum", r"acc\[c\] \*= correction", r"acc\[c\] \+= p \* Vj\[jj, c\]",
+    r"^m, l, correction = online_softmax\(S, m, l\)",
     r"o\[bh, row, c\] = acc\[c\] \* inv_l", r"lse\[bh, row\] = .*m \+ math\.log\(l\)",
 ]
 
 
-def source_lines(fn):
-    """(file name, {line number: code without its comment}) of a function, read from its file
-    as it is now (by name, with ``ast``: the line numbers of already-imported code go stale
-    when the file is edited), its docstring left out (the oracle's quotes the pseudocode)."""
+def source_lines(fn, name=None):
+    """(file name, {line number: code without its comment}) of a function (or of the function
+    ``name`` in fn's file), read from its file as it is now (by name, with ``ast``: the line
+    numbers of already-imported code go stale when the file is edited), its docstring left out
+    (the oracle's quotes the pseudocode)."""
     fn = inspect.unwrap(fn)                     # flash_forward_kernel is an lru_cache wrapper
     path = inspect.getsourcefile(fn)
     with open(path, encoding="utf-8") as f:
         text = f.read()
     node = next(n for n in ast.parse(text).body
-                if isinstance(n, ast.FunctionDef) and n.name == fn.__name__)
+                if isinstance(n, ast.FunctionDef) and n.name == (name or fn.__name__))
     first = node.body[0]
     skip = first.end_lineno if ast.get_docstring(node) else node.lineno
     lines = text.splitlines()
@@ -135,6 +137,7 @@ def main(verbose=True):
     ref_file, ref_lines = source_lines(flash_attention_tiled)
     ker_file, ker_lines = source_lines(KA.flash_forward_kernel)
     les_file, les_lines = source_lines(LA.flash_forward)
+    les_lines.update(source_lines(LA.flash_forward, "online_softmax")[1])   # its §19–20 step
     table, missing = [], []
     for (pseudo, ref_re, ker_re), les_re in zip(SIDE_BY_SIDE, LESSON_LINES, strict=True):
         rn, kn, ln = find(ref_re, ref_lines), find(ker_re, ker_lines), find(les_re, les_lines)

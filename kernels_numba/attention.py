@@ -1,25 +1,58 @@
 """FlashAttention forward (lesson §23–24, §32, §34) and the merge of partial results (§21–22).
 
 The fast tier. Read ``kernels_numba/lesson/attention.py`` first (§32 as one plain kernel, one
-thread a query row). The ladder from it to ``flash_forward_kernel``, fp32 on CUDA cores, with
-the gains measured on the H200 (README "Performance", 2026-11-30; TFLOP/s = 4·B·H·N²·d / time):
-| step | what changed (against the lesson kernel / the step before)   | measured on the H200          | reproduce                  |
-|------|--------------------------------------------------------------|-------------------------------|----------------------------|
-| 0    | the lesson kernel: a thread per query row, Kj and Vj in       | not measured yet              | ``flashlesson section 32`` |
-|      | shared memory, S, acc in local memory, ``math.exp``          |                               | (GPU: lesson vs fast)      |
-| 1    | TR × TC threads, each RM rows × CN columns of S in registers; | 14.8 TFLOP/s, B2 H16 N4096 d64 | ``python3 scripts/profile_attention.py`` |
-|      | Qiᵀ, Kjᵀ, Pᵀ transposed in shared memory, ``load4``; a row's  | (Nsight: 45% of stalls on     | (``gpu_attention.sh ncu``) |
-|      | max and sum by ``lanes_max``/``lanes_sum``; ``fast_exp``      | global loads)                 |                            |
-| 2    | tile loads grouped: up to four 16-byte loads in flight per    | 27 TFLOP/s (same shape)       | ``flashlesson bench attention`` |
-|      | thread before their stores (``tiles.py``, GROUP)              |                               |                            |
-| 3    | the two inner products unrolled twice (KU = 2)                | 29 TFLOP/s (same shape)       | ``python3 scripts/tune_attention.py`` |
-| 4    | tiles per head dimension (``GPU_CONFIGS``): d = 64 Br 128,    | d = 64, B1 H16 N4096: 28.9 vs | ``scripts/tune_attention.py`` |
-|      | Bc 64, 8 × 8 per thread (255 registers)                       | 24.5 for (64, 64, 16, 8)      |                            |
-| 5    | causal grid heaviest Q tile first (``block_tile``)            | causal / full time 0.64 → 0.51 | ``flashlesson bench attention`` |
-| 6    | §35–36 flags (PAD, DROPOUT, VARLEN; off when unused)          | B4 H16 N1024 d64: 29.4 vs 30.5 | ``flashlesson bench attention`` |
-|      |                                                               | before (runs vary ±3%)        |                            |
-| 7    | 32-row tiles when the grid would leave ¾ of the SMs idle       | not measured yet              | ``flashlesson bench attention`` |
-|      | (``SMALL_GRID_CONFIGS``)                                      |                               |                            |
+thread a query row); the ladder below goes from it to ``flash_forward_kernel``, fp32 on CUDA
+cores.
+
+Ladder (issue 13): from the lesson kernel to this file, step by step, at B4 H16 N1024 d64 float32
+unless a step says otherwise; TFLOP/s = 4·B·H·N²·d / time (half when causal); kernel-only CUDA-event
+medians; "× lesson" = the lesson kernel's time / the step's on the same inputs. ``flashlesson bench
+ladder --only attention`` checks and times every step with a timed call, ``--write`` puts its
+numbers here; a step without one is historical (no longer separable in the code) and keeps the
+TFLOP/s recorded then.
+| step | what changed                                 | measured                     | timed call                     |
+|------|----------------------------------------------|------------------------------|--------------------------------|
+| 0    | the lesson kernel (``lesson/attention.py``): | H200, 2026-12-01: 2.5 ms,    | tier='lesson'                  |
+|      | a thread a query row, Kj and Vj in shared    | 6.87 TFLOP/s                 |                                |
+|      | memory, S and acc in local memory,           |                              |                                |
+|      | ``math.exp``; Br 64, Bc 32                   |                              |                                |
+| 1    | TR × TC threads, each RM rows × CN columns   | H200, 2026-12-01: 0.767 ms,  | config=FlashConfig(Br=64,      |
+|      | of S in registers; Qiᵀ, Kjᵀ, Pᵀ transposed   | 22.4 TFLOP/s, 3.26× lesson   | Bc=64, TR=16, TC=8, KU=1,      |
+|      | in shared memory, ``load4``; a row's max and |                              | GROUP=1)                       |
+|      | sum by ``lanes_max``/``lanes_sum``;          |                              |                                |
+|      | ``fast_exp``; tiles 64 × 64, one 16-byte     |                              |                                |
+|      | load in flight at a time (GROUP = 1)         |                              |                                |
+|      | (before: 14.8 TFLOP/s at B2 H16 N4096,       |                              |                                |
+|      | Nsight: 45% of stalls on global loads)       |                              |                                |
+| 2    | tile loads grouped: four 16-byte loads in    | H200, 2026-12-01: 0.717 ms,  | config=FlashConfig(Br=64,      |
+|      | flight per thread before their stores        | 24 TFLOP/s, 3.49× lesson     | Bc=64, TR=16, TC=8, KU=1,      |
+|      | (``tiles.py``, GROUP = 4) (before: 27        |                              | GROUP=4)                       |
+|      | TFLOP/s at B2 H16 N4096)                     |                              |                                |
+| 3    | the two inner products unrolled twice (KU =  | H200, 2026-12-01: 0.681 ms,  | config=FlashConfig(Br=64,      |
+|      | 2) (before: 29 TFLOP/s at B2 H16 N4096)      | 25.2 TFLOP/s, 3.67× lesson   | Bc=64, TR=16, TC=8, KU=2,      |
+|      |                                              |                              | GROUP=4)                       |
+| 4    | tiles per head dimension from the sweep      | H200, 2026-12-01: 0.588 ms,  | the defaults                   |
+|      | (``GPU_CONFIGS``; d = 64: Br 128, Bc 64, 8 × | 29.2 TFLOP/s, 4.25× lesson   |                                |
+|      | 8 per thread, GROUP = 2): the default        |                              |                                |
+|      | (before: B1 H16 N4096 28.9 vs 24.5 for (64,  |                              |                                |
+|      | 64, 16, 8))                                  |                              |                                |
+| 5    | causal (§34): the tiles past the diagonal    | H200, 2026-12-01: 0.342 ms,  | the defaults, causal=True      |
+|      | skipped, the heaviest Q tile first on the    | 25.1 TFLOP/s, 6.32× lesson   |                                |
+|      | grid (``block_tile``; the order itself is    |                              |                                |
+|      | not switchable: before, causal / full time   |                              |                                |
+|      | 0.64 → 0.51); against the lesson kernel,     |                              |                                |
+|      | causal                                       |                              |                                |
+| 6    | §35–36 flags (PAD, DROPOUT, VARLEN),         | historical: H200,            | ``flashlesson bench            |
+|      | compiled out when unused                     | 2026-11-30: B4 H16 N1024 d64 | attention``                    |
+|      |                                              | 29.4 vs 30.5 TFLOP/s before  |                                |
+|      |                                              | (runs vary ±3%)              |                                |
+| 7a   | (before step 7: step 4's tiles, 32 blocks    | H200, 2026-12-01: 0.0517 ms, | config=FlashConfig(Br=128,     |
+|      | for 132 SMs) (at B1 H16 N256 d64)            | 5.19 TFLOP/s, 3.88× lesson   | Bc=64, TR=16, TC=8, KU=2,      |
+|      |                                              |                              | GROUP=2)                       |
+| 7    | 32-row tiles when the grid would leave ¾ of  | H200, 2026-12-01: 0.0455 ms, | the defaults                   |
+|      | the SMs idle (``SMALL_GRID_CONFIGS``): the   | 5.9 TFLOP/s, 4.41× lesson    |                                |
+|      | default here, 128 blocks (at B1 H16 N256     |                              |                                |
+|      | d64)                                         |                              |                                |
 
 Menu
 | kernel                                   | §            | what                                      |

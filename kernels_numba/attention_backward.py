@@ -1,20 +1,30 @@
 """FlashAttention backward (lesson §30–31), with §34 causal, §35 key padding and packed
 variable-length sequences, and §36 dropout.
 
-Ladder (issue 13: from the lesson kernel to this file, step by step; H200 numbers from the
-repository's own records, with their date — "not measured yet" where none exists)
-| step | what changed                                     | measured on the H200            | reproduce                       |
-|------|--------------------------------------------------|---------------------------------|---------------------------------|
-| 0    | lesson tier, ``kernels_numba/lesson/backward.py``| not measured yet                | ``attention_backward(...,       |
-|      | (§30): a thread per key (dK/dV) or query (dQ),   |                                 | tier="lesson")``                |
-|      | its rows in local memory, one tile in shared     |                                 |                                 |
-| 1    | this file: TR × TC threads share a tile, S and   | 12.5 TFLOP/s at B4 H16 N1024    | ``flashlesson bench attention   |
-|      | dP as register blocks (4 along d per load), Kj,  | d64 vs 4.4 for the naive (§31)  | --backward``                    |
-|      | Vj and Qi, dOi in padded shared tiles            | (docs/bench_attention_backward_ |                                 |
-|      |                                                  | h200.json, 2026-11-30)          |                                 |
-| 2    | tiles per head dim from a sweep (BWD_GPU_CONFIGS)| d64: (128, 64, 32, 8) 12.7 vs   | ``scripts/tune_backward.py``    |
-|      |                                                  | 12.1 for (64, 64, 16, 8)        |                                 |
-|      |                                                  | (B1 H16 N4096, 2026-11-30)      |                                 |
+Ladder (issue 13): from the lesson kernel to this file, step by step, at B4 H16 N1024 d64 float32
+unless a step says otherwise; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's); kernel-only
+CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same inputs.
+``flashlesson bench ladder --only attention_backward`` checks and times every step with a timed
+call, ``--write`` puts its numbers here; a step without one is historical (no longer separable in
+the code) and keeps the TFLOP/s recorded then.
+| step | what changed                                 | measured                     | timed call                     |
+|------|----------------------------------------------|------------------------------|--------------------------------|
+| 0    | the lesson kernels (``lesson/backward.py``,  | H200, 2026-12-01: 5.66 ms,   | tier='lesson'                  |
+|      | §30): a thread a key (dK/dV) or a query      | 7.58 TFLOP/s                 |                                |
+|      | (dQ), its rows in local memory, one tile in  |                              |                                |
+|      | shared memory                                |                              |                                |
+| 1    | TR × TC threads share a tile, S and dP as    | H200, 2026-12-01: 3.61 ms,   | config=BwdConfig(Bc=64, Br=64, |
+|      | register blocks (4 along d per load), Kj, Vj | 11.9 TFLOP/s, 1.57× lesson   | TR=16, TC=8, dq_Br=64,         |
+|      | and Qi, dOi in padded shared tiles; the      |                              | dq_Bc=64, dq_TR=16, dq_TC=8)   |
+|      | first tiles (64, 64, 16, 8) for both kernels |                              |                                |
+|      | (before: 12.5 TFLOP/s vs 4.4 for the naive   |                              |                                |
+|      | §31,                                         |                              |                                |
+|      | docs/bench_attention_backward_h200.json,     |                              |                                |
+|      | 2026-11-30)                                  |                              |                                |
+| 2    | tiles per head dimension from a sweep        | H200, 2026-12-01: 3.44 ms,   | the defaults                   |
+|      | (``BWD_GPU_CONFIGS``; d = 64: (128, 64, 32,  | 12.5 TFLOP/s, 1.65× lesson   |                                |
+|      | 8) both kernels): the default (before: B1    |                              |                                |
+|      | H16 N4096 12.7 vs 12.1 for step 1's tiles)   |                              |                                |
 
 Menu
 | kernel                                   | §         | what                                    |

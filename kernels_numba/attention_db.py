@@ -2,18 +2,33 @@
 loop order: ``attention.flash_forward_kernel`` with the next K/V tile on its way while the
 current one is computed.
 
-Ladder (issue 13; H200 numbers from docs/bench_loop_order_h200.json, 2026-11-30, fp32, B2 H16
-N4096 d64, tiles Br=128 Bc=64 TR=16 TC=8; the single-buffered ``flash``: 31.5 TFLOP/s)
-| step | what changed                                     | measured on the H200            | reproduce                       |
-|------|--------------------------------------------------|---------------------------------|---------------------------------|
-| 0    | lesson tier: ``lesson/loop_order.py``'s          | not measured yet                | ``flashlesson section 42``, 43  |
-|      | ``flash_double_buffer`` / ``flash_producer_      |                                 |                                 |
-|      | consumer`` (one thread a row, loads written      |                                 |                                 |
-|      | straight into the other buffer; CAUSAL only)     |                                 |                                 |
-| 1    | this file, producers = 0: next K/V tile through  | 19.0 TFLOP/s (7.25 ms): slower  | ``scripts/bench_loop_order.py`` |
-|      | registers, two buffers, one barrier a tile       | than flash (double the shared   |                                 |
-|      |                                                  | memory, fewer blocks per SM)    |                                 |
-| 2    | producers = 1: one warp only loads (§43)         | 22.9 TFLOP/s (6.0 ms)           | ``scripts/bench_loop_order.py`` |
+Ladder (issue 13): from the lesson kernel to this file, step by step, at B2 H16 N4096 d64 float32
+unless a step says otherwise; TFLOP/s = 4·B·H·N²·d / time (half when causal); kernel-only CUDA-event
+medians; "× lesson" = the lesson kernel's time / the step's on the same inputs. ``flashlesson bench
+ladder --only attention_db`` checks and times every step with a timed call, ``--write`` puts its
+numbers here; a step without one is historical (no longer separable in the code) and keeps the
+TFLOP/s recorded then.
+| step | what changed                                 | measured                     | timed call                     |
+|------|----------------------------------------------|------------------------------|--------------------------------|
+| 0    | the lesson kernel of §42                     | H200, 2026-12-01: 16.2 ms,   | method='flash_db',             |
+|      | (``lesson/loop_order.py``'s                  | 8.49 TFLOP/s                 | tier='lesson'                  |
+|      | ``flash_double_buffer``): one thread a row,  |                              |                                |
+|      | the next tile's loads written straight into  |                              |                                |
+|      | the other buffer                             |                              |                                |
+| 0b   | the lesson kernel of §43                     | H200, 2026-12-01: 36.1 ms,   | loop_order.launch_db_lesson(…, |
+|      | (``flash_producer_consumer``): one warp that | 3.81 TFLOP/s                 | producers=1)                   |
+|      | only loads                                   |                              |                                |
+| 1    | this file, producers = 0: the next K/V tile  | H200, 2026-12-01: 7.25 ms,   | method='flash_db'              |
+|      | through registers, two buffers, one barrier  | 19 TFLOP/s, 2.23× lesson     |                                |
+|      | a tile (before: 19.0 TFLOP/s, slower than    |                              |                                |
+|      | flash: double the shared memory, fewer       |                              |                                |
+|      | blocks per SM)                               |                              |                                |
+| 2    | producers = 1: one warp only loads (§43),    | H200, 2026-12-01: 6.06 ms,   | loop_order.launch_db(…,        |
+|      | against the lesson's §43 kernel (before:     | 22.7 TFLOP/s, 5.96× lesson   | producers=1)                   |
+|      | 22.9 TFLOP/s)                                | (step 0b)                    |                                |
+| ref  | the single-buffered ``flash``                | H200, 2026-12-01: 4.37 ms,   | method='flash'                 |
+|      | (``attention.py``), for comparison (before:  | 31.4 TFLOP/s                 |                                |
+|      | 31.5 TFLOP/s)                                |                              |                                |
 
 Menu
 | kernel                                  | §  | what                                           |

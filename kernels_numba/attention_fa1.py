@@ -2,16 +2,28 @@
 going back to global memory after every K/V tile — next to FlashAttention-2's order
 (``attention.flash_forward_kernel``: Q tile outside, K/V streamed, O written once).
 
-Ladder (issue 13; H200 numbers from docs/bench_loop_order_h200.json, 2026-11-30, fp32, B2 H16
-N4096 d64, tiles Br=128 Bc=64 TR=16 TC=8; ``flash`` = FA2's order: 31.5 TFLOP/s)
-| step | what changed                                     | measured on the H200            | reproduce                       |
-|------|--------------------------------------------------|---------------------------------|---------------------------------|
-| 0    | lesson tier: ``lesson/loop_order.py``'s          | not measured yet                | ``flashlesson section 41``      |
-|      | ``flash_fa1`` (one thread a row, Br threads, one |                                 |                                 |
-|      | block per head; CAUSAL only)                     |                                 |                                 |
-| 1    | this file, Algorithm 1 (one block per head)      | 2.6 TFLOP/s (52.8 ms)           | ``scripts/bench_loop_order.py`` |
-| 2    | the same loop on FA2's grid (a block per Q tile, | 18.6 TFLOP/s (7.4 ms)           | ``scripts/bench_loop_order.py`` |
-|      | ``q_blocks`` = ⌈Nq/Br⌉)                          |                                 |                                 |
+Ladder (issue 13): from the lesson kernel to this file, step by step, at B2 H16 N2048 d64 float32
+unless a step says otherwise; TFLOP/s = 4·B·H·N²·d / time (half when causal); kernel-only CUDA-event
+medians; "× lesson" = the lesson kernel's time / the step's on the same inputs. ``flashlesson bench
+ladder --only attention_fa1`` checks and times every step with a timed call, ``--write`` puts its
+numbers here; a step without one is historical (no longer separable in the code) and keeps the
+TFLOP/s recorded then.
+| step | what changed                                 | measured                     | timed call                     |
+|------|----------------------------------------------|------------------------------|--------------------------------|
+| 0    | the lesson kernel                            | H200, 2026-12-01: 62 ms,     | method='flash_fa1',            |
+|      | (``lesson/loop_order.py``'s ``flash_fa1``):  | 0.555 TFLOP/s                | tier='lesson'                  |
+|      | FA1's order, one thread a row, a block per   |                              |                                |
+|      | head                                         |                              |                                |
+| 1    | this file, Algorithm 1 (one block per head), | H200, 2026-12-01: 11.1 ms,   | method='flash_fa1'             |
+|      | the forward kernel's tiles and thread layout | 3.09 TFLOP/s, 5.57× lesson   |                                |
+|      | (before: 2.6 TFLOP/s at B2 H16 N4096)        |                              |                                |
+| 2    | the same loop on FA2's grid (a block per Q   | H200, 2026-12-01: 1.96 ms,   | loop_order.launch_fa1(…,       |
+|      | tile, ``q_blocks`` = ⌈Nq/Br⌉): the gap to    | 17.6 TFLOP/s, 31.68× lesson  | q_blocks=⌈Nq/Br⌉)              |
+|      | ``ref`` is the HBM round trips alone         |                              |                                |
+|      | (before: 18.6 TFLOP/s)                       |                              |                                |
+| ref  | FA2's order (``attention.py``'s ``flash``),  | H200, 2026-12-01: 1.13 ms,   | method='flash'                 |
+|      | for comparison (before: 31.5 TFLOP/s at B2   | 30.5 TFLOP/s                 |                                |
+|      | H16 N4096)                                   |                              |                                |
 
 Menu
 | kernel                                  | §  | what                                           |

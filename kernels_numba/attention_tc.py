@@ -11,21 +11,41 @@ Menu
 |                                                   | x = big + small, a·b ≈ big·big + big·small +  |
 |                                                   | small·big (m16n8k8 tf32), fp32 accuracy       |
 
-Ladder (issue 13: from the lesson kernel to this file, step by step; H200 numbers from the
-repository's own records, with their date — "not measured yet" where none exists). Ratios are
-× torch SDPA flash in the same process, fp16, B2 H16 N4096 d64.
-| step | what changed                                     | measured on the H200            | reproduce                       |
-|------|--------------------------------------------------|---------------------------------|---------------------------------|
-| 0    | lesson tier, ``kernels_numba/lesson/tensor_core. | not measured yet                | ``attention(..., method=        |
-|      | py`` (§37): one warp per 16 rows, plain loads,   |                                 | "flash_tc", tier="lesson")``    |
-|      | natural-log softmax, l per row                   |                                 |                                 |
-| 1    | several warps a block, fragments straight from   | 0.59× (MT = 2, register-staged; | ``scripts/tune_tc.py``          |
-|      | words, MT = 2 row blocks per warp                | tc_methods, 2026-11-30)         |                                 |
-| 2    | ASYNC: cp.async K/V stages, ldmatrix fragments,  | 0.74× (4 warps), 0.80× (8 warps)| ``scripts/tune_tc.py``          |
-|      | 8 warps                                          | (2026-11-30)                    |                                 |
-| 3    | base-2 exponentials (mma.ex2, log2e folded into  | 0.90× (README's bench; forward  | ``flashlesson bench attention   |
-|      | the scale), 32-bit shared addresses              | 0.77–0.99× over the sizes, git  | --tc``                          |
-|      |                                                  | a4b5d17, 2026-11-30)            |                                 |
+Ladder (issue 13): from the lesson kernel to this file, step by step, at B4 H16 N1024 d64 float16
+unless a step says otherwise; TFLOP/s = 4·B·H·N²·d / time (half when causal); kernel-only CUDA-event
+medians; "× lesson" = the lesson kernel's time / the step's on the same inputs. ``flashlesson bench
+ladder --only attention_tc`` checks and times every step with a timed call, ``--write`` puts its
+numbers here; a step without one is historical (no longer separable in the code) and keeps the
+TFLOP/s recorded then.
+| step | what changed                                 | measured                     | timed call                     |
+|------|----------------------------------------------|------------------------------|--------------------------------|
+| 0    | the lesson kernel                            | H200, 2026-12-01: 3.06 ms,   | method='flash_tc',             |
+|      | (``lesson/tensor_core.py``, §37): one warp   | 5.61 TFLOP/s                 | tier='lesson'                  |
+|      | per 16 rows, K/V tiles of 16 keys loaded     |                              |                                |
+|      | plainly, natural-log softmax, l per row      |                              |                                |
+| 1    | several warps a block (4), fragments         | H200, 2026-12-01: 0.102 ms,  | method='flash_tc',             |
+|      | straight from words, MT = 2 row blocks per   | 168 TFLOP/s, 29.96× lesson   | config=TcConfig(Bc=64,         |
+|      | warp, tiles through registers (before: 0.59× |                              | WARPS=4, MT=2, PF=False,       |
+|      | torch SDPA flash at B2 H16 N4096,            |                              | ASYNC=False)                   |
+|      | 2026-11-30)                                  |                              |                                |
+| 2    | ASYNC: cp.async K/V stages, ldmatrix         | H200, 2026-12-01: 0.0776 ms, | method='flash_tc',             |
+|      | fragments (before: 0.74×)                    | 221 TFLOP/s, 39.48× lesson   | config=TcConfig(Bc=64,         |
+|      |                                              |                              | WARPS=4, MT=2, PF=False,       |
+|      |                                              |                              | ASYNC=True)                    |
+| 3    | 8 warps: the default (``default_tc_config``) | H200, 2026-12-01: 0.0765 ms, | method='flash_tc'              |
+|      | (before: 0.80×)                              | 225 TFLOP/s, 40.02× lesson   |                                |
+| 4    | base-2 exponentials (``mma.ex2``, log2e      | historical: H200,            | ``flashlesson bench attention  |
+|      | folded into the scale), 32-bit shared        | 2026-11-30: 0.90× SDPA flash | --tc``                         |
+|      | addresses: in steps 1–3 as run today, not    | at B2 H16 N4096 d64          |                                |
+|      | switchable                                   | (0.77–0.99× over the sizes,  |                                |
+|      |                                              | git a4b5d17)                 |                                |
+| tf32 | float32 inputs on the tensor cores, 3xTF32   | H200, 2026-12-01: 0.567 ms,  | method='flash_tc'              |
+|      | (``flash_tf32x3_kernel``: three tf32 mmas a  | 30.3 TFLOP/s, 4.42× lesson   |                                |
+|      | product), against the float32 lesson kernel  | (step 0f)                    |                                |
+|      | of §32 (float32)                             |                              |                                |
+| 0f   | (the lesson kernel of step tf32:             | H200, 2026-12-01: 2.51 ms,   | tier='lesson'                  |
+|      | ``lesson/attention.py``, CUDA cores)         | 6.85 TFLOP/s                 |                                |
+|      | (float32)                                    |                              |                                |
 
 The same loop as ``flash_forward_kernel`` (kernels_numba/attention.py, §32), with the two
 products moved to the tensor cores (§37)::

@@ -9,18 +9,28 @@ Menu
 | ``flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL,       | one block per 16·WARPS queries, K/V     |
 |   PAD, BF16, ASYNC)``                                | tiles streamed: dQ += dS K              |
 
-Ladder (issue 13; H200 numbers from the repository's own records, with their date)
-| step | what changed                                     | measured on the H200            | reproduce                       |
-|------|--------------------------------------------------|---------------------------------|---------------------------------|
-| 0    | lesson tier: §30 on CUDA cores, float32          | not measured yet                | ``attention_backward(...,       |
-|      | (``kernels_numba/lesson/backward.py``); there is |                                 | tier="lesson")``                |
-|      | no lesson tensor-core backward                   |                                 |                                 |
-| 1    | this file: D, dK/dV on the transposed problem,   | not measured separately         | ``scripts/tune_tc_bwd.py``      |
-|      | dQ, all on mma.sync (git 04ac8dc, 2026-11-30)    |                                 |                                 |
-| 2    | ASYNC loads, base-2 exponentials (mma.ex2)       | 0.62–0.84× SDPA flash backward  | ``flashlesson bench attention   |
-|      | (git a4b5d17, 2026-11-30)                        | (a4b5d17); 166.9 TFLOP/s at B2  | --tc --backward``               |
-|      |                                                  | H16 N4096 d64, 0.63× (docs/bench|                                 |
-|      |                                                  | _attention_tc_backward_h200)    |                                 |
+Ladder (issue 13): from the lesson kernel to this file, step by step, at B4 H16 N1024 d64 float16
+unless a step says otherwise; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's); kernel-only
+CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same inputs.
+``flashlesson bench ladder --only attention_tc_backward`` checks and times every step with a timed
+call, ``--write`` puts its numbers here; a step without one is historical (no longer separable in
+the code) and keeps the TFLOP/s recorded then.
+| step | what changed                                 | measured                     | timed call                     |
+|------|----------------------------------------------|------------------------------|--------------------------------|
+| 0    | the lesson kernels of §30 on CUDA cores, on  | H200, 2026-12-01: 5.67 ms,   | tier='lesson'                  |
+|      | float32 inputs of the same shape (there is   | 7.58 TFLOP/s                 |                                |
+|      | no lesson tensor-core backward) (float32)    |                              |                                |
+| 1    | D, dK/dV on the transposed problem, dQ, all  | H200, 2026-12-01: 0.462 ms,  | config=TcBwdConfig(Bq=64,      |
+|      | on ``mma.sync``, tiles through registers, 4  | 92.9 TFLOP/s, 12.26× lesson  | KV_WARPS=4, Bk=64, Q_WARPS=4,  |
+|      | warps (git 04ac8dc; before: 0.32× / 0.29×    |                              | KV_ASYNC=False, Q_ASYNC=False) |
+|      | SDPA flash backward, README)                 |                              |                                |
+| 2    | ASYNC loads (cp.async stages, ldmatrix), 8   | H200, 2026-12-01: 0.311 ms,  | the defaults                   |
+|      | warps: the default (before: 0.62–0.84× SDPA  | 138 TFLOP/s, 18.20× lesson   |                                |
+|      | flash backward, git a4b5d17; 166.9 TFLOP/s   |                              |                                |
+|      | at B2 H16 N4096 d64, 0.63×,                  |                              |                                |
+|      | docs/bench_attention_tc_backward_h200.json). |                              |                                |
+|      | Base-2 exponentials (``mma.ex2``) in both    |                              |                                |
+|      | steps as run today                           |                              |                                |
 
 The same three kernels as the CUDA-core backward (kernels_numba/attention_backward.py): S and P
 recomputed from Q, K and the forward's LSE (nothing N × N stored), no atomics (every gradient

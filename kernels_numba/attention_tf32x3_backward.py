@@ -8,16 +8,22 @@ Menu
 | ``flash_tf32x3_bwd_dq_kernel(D, Bk, WARPS, CAUSAL,     | one block per 16·WARPS queries, K/V   |
 |   PAD)``                                               | tiles streamed: dQ += dS K            |
 
-Ladder (issue 13; H200 numbers from the repository's own records, with their date)
-| step | what changed                                     | measured on the H200            | reproduce                       |
-|------|--------------------------------------------------|---------------------------------|---------------------------------|
-| 0    | lesson tier: §30 on CUDA cores, float32          | not measured yet                | ``attention_backward(...,       |
-|      | (``kernels_numba/lesson/backward.py``)           |                                 | tier="lesson")``                |
-| 1    | this file: the tensor-core backward with three   | 23.7 TFLOP/s at B4 H16 N1024    | ``flashlesson bench attention   |
-|      | tf32 mmas a product (3xTF32)                     | d64, 0.71× SDPA efficient fp32; | --tc --backward``               |
-|      |                                                  | 25.5 at B2 H16 N4096 d64 (docs/ |                                 |
-|      |                                                  | bench_attention_tc_backward_    |                                 |
-|      |                                                  | h200.json, 2026-11-30)          |                                 |
+Ladder (issue 13): from the lesson kernel to this file, step by step, at B4 H16 N1024 d64 float32
+unless a step says otherwise; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's); kernel-only
+CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same inputs.
+``flashlesson bench ladder --only attention_tf32x3_backward`` checks and times every step with a
+timed call, ``--write`` puts its numbers here; a step without one is historical (no longer separable
+in the code) and keeps the TFLOP/s recorded then.
+| step | what changed                                 | measured                     | timed call                     |
+|------|----------------------------------------------|------------------------------|--------------------------------|
+| 0    | the lesson kernels of §30 on CUDA cores      | H200, 2026-12-01: 5.66 ms,   | tier='lesson'                  |
+|      | (``lesson/backward.py``)                     | 7.58 TFLOP/s                 |                                |
+| 1    | this file: the tensor-core backward with     | H200, 2026-12-01: 1.82 ms,   | method='flash_tc'              |
+|      | three tf32 mmas a product (3xTF32) (before:  | 23.6 TFLOP/s, 3.11× lesson   |                                |
+|      | 23.7 TFLOP/s at this shape, 0.71× SDPA       |                              |                                |
+|      | efficient fp32,                              |                              |                                |
+|      | docs/bench_attention_tc_backward_h200.json,  |                              |                                |
+|      | 2026-11-30)                                  |                              |                                |
 
 (D_i = Σ_c dO_ic·O_ic comes from the CUDA-core backward's ``bwd_preprocess``: float32 O, dO.)
 

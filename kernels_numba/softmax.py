@@ -1,26 +1,51 @@
 """Softmax kernels, lesson §1–§11 and §18–§20: one kernel (or kernel family) per method.
 
-The fast tier. Read ``kernels_numba/lesson/softmax.py`` first (the same ideas, plain); the
-ladder from it to these kernels, with the gains measured on the H200 (README "Performance",
-2026-11-30, ``docs/bench_softmax_h200.json``; GB/s of ideal traffic, copy = 4199 fp32):
-| step | what changed (against the lesson kernel / the step before)  | measured on the H200       | reproduce                    |
-|------|-------------------------------------------------------------|----------------------------|------------------------------|
-| 0    | the lesson kernels: ``math.exp``, ``%``/``//`` indices, one  | not measured yet           | ``flashlesson section 8``,   |
-|      | layout per §, ``softmax_block(K)`` with K = ⌈N/T⌉            |                            | ``section 9`` (GPU: lesson vs fast, CUDA events) |
-| 1    | the project's first fast version (per-method launch shapes) | N = 1024: 3300 GB/s fp32,  | (README; no script left)     |
-|      |                                                             | 1685 GB/s fp16             |                              |
-| 2    | ``__expf`` (``fast_exp``) instead of the rounded expf, and  | not measured apart (README:|                              |
-|      | lane/thread indices as masks (``tid & 31``): half the       | "together these halved the |                              |
-|      | instructions per element in the short-row kernels           | instructions per element") |                              |
-| 3    | §8 with G < 32 lanes a row below N = 256 (4–8 loads in      | N = 32: ``warp_multi``     | ``flashlesson bench softmax``|
-|      | flight per lane), R rounds for fp16                         | 4175 GB/s vs the one-per-  | ``--method warp warp_multi`` |
-|      |                                                             | lane §6 ``warp`` 1675      |                              |
-| 4    | §9 blocks of 128–512 threads, 16 (fp32) / 32 (fp16) values  | after 1–4, N = 1024: 4072  | ``python3 scripts/tune_softmax.py`` |
-|      | per thread (``block_shape``, ``warp_multi_shape``)          | fp32 (97% of copy), 3409   | then ``flashlesson bench softmax`` |
-|      |                                                             | fp16; N = 4096 ``block``   |                              |
-|      |                                                             | 4048 fp32                  |                              |
-(§11's ranking on the same run, fp32 N = 4096: registers 4047, shared memory 1618, re-read 1393,
-online 1524, three passes 1038 GB/s.)
+The fast tier. Read ``kernels_numba/lesson/softmax.py`` first (the same ideas, plain).
+
+Ladder (issue 13): from the lesson kernel to this file, step by step, at [65536, 1024] float32
+unless a step says otherwise; GB/s = one read + one write of x / time; kernel-only CUDA-event
+medians; "× lesson" = the lesson kernel's time / the step's on the same inputs. ``flashlesson bench
+ladder --only softmax`` checks and times every step with a timed call, ``--write`` puts its numbers
+here; a step without one is historical (no longer separable in the code) and keeps the GB/s recorded
+then.
+| step | what changed                                 | measured                     | timed call                     |
+|------|----------------------------------------------|------------------------------|--------------------------------|
+| 0    | the lesson kernel of §8 (what ``auto`` runs  | H200, 2026-12-01: 0.153 ms,  | method='warp_multi',           |
+|      | at N = 1024): ``softmax_warp_multi(32)``, a  | 3508 GB/s (84% of copy)      | tier='lesson'                  |
+|      | warp a row, ``math.exp``, ``%``/``//``       |                              |                                |
+|      | indices                                      |                              |                                |
+| 1    | the project's first fast version (per-method | historical: H200,            | (README; no script left)       |
+|      | launch shapes)                               | 2026-11-30: N = 1024: 3300   |                                |
+|      |                                              | GB/s fp32, 1685 GB/s fp16    |                                |
+| 2    | ``fast_exp`` (``__expf``) instead of the     | H200, 2026-12-01: 0.133 ms,  | method='warp_multi'            |
+|      | rounded expf, lane indices as masks (``tid & | 4047 GB/s (97% of copy),     |                                |
+|      | 31``), the row's max and sum by butterfly    | 1.15× lesson                 |                                |
+|      | (``lanes_max``): ``warp_multi_kernel(32, 1,  |                              |                                |
+|      | 32)``, at N = 1024 the lesson's layout (G =  |                              |                                |
+|      | 32 lanes a row, K = 32 values a lane), so    |                              |                                |
+|      | the gain is these changes alone (before:     |                              |                                |
+|      | "together these halved the instructions per  |                              |                                |
+|      | element", README)                            |                              |                                |
+| 3    | §8 with G < 32 lanes a row below N = 256     | H200, 2026-12-01: 0.13 ms,   | method='warp_multi'            |
+|      | (8–16 values a lane, 4–8 loads in flight), R | 4120 GB/s (99% of copy),     |                                |
+|      | rounds of rows for fp16:                     | 1.34× lesson                 |                                |
+|      | ``warp_multi_shape`` gives G = 16 at N = 128 |                              |                                |
+|      | (before: N = 32, ``warp_multi`` 4175 GB/s vs |                              |                                |
+|      | the one-per-lane §6 ``warp`` 1675,           |                              |                                |
+|      | 2026-11-30) (at [524288, 128])               |                              |                                |
+| 4    | §9 blocks of 128–512 threads, 16 (fp32) / 32 | H200, 2026-12-01: 0.133 ms,  | method='block'                 |
+|      | (fp16) values a thread (``block_shape``):    | 4024 GB/s (97% of copy),     |                                |
+|      | ``block_kernel(16, 256)`` at N = 4096,       | 1.33× lesson (step 0b)       |                                |
+|      | against the lesson's ``softmax_block(16)``   |                              |                                |
+|      | (before, after steps 1–4: N = 1024 4072 GB/s |                              |                                |
+|      | fp32, 97% of copy; N = 4096 ``block`` 4048,  |                              |                                |
+|      | 2026-11-30) (at [16384, 4096])               |                              |                                |
+| 0b   | (the lesson kernel of step 4: §9's           | H200, 2026-12-01: 0.177 ms,  | method='block', tier='lesson'  |
+|      | ``softmax_block(K)``, K = ⌈N/T⌉) (at [16384, | 3033 GB/s (73% of copy)      |                                |
+|      | 4096])                                       |                              |                                |
+(§11's ranking, H200 2026-11-30, fp32 N = 4096, ``docs/bench_softmax_h200.json``, GB/s of ideal
+traffic, copy = 4199: registers 4047, shared memory 1618, re-read 1393, online 1524, three passes
+1038 GB/s.)
 
 Every kernel computes softmax over the last axis of ``x`` [rows, N] into ``y`` [rows, N]
 (float32 or float16 arrays; arithmetic is float32 throughout). Shared reductions come from

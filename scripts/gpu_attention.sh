@@ -29,6 +29,8 @@ for step in "$@"; do
            grep -E "kernel=.*bwd|sdpa .*: " "$OUT/bench_attention_tc_backward.log" | cut -c1-220 | head -12; tail -9 "$OUT/bench_attention_tc_backward.log" ;;
     tunetc) python3 scripts/tune_tc.py ${TUNETC_ARGS:-} > "$OUT/tune_tc.log" 2>&1; tail -14 "$OUT/tune_tc.log" ;;
     tunetcbwd) python3 scripts/tune_tc_bwd.py ${TUNETC_ARGS:-} > "$OUT/tune_tc_bwd.log" 2>&1; tail -16 "$OUT/tune_tc_bwd.log" ;;
+    ladder) python3 -m flashlesson.cli bench ladder --json "$OUT/ladder.json" > "$OUT/ladder.log" 2>&1 || rc=1
+           tail -45 "$OUT/ladder.log" ;;
     quick) python3 -m flashlesson.cli bench attention --quick --json "$OUT/bench_attention.json" > "$OUT/bench_attention.log" 2>&1 || rc=1
            tail -12 "$OUT/bench_attention.log" ;;
     ncu) for shape in "2 16 4096 64" "1 16 8192 128"; do set -- $shape

@@ -120,6 +120,9 @@ def test_lesson_tier(rng, causal):
                      tier="lesson")
     with pytest.raises(ValueError, match="config: the lesson tier"):
         attention_tc(q, k, v, config=TcConfig(), tier="lesson")
+    with pytest.raises(ValueError, match="q: the lesson tier's tensor-core kernel takes a head "
+                       "dimension that is a multiple of 16; got d = 24"):
+        attention_tc(*(x[..., :24] for x in (q, k, v)), tier="lesson")
     with pytest.raises(ValueError, match="tier: expected one of"):
         attention_tc(q, k, v, tier="Lesson")
 

@@ -31,6 +31,21 @@ def test_bench_refuses_the_simulator(capsys):
     assert "needs a CUDA GPU" in capsys.readouterr().err
 
 
+@pytest.mark.skipif(not SIM, reason="the simulator refuses benchmarks; on a GPU they run")
+def test_bench_ladder_refuses_the_simulator(capsys):
+    """``bench ladder`` times kernels: one line on stderr in the simulator, exit 2."""
+    assert main(["bench", "ladder", "--only", "softmax"]) == 2
+    err = capsys.readouterr().err
+    assert "flashlesson bench ladder needs a CUDA GPU" in err and len(err.splitlines()) == 1
+
+
+def test_bench_ladder_arguments_are_checked(capsys):
+    assert main(["bench", "ladder", "--only", "nope"]) == 2
+    assert "--only: expected some of softmax, attention" in capsys.readouterr().err
+    assert main(["bench", "ladder", "--from", "x.json"]) == 2
+    assert "--from: goes with --write" in capsys.readouterr().err
+
+
 def test_bench_rejects_unknown_method(capsys):
     assert main(["bench", "softmax", "--method", "nope"]) == 2
     assert "--method: expected one of" in capsys.readouterr().err

@@ -19,10 +19,14 @@ Menu
 |                   |                                     | ``softmax_block(K)``; ``softmax_block_smem``, |
 |                   |                                     | ``softmax_block_reread``; ``softmax_online``  |
 | ``attention.py``  | 14 (none needed), 23–24, 32, 33, 34, 35, 36 | ``flash_forward(D, Br, Bc, CAUSAL, PAD, DROPOUT)``; |
+|                   |                                     | ``online_softmax`` (§19–20's tile step, shared |
+|                   |                                     | with ``loop_order.py``);                      |
 |                   |                                     | §14's naive path is GEMM (``gemm.py``, already |
 |                   |                                     | plain) + the lesson softmax: no kernel of its own |
 | ``backward.py``   | 30                                  | D = rowsum(dO∘O); dK/dV (K/V tile outside); dQ |
 | ``tensor_core.py``| 37                                  | one warp on ``mma.sync`` m16n8k16 fp16         |
+|                   |                                     | (d a multiple of 16; its fragments, row loads |
+|                   |                                     | and quad softmax as named device functions)   |
 | ``loop_order.py`` | 41, 42, 43                          | ``flash_fa1`` (FA1's order); ``flash_double_buffer``; |
 |                   |                                     | ``flash_producer_consumer`` (warps that load) |
 """

@@ -14,6 +14,9 @@ Menu
 |---------------------------------------------|-------------------|----------------------------------|
 | ``flash_forward(D, Br, Bc, CAUSAL, PAD, DROPOUT)`` | 23–24, 32–36 | one block per (Q tile, batch·head), |
 |                                             |                   | thread i owns query row q0 + i   |
+| ``online_softmax(S, m, l)`` (device)        | 19–20             | my row's (m, l) meets one tile's |
+|                                             |                   | scores: new_m, P, l, correction  |
+|                                             |                   | (also ``loop_order.py``'s)       |
 
 The kernel beside §32 (``reference.flash_attention_tiled`` is the same loop in NumPy)::
 
@@ -57,6 +60,25 @@ from ..philox import dropout_keep
 from ..reductions import NEG_INF, ONE, ZERO
 
 
+@cuda.jit(device=True)
+def online_softmax(S, m, l):
+    """§19–20 for my row and one K/V tile: the state (m, l) meets the tile's scores S (−inf
+    where masked). S becomes P = exp(S − new_m) in place; returns (new_m, new_l, correction),
+    the caller rescales acc by the correction. Shared by the lesson's flash kernels (here and
+    ``loop_order.py``); a row that has seen no key yet keeps m = −inf, l = 0, P = 0."""
+    row_max = NEG_INF
+    for jj in range(S.shape[0]):
+        row_max = max(row_max, S[jj])               # rowmax(S)
+    new_m = max(m, row_max)                         # new_m = max(m, rowmax(S))
+    m_safe = ZERO if new_m == NEG_INF else new_m    # (no key seen yet: use 0)
+    correction = math.exp(m - m_safe)               # correction = exp(m − new_m)
+    row_sum = ZERO
+    for jj in range(S.shape[0]):
+        S[jj] = math.exp(S[jj] - m_safe)            # P = exp(S − new_m)
+        row_sum += S[jj]
+    return new_m, correction * l + row_sum, correction  # l = correction·l + rowsum(P)
+
+
 @lru_cache(maxsize=None)
 def flash_forward(D, Br, Bc, CAUSAL=False, PAD=False, DROPOUT=False):
     """§32 for head dimension D, Q tiles of Br rows (Br threads), K/V tiles of Bc keys."""
@@ -97,7 +119,6 @@ def flash_forward(D, Br, Bc, CAUSAL=False, PAD=False, DROPOUT=False):
                 Vj[e // D, e % D] = v[bh, key, e % D] if key < n_k else ZERO
             cuda.syncthreads()                      # wait: Kj and Vj are loaded
             if mine:
-                row_max = NEG_INF
                 for jj in range(Bc):
                     key = k0 + jj
                     s = ZERO
@@ -108,15 +129,8 @@ def flash_forward(D, Br, Bc, CAUSAL=False, PAD=False, DROPOUT=False):
                     if PAD and key < n_k and kpm[bh // heads, key] == 0:
                         s = NEG_INF                 # §35: a padding key
                     S[jj] = s
-                    row_max = max(row_max, s)
-                new_m = max(m, row_max)             # new_m = max(m, rowmax(S))
-                m_safe = ZERO if new_m == NEG_INF else new_m    # (no key seen yet: use 0)
-                correction = math.exp(m - m_safe)   # correction = exp(m − new_m)
-                row_sum = ZERO
-                for jj in range(Bc):
-                    S[jj] = math.exp(S[jj] - m_safe)    # P = exp(S − new_m)
-                    row_sum += S[jj]
-                l = correction * l + row_sum        # l = correction·l + rowsum(P)
+                m, l, correction = online_softmax(S, m, l)  # new_m; P = exp(S − new_m);
+                #                                     l = correction·l + rowsum(P); m = new_m
                 for c in range(D):
                     acc[c] *= correction            # acc = correction·acc …
                 for jj in range(Bc):
@@ -129,7 +143,6 @@ def flash_forward(D, Br, Bc, CAUSAL=False, PAD=False, DROPOUT=False):
                     if p != ZERO:                   # a masked key adds nothing, even NaN
                         for c in range(D):
                             acc[c] += p * Vj[jj, c]     # … + (P∘Z) Vj
-                m = new_m                           # m = new_m
                 if j < trace.shape[2]:
                     trace[bh, row, j, 0] = m        # §33: my (m, l) after tile j
                     trace[bh, row, j, 1] = l

@@ -39,6 +39,7 @@ from functools import lru_cache
 from numba import cuda, float32
 
 from ..reductions import NEG_INF, ONE, ZERO
+from .attention import online_softmax
 
 
 @lru_cache(maxsize=None)
@@ -163,7 +164,6 @@ def flash_double_buffer(D, Br, Bc, CAUSAL=False):
                     Kj[1 - b, e // D, e % D] = k[bh, key, e % D] if key < n_k else ZERO
                     Vj[1 - b, e // D, e % D] = v[bh, key, e % D] if key < n_k else ZERO
             if mine:
-                row_max = NEG_INF
                 for jj in range(Bc):
                     s = ZERO
                     for c in range(D):
@@ -171,22 +171,13 @@ def flash_double_buffer(D, Br, Bc, CAUSAL=False):
                     if k0 + jj >= n_k or (CAUSAL and k0 + jj > row + offset):
                         s = NEG_INF                 # past Nk, or above the diagonal (§34)
                     S[jj] = s
-                    row_max = max(row_max, s)
-                new_m = max(m, row_max)             # new_m = max(m, rowmax(S))
-                m_safe = ZERO if new_m == NEG_INF else new_m    # (no key seen yet: use 0)
-                correction = math.exp(m - m_safe)   # correction = exp(m − new_m)
-                row_sum = ZERO
-                for jj in range(Bc):
-                    S[jj] = math.exp(S[jj] - m_safe)    # P = exp(S − new_m)
-                    row_sum += S[jj]
-                l = correction * l + row_sum        # l = correction·l + rowsum(P)
+                m, l, correction = online_softmax(S, m, l)  # §19–20, as attention.py's
                 for c in range(D):
                     acc[c] *= correction            # acc = correction·acc …
                 for jj in range(Bc):
                     if S[jj] != ZERO:               # a masked key adds nothing, even NaN
                         for c in range(D):
                             acc[c] += S[jj] * Vj[b, jj, c]  # … + P Vj
-                m = new_m                           # m = new_m
             cuda.syncthreads()                      # one barrier a tile: tile j+1 is in buffer
             #                                         1 − b, and nobody reads buffer b any more
             #                                         (tile j+2 goes there next)
@@ -247,7 +238,6 @@ def flash_producer_consumer(D, Br, Bc, P, CAUSAL=False):
                     Kj[1 - b, e // D, e % D] = k[bh, key, e % D] if key < n_k else ZERO
                     Vj[1 - b, e // D, e % D] = v[bh, key, e % D] if key < n_k else ZERO
             elif mine:                              # … while the consumers compute tile j
-                row_max = NEG_INF
                 for jj in range(Bc):
                     s = ZERO
                     for c in range(D):
@@ -255,22 +245,13 @@ def flash_producer_consumer(D, Br, Bc, P, CAUSAL=False):
                     if k0 + jj >= n_k or (CAUSAL and k0 + jj > row + offset):
                         s = NEG_INF                 # past Nk, or above the diagonal (§34)
                     S[jj] = s
-                    row_max = max(row_max, s)
-                new_m = max(m, row_max)             # new_m = max(m, rowmax(S))
-                m_safe = ZERO if new_m == NEG_INF else new_m    # (no key seen yet: use 0)
-                correction = math.exp(m - m_safe)   # correction = exp(m − new_m)
-                row_sum = ZERO
-                for jj in range(Bc):
-                    S[jj] = math.exp(S[jj] - m_safe)    # P = exp(S − new_m)
-                    row_sum += S[jj]
-                l = correction * l + row_sum        # l = correction·l + rowsum(P)
+                m, l, correction = online_softmax(S, m, l)  # §19–20, as attention.py's
                 for c in range(D):
                     acc[c] *= correction            # acc = correction·acc …
                 for jj in range(Bc):
                     if S[jj] != ZERO:               # a masked key adds nothing, even NaN
                         for c in range(D):
                             acc[c] += S[jj] * Vj[b, jj, c]  # … + P Vj
-                m = new_m                           # m = new_m
             cuda.syncthreads()                      # one barrier a tile, every thread (both
             #                                         roles): tile j+1 is in buffer 1 − b, and
             #                                         no consumer reads buffer b any more

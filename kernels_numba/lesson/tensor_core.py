@@ -8,6 +8,10 @@ float16 inputs; the tuned kernel is ``kernels_numba/attention_tc.py``)::
                                       memory; S = Qi Kjᵀ and acc += P Vj as mma.sync; the
                                       online softmax (m, l, correction) on CUDA cores in
                                       natural logs (math.exp)                         §37, §19
+    a_fragment, b_fragment_of_rows,   the fragments drawn below, read from float32
+    b_fragment_of_cols (device)       tiles in shared memory
+    load_row (device)                 a row of fp16 words → a float32 tile row (or zeros)
+    online_softmax_quad (device)      §19–20 for a row spread over a quad's 4 lanes
 
 What a tensor core changes (§37): a warp multiplies a 16×16 fp16 tile A by a 16×8 tile B in
 one instruction, C += A·B in float32; the 32 lanes each hold a few elements of A, B and C
@@ -46,6 +50,62 @@ from ..reductions import NEG_INF, ONE, ZERO, lanes_max, lanes_sum
 Bc = 16     # keys per K/V tile: one k-step of P Vj's mma (A = P is 16 × 16)
 
 
+# The fragments drawn above, read out of float32 tiles in shared memory (packed to fp16 pairs):
+@cuda.jit(device=True)
+def a_fragment(T, k0, g, t):
+    """A = T[0:16, k0:k0+16]: lane (g, t)'s words a0, a1, a2, a3."""
+    return (pack_f16(T[g, k0 + 2 * t], T[g, k0 + 2 * t + 1]),
+            pack_f16(T[g + 8, k0 + 2 * t], T[g + 8, k0 + 2 * t + 1]),
+            pack_f16(T[g, k0 + 2 * t + 8], T[g, k0 + 2 * t + 9]),
+            pack_f16(T[g + 8, k0 + 2 * t + 8], T[g + 8, k0 + 2 * t + 9]))
+
+
+@cuda.jit(device=True)
+def b_fragment_of_rows(T, n0, k0, g, t):
+    """B = T[n0:n0+8, k0:k0+16]ᵀ (B[k, n] = T[n0 + n, k0 + k]: K rows give Kjᵀ): b0, b1."""
+    return (pack_f16(T[n0 + g, k0 + 2 * t], T[n0 + g, k0 + 2 * t + 1]),
+            pack_f16(T[n0 + g, k0 + 2 * t + 8], T[n0 + g, k0 + 2 * t + 9]))
+
+
+@cuda.jit(device=True)
+def b_fragment_of_cols(T, n0, g, t):
+    """B = T[0:16, n0:n0+8] (V rows as they are): b0, b1."""
+    return (pack_f16(T[2 * t, n0 + g], T[2 * t + 1, n0 + g]),
+            pack_f16(T[2 * t + 8, n0 + g], T[2 * t + 9, n0 + g]))
+
+
+@cuda.jit(device=True)
+def load_row(T, r, src, bh, row, live, lane):
+    """T[r, :] = row ``row`` of src[bh] (fp16 pairs in uint32 words → float32; the warp's 32
+    lanes share the words), or zeros where not ``live`` (past N, or a padded key)."""
+    for w in range(lane, src.shape[2], 32):         # word w: columns 2w, 2w + 1
+        lo = hi = ZERO
+        if live:
+            lo, hi = unpack_f16(src[bh, row, w])
+        T[r, 2 * w], T[r, 2 * w + 1] = lo, hi
+
+
+@cuda.jit(device=True)
+def online_softmax_quad(S, h, m, l):
+    """§19–20 for my row h (g + 8h) and one K/V tile, as ``lesson/attention.py``'s
+    ``online_softmax``: the row's 16 scores sit 4 a lane in my quad (S[h, 0:4], −inf where
+    masked), so its max and sum take 2 shuffles more (``lanes_max``, ``lanes_sum``). S[h]
+    becomes P in place, m[h] and l[h] are updated; returns the correction for acc."""
+    row_max = NEG_INF
+    for e in range(4):
+        row_max = max(row_max, S[h, e])
+    new_m = max(m[h], lanes_max(row_max, 4))        # new_m = max(m, rowmax(S)) over the quad
+    m_safe = ZERO if new_m == NEG_INF else new_m    # (no key seen yet: use 0)
+    correction = math.exp(m[h] - m_safe)            # correction = e^{m − new_m}
+    row_sum = ZERO
+    for e in range(4):
+        S[h, e] = math.exp(S[h, e] - m_safe)        # P = e^{S − new_m}
+        row_sum += S[h, e]
+    l[h] = correction * l[h] + lanes_sum(row_sum, 4)    # l = correction·l + rowsum(P)
+    m[h] = new_m                                    # m = new_m
+    return correction
+
+
 @lru_cache(maxsize=None)
 def flash_tc_kernel(d, CAUSAL, PAD):
     """O, LSE of one 16-row Q block per warp (one warp a block); d the head dimension."""
@@ -64,11 +124,7 @@ def flash_tc_kernel(d, CAUSAL, PAD):
         Kj = cuda.shared.array((Bc, d), float32)
         Vj = cuda.shared.array((Bc, d), float32)
         for r in range(16):                         # load Qi (rows past Nq: zeros)
-            for w in range(lane, d // 2, 32):       # (a word: two halves, columns 2w, 2w + 1)
-                lo = hi = ZERO
-                if q0 + r < n_q:
-                    lo, hi = unpack_f16(q[bh, q0 + r, w])
-                Qi[r, 2 * w], Qi[r, 2 * w + 1] = lo, hi
+            load_row(Qi, r, q, bh, q0 + r, q0 + r < n_q, lane)
 
         m = cuda.local.array(2, float32)            # rows g, g + 8: running max
         l = cuda.local.array(2, float32)            # running sum (the whole row's)
@@ -87,69 +143,39 @@ def flash_tc_kernel(d, CAUSAL, PAD):
             for r in range(Bc):                     # load Kj, Vj; hidden keys as zero rows
                 key = k0 + r
                 live = key < n_k and (not PAD or kpm[bh // heads, key] != 0)
-                for w in range(lane, d // 2, 32):
-                    klo = khi = vlo = vhi = ZERO
-                    if live:
-                        klo, khi = unpack_f16(k[bh, key, w])
-                        vlo, vhi = unpack_f16(v[bh, key, w])
-                    Kj[r, 2 * w], Kj[r, 2 * w + 1] = klo, khi
-                    Vj[r, 2 * w], Vj[r, 2 * w + 1] = vlo, vhi
+                load_row(Kj, r, k, bh, key, live, lane)
+                load_row(Vj, r, v, bh, key, live, lane)
             cuda.syncthreads()                      # wait: the tile is loaded
 
             for nb in range(2):                     # S = Qi Kjᵀ, keys 8·nb … 8·nb + 7
                 c0 = c1 = c2 = c3 = ZERO
                 for kk in range(0, d, 16):          # A = Qi[:, kk:kk+16], B = Kjᵀ (K rows)
-                    c0, c1, c2, c3 = mma_f16(
-                        pack_f16(Qi[g, kk + 2 * t], Qi[g, kk + 2 * t + 1]),
-                        pack_f16(Qi[g + 8, kk + 2 * t], Qi[g + 8, kk + 2 * t + 1]),
-                        pack_f16(Qi[g, kk + 2 * t + 8], Qi[g, kk + 2 * t + 9]),
-                        pack_f16(Qi[g + 8, kk + 2 * t + 8], Qi[g + 8, kk + 2 * t + 9]),
-                        pack_f16(Kj[8 * nb + g, kk + 2 * t], Kj[8 * nb + g, kk + 2 * t + 1]),
-                        pack_f16(Kj[8 * nb + g, kk + 2 * t + 8],
-                                 Kj[8 * nb + g, kk + 2 * t + 9]),
-                        c0, c1, c2, c3)
-                S[nb, 0], S[nb, 1], S[nb, 2], S[nb, 3] = c0, c1, c2, c3
+                    a0, a1, a2, a3 = a_fragment(Qi, kk, g, t)
+                    b0, b1 = b_fragment_of_rows(Kj, 8 * nb, kk, g, t)
+                    c0, c1, c2, c3 = mma_f16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
+                S[0, 2 * nb], S[0, 2 * nb + 1], S[1, 2 * nb], S[1, 2 * nb + 1] = c0, c1, c2, c3
 
             for h in range(2):                      # my two rows: h = 0 row g, h = 1 row g + 8
                 row = q0 + g + 8 * h
-                block_max = NEG_INF
-                for nb in range(2):
-                    for e in range(2):
-                        key = k0 + 8 * nb + 2 * t + e
-                        x = S[nb, 2 * h + e] * scale                    # S · scale
-                        hidden = key >= n_k or (CAUSAL and key > row + offset)
-                        if PAD and key < n_k:
-                            hidden = hidden or kpm[bh // heads, key] == 0
-                        x = NEG_INF if hidden else x                    # masked by select
-                        S[nb, 2 * h + e] = x
-                        block_max = max(block_max, x)
-                block_max = lanes_max(block_max, 4)             # block_max = row_max(S)
-                m_new = max(m[h], block_max)                    # m_new = max(m, block_max)
-                m_safe = ZERO if m_new == NEG_INF else m_new    # (no key seen yet: use 0)
-                correction = math.exp(m[h] - m_safe)            # correction = e^{m − m_new}
-                row_sum = ZERO
-                for nb in range(2):
-                    for e in range(2):
-                        P = math.exp(S[nb, 2 * h + e] - m_safe)   # P = e^{S − m_new}
-                        S[nb, 2 * h + e] = P
-                        row_sum += P
-                l[h] = correction * l[h] + lanes_sum(row_sum, 4)  # l = correction·l + Σ P
+                for e in range(4):                  # my scores of the row: S[h, e] is key
+                    key = k0 + 8 * (e // 2) + 2 * t + e % 2     # 8·(e // 2) + 2t + e % 2
+                    hidden = key >= n_k or (CAUSAL and key > row + offset)
+                    if PAD and key < n_k:
+                        hidden = hidden or kpm[bh // heads, key] == 0
+                    S[h, e] = NEG_INF if hidden else S[h, e] * scale    # S · scale, masked
+                correction = online_softmax_quad(S, h, m, l)    # m, l; P = e^{S − new_m}
                 for nb in range(NB):
                     acc[nb, 2 * h] *= correction                # acc = correction · acc …
                     acc[nb, 2 * h + 1] *= correction
-                m[h] = m_new                                    # m = m_new
 
             a0 = pack_f16(S[0, 0], S[0, 1])         # … + P Vj: S's C fragments are P's A
-            a1 = pack_f16(S[0, 2], S[0, 3])         # fragment (keys 0–7: a0, a1; 8–15: a2, a3)
-            a2 = pack_f16(S[1, 0], S[1, 1])
+            a1 = pack_f16(S[1, 0], S[1, 1])         # fragment (keys 0–7: a0, a1; 8–15: a2, a3)
+            a2 = pack_f16(S[0, 2], S[0, 3])
             a3 = pack_f16(S[1, 2], S[1, 3])
             for nb in range(NB):                    # B = Vj[:, 8·nb … 8·nb + 7]
-                col = 8 * nb + g
+                b0, b1 = b_fragment_of_cols(Vj, 8 * nb, g, t)
                 acc[nb, 0], acc[nb, 1], acc[nb, 2], acc[nb, 3] = mma_f16(
-                    a0, a1, a2, a3,
-                    pack_f16(Vj[2 * t, col], Vj[2 * t + 1, col]),
-                    pack_f16(Vj[2 * t + 8, col], Vj[2 * t + 9, col]),
-                    acc[nb, 0], acc[nb, 1], acc[nb, 2], acc[nb, 3])
+                    a0, a1, a2, a3, b0, b1, acc[nb, 0], acc[nb, 1], acc[nb, 2], acc[nb, 3])
 
         for h in range(2):                          # O = acc / l, LSE = m + ln l
             row = q0 + g + 8 * h

@@ -11,6 +11,10 @@
                                       [--headdims 64,80,96,111,128]: d vs its padded D
     flashlesson bench hierarchy       GPU only: §26 GB/s of HBM, L2, shared memory, registers
     flashlesson bench overhead [--json F]   GPU + torch: host µs per public call vs torch
+    flashlesson bench ladder [--only NAME …] [--json F] [--write]   GPU: each fast kernel file's
+                                      ladder (lesson kernel → each step) checked and timed;
+                                      --write puts the numbers into the files' tables
+    flashlesson bench ladder --write --from F.json   (any machine) a saved run into the tables
     flashlesson traffic softmax --method M --shape ROWS N      global reads/writes per array:
     flashlesson traffic attention --method naive|flash --shape B H NQ NK D [--causal]
                                       [--backward] [--key-padding L]
@@ -157,8 +161,59 @@ def _cmd_bench_overhead(args):
     return 0
 
 
+def _cmd_bench_ladder(args):
+    """Issue 13's ladders: every fast kernel file's steps, checked and timed (flashlesson.ladder);
+    --write: their numbers into the files' tables; --from: a saved run instead of measuring."""
+    from . import device, ladder
+    names = ladder.ladder_names()
+    bad = [n for n in args.only or () if n not in names]
+    if bad:
+        print(f"--only: expected some of {', '.join(names)}; got {', '.join(bad)}",
+              file=sys.stderr)
+        return 2
+    if args.tiny and (args.write or args.load):
+        print("--tiny: checks the command in the simulator; it measures nothing to write",
+              file=sys.stderr)
+        return 2
+    if args.load and not args.write:
+        print("--from: goes with --write (the saved numbers into the tables)", file=sys.stderr)
+        return 2
+    chosen = tuple(lad for lad in ladder.LADDERS if not args.only or lad.name in args.only)
+    if args.load:
+        try:
+            results, dev, date = ladder.load(args.load)
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"flashlesson bench ladder: {args.load}: {exc}", file=sys.stderr)
+            return 2
+    else:
+        if args.tiny and not device.SIMULATOR:
+            print("--tiny: runs in the simulator (FLASHLESSON_DEVICE=sim)", file=sys.stderr)
+            return 2
+        results = ladder.measure(chosen, tiny=args.tiny)
+        dev = "simulator" if device.SIMULATOR else \
+            ladder.short_device(device.describe()["device"])
+        date = ladder.today()
+        print()
+        print(f"{dev}, {date}" + (" (tiny shapes: checks only)" if args.tiny else ""))
+        print(tabulate(ladder.table_rows(results), headers=ladder.TABLE_HEADERS,
+                       disable_numparse=True))
+        if args.json:
+            ladder.save(args.json, results, dev, date)
+    if args.write:
+        for path in ladder.write(results, dev, date, ladders=chosen):
+            print(f"wrote {path}")
+    failed = [r for r in results if not r["passed"]]
+    if failed:
+        print(f"{len(failed)} step(s) failed the correctness check: "
+              + ", ".join(f"{r['ladder']} {r['step']}" for r in failed), file=sys.stderr)
+        return 1
+    return 0
+
+
 def _cmd_bench(args):
     from . import bench, softmax_methods as softmax
+    if args.what == "ladder":
+        return _cmd_bench_ladder(args)
     if args.what == "attention":
         return _cmd_bench_attention(args)
     if args.what == "hierarchy":
@@ -291,7 +346,7 @@ def build_parser():
     s.add_argument("numbers", nargs="+", type=int, metavar="N")
     s.set_defaults(fn=_cmd_section)
     s = sub.add_parser("bench", help="GPU benchmarks")
-    s.add_argument("what", choices=["softmax", "attention", "hierarchy", "overhead"])
+    s.add_argument("what", choices=["softmax", "attention", "hierarchy", "overhead", "ladder"])
     s.add_argument("--n", type=int, nargs="+", help="row lengths (default 32 … 32768)")
     s.add_argument("--dtype", nargs="+", default=["float32", "float16"],
                    choices=["float32", "float16"])
@@ -310,6 +365,17 @@ def build_parser():
     s.add_argument("--headdims", type=_headdims, metavar="D,D,…",
                    help="attention --tc: only B2 H16 N4096 at these head dims (1 … 256; "
                         "default: the three main shapes, then d = 64, 80, 96, 111, 128 there)")
+    s.add_argument("--only", nargs="+", metavar="NAME",
+                   help="ladder: these files' ladders only (softmax, attention, "
+                        "attention_backward, attention_tc, …; default: all)")
+    s.add_argument("--write", action="store_true",
+                   help="ladder: put the measured numbers into the kernel files' tables")
+    s.add_argument("--from", dest="load", metavar="F.json",
+                   help="ladder --write: the numbers of a saved run (--json) instead of "
+                        "measuring (any machine)")
+    s.add_argument("--tiny", action="store_true",
+                   help="ladder: tiny shapes in the simulator, every step checked, nothing "
+                        "timed (checks the command itself)")
     s.set_defaults(fn=_cmd_bench)
     s = sub.add_parser("traffic", help="global reads/writes per array: model vs counted "
                        "(simulator)")

@@ -229,6 +229,9 @@ def attention_tc(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dr
                         f"{fq} (use tier='fast')")
     if tier == "lesson" and config is not None:
         raise ValueError("config: the lesson tier's tensor-core kernel takes no config")
+    if tier == "lesson" and d % 16:     # (its mma k-steps read 16 columns of Qi, Kj at a time)
+        raise ValueError(f"q: the lesson tier's tensor-core kernel takes a head dimension that "
+                         f"is a multiple of 16; got d = {d} (tier 'fast' pads any d)")
     cfg = config or default_tc_config(d, tf32)
     if not isinstance(cfg, TcConfig):
         raise TypeError(f"config: expected a TcConfig for method 'flash_tc', got "
