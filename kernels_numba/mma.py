@@ -15,7 +15,8 @@ Menu (the warp computes D = A·B + C; every lane passes its fragment registers):
     mma_bf16(...)      the same with bf16 inputs (…f32.bf16.bf16.f32)
     mma_tf32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)
         mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32  A 16×8, B 8×8, operands float32
-        whose low 13 mantissa bits the tensor core ignores (round them first: tf32())
+        whose low 13 mantissa bits the tensor core ignores (round them first: tf32()); the
+        sum is rounded toward zero, not to nearest (the Limits below)
     pack_f16(lo, hi) / pack_bf16(lo, hi) -> uint32   two float32 → one register of two halves,
                                                      round to nearest even (cvt.rn.*x2.f32)
     tf32(x) -> float32                  x rounded to tf32 (10 mantissa bits; cvt.rna.tf32.f32)
@@ -60,8 +61,11 @@ column-major is K row-major: b0 is one 32-bit word of a K row (two consecutive d
 
 Limits. Hardware sm_80 or newer (the H200 is sm_90). All 32 lanes of the warp must call each
 mma with the same shape (warp-collective, as in PTX); in the simulator a lane that skips it is
-reported, never a hang. The simulator accumulates in float64 and rounds once to float32; the
-tensor core's own accumulation order differs at the ulp level.
+reported, never a hang. The simulator's fp16/bf16 mmas accumulate in float64 and round once to
+float32 (the tensor core's own accumulation differs at the ulp level); its tf32 mma adds as
+Hopper's tensor core does (``sim/mma.tf32_block_fma``: the 8 products and c cut to the grid of
+the largest, the sum rounded toward zero — not IEEE, and what decides 3xTF32's accuracy:
+``attention_tc.mma3``).
 
 Tests: ``tests/test_mma.py`` (each helper alone against NumPy, simulator and GPU).
 """

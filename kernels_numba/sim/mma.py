@@ -3,8 +3,10 @@
 Each mma and ldmatrix helper is a warp rendezvous (``warp.warp_collective``): all 32 lanes hand
 in their fragments, the 16×8 product (or the four 8×8 matrices) is computed in NumPy, each lane
 gets its own part back, in the fragment layout drawn in ``kernels_numba/mma.py``. A lane that
-skips it is reported, never a hang. The products accumulate in float64 and round once to
-float32 (the tensor core's own accumulation order differs at the ulp level). The packing and
+skips it is reported, never a hang. The fp16/bf16 products accumulate in float64 and round once
+to float32 (the tensor core's own accumulation differs at the ulp level). The tf32 mma adds as
+the tensor core does (``tf32_block_fma``: every addend cut to the grid of the largest one, the
+sum rounded toward zero), since that is what decides 3xTF32's accuracy. The packing and
 conversion helpers are per lane: NumPy's float16, bf16 round-to-nearest-even, tf32 ``cvt.rna``,
 ``ex2.approx.ftz``.
 
@@ -37,6 +39,36 @@ def _tf32_value(x):
     return float(bits.view(np.float32)[0])
 
 
+TF32_GUARD_BITS = 2     # extra alignment bits of the tf32 block FMA (Hopper: tf32_block_fma)
+
+
+def tf32_block_fma(a, b, c):
+    """D = A·B + C for tf32 A [M, 8], B [8, N] and float32 C [M, N], each element summed as
+    Hopper's tensor core sums it — Khattak & Mikaitis, "Accurate Models of NVIDIA Tensor Cores"
+    (arXiv 2512.07004; their MATLAB models, github.com/north-numerical-computing/MATLAB-tensor-
+    core, models/H100TC.m and B200TC.m for tf32: fma = 8, neab = 2, frmode = 'rz'):
+      - the 8 products are exact (11-bit significands);
+      - the 8 products and c are aligned to the exponent E of the largest of them and each is
+        cut toward zero to the grid 2^(E − 23 − 2) (two guard bits, no sticky bit);
+      - their sum is rounded toward zero to float32.
+    Not IEEE: each mma rounds toward zero, about an ulp of the result with one sign, so an
+    accumulator that collects many mmas drifts as their number, not its square root (the
+    3xTF32 kernels add each k8 step's mmas to the accumulator on the CUDA cores instead:
+    ``attention_tc.mma3``). Their refinement of one more guard bit when the leading product's
+    significand is ≥ 2 is left out. Returns float32 [M, N]; NaN and inf propagate."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        terms = np.concatenate([np.asarray(a, np.float64)[:, :, None] *
+                                np.asarray(b, np.float64)[None, :, :],
+                                np.asarray(c, np.float64)[:, None, :]], axis=1)
+        _, e = np.frexp(np.max(np.abs(terms), axis=1))     # largest = f·2^e, f in [0.5, 1)
+        inv_grid = np.ldexp(1.0, 24 + TF32_GUARD_BITS - e)   # 1 / 2^(E − 23 − 2), E = e − 1
+        exact = np.trunc(terms * inv_grid[:, None, :]).sum(axis=1) / inv_grid
+        d = exact.astype(np.float32)                        # to nearest, then toward zero:
+        over = np.abs(d.astype(np.float64)) > np.abs(exact)
+    d[over] = np.nextafter(d[over], np.float32(0))
+    return d
+
+
 def _product(A, B, payloads):
     D = A @ B
     out = []
@@ -66,13 +98,17 @@ def _m16n8k16(dtype):
 
 
 def _m16n8k8_tf32(payloads):
-    A, B = np.zeros((16, 8)), np.zeros((8, 8))
+    A, B, C = np.zeros((16, 8)), np.zeros((8, 8)), np.zeros((16, 8))
     for lane, p in enumerate(payloads):
         g, t = divmod(lane, 4)
         A[g, t], A[g + 8, t] = _tf32_value(p[0]), _tf32_value(p[1])
         A[g, t + 4], A[g + 8, t + 4] = _tf32_value(p[2]), _tf32_value(p[3])
         B[t, g], B[t + 4, g] = _tf32_value(p[4]), _tf32_value(p[5])
-    return _product(A, B, payloads)
+        C[g, 2 * t:2 * t + 2] = float(p[6]), float(p[7])
+        C[g + 8, 2 * t:2 * t + 2] = float(p[8]), float(p[9])
+    D = tf32_block_fma(A, B, C)
+    return [(D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1])
+            for g, t in (divmod(lane, 4) for lane in range(len(payloads)))]
 
 
 _F16, _BF16 = _m16n8k16("f16"), _m16n8k16("bf16")
