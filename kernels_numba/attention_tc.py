@@ -9,7 +9,9 @@ Menu
 |                                                   | ASYNC cp.async tiles + ldmatrix fragments     |
 | ``flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD)``| float32 Q, K, V on tensor cores with 3xTF32: |
 |                                                   | x = big + small, a·b ≈ big·big + big·small +  |
-|                                                   | small·big (m16n8k8 tf32), fp32 accuracy       |
+|                                                   | small·big (m16n8k8 tf32), each k8 step summed |
+|                                                   | from zero, added on the CUDA cores (mma3):    |
+|                                                   | fp32 accuracy                                 |
 
 Ladder (issue 13): from the lesson kernel to this file, step by step, at B4 H16 N1024 d64 float16
 unless a step says otherwise; TFLOP/s = 4·B·H·N²·d / time (half when causal); kernel-only CUDA-event
@@ -675,13 +677,23 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False
 # --- 3xTF32 pieces (float32 operands on tensor cores), shared with the 3xTF32 backward --------
 @cuda.jit(device=True)
 def mma3(A0, A1, A2, A3, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-    """C += A·B with 3xTF32: A given split (big A0…A3, small a0…a3), B split here;
-    big·big + big·small + small·big (small·small dropped), the small terms first."""
+    """C += A·B over one k8 step with 3xTF32: A given split (big A0…A3, small a0…a3), B split
+    here; big·big + big·small + small·big (small·small dropped), the small terms first.
+
+    Staged accumulation: the three mmas sum from zero and the k8 step's sum is added to C on
+    the CUDA cores (to nearest: 4 FADDs). The tensor core cuts every addend to the grid of the
+    largest and rounds its sum toward zero (sim/mma.tf32_block_fma); the three mmas straight
+    into C (until issue 16) took up to an ulp of C each, all with one sign, 3·N/8 times over
+    N keys: O 2.9e-6 off at N = 1024, d = 64 on the H200, torch 6.8e-7 (docs/results.md),
+    growing with N. torch's 3xTF32 kernels stage too (CUTLASS OpMultiplyAddFastF32, every 32
+    of k: mem_eff_attention/gemm/custom_mma_multistage.h, mma_from_smem.h); the emulation in
+    scripts/tf32x3_error.py gives each choice's error."""
     B0, B1 = tf32(b0), tf32(b1)
-    c0, c1, c2, c3 = mma_tf32(a0, a1, a2, a3, B0, B1, c0, c1, c2, c3)            # small·big
-    c0, c1, c2, c3 = mma_tf32(A0, A1, A2, A3, tf32(b0 - B0), tf32(b1 - B1),
-                              c0, c1, c2, c3)                                    # big·small
-    return mma_tf32(A0, A1, A2, A3, B0, B1, c0, c1, c2, c3)                      # big·big
+    d0, d1, d2, d3 = mma_tf32(a0, a1, a2, a3, B0, B1, ZERO, ZERO, ZERO, ZERO)    # small·big
+    d0, d1, d2, d3 = mma_tf32(A0, A1, A2, A3, tf32(b0 - B0), tf32(b1 - B1),
+                              d0, d1, d2, d3)                                    # big·small
+    d0, d1, d2, d3 = mma_tf32(A0, A1, A2, A3, B0, B1, d0, d1, d2, d3)            # big·big
+    return c0 + d0, c1 + d1, c2 + d2, c3 + d3                  # C += this step (CUDA cores)
 
 
 @cuda.jit(device=True)
@@ -777,8 +789,10 @@ def flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD):
 
     Each operand x is split into big = tf32(x) and small = tf32(x − big); a product a·b is
     big_a·big_b + big_a·small_b + small_a·big_b (the small·small term, ~2⁻²² relative, is
-    dropped): three m16n8k8 mmas instead of one, and float32-level accuracy. Operands come from
-    shared memory as float32 (no packing); P's accumulator layout maps onto the tf32 A fragment
+    dropped): three m16n8k8 mmas instead of one, summed from zero and added to S or acc on the
+    CUDA cores a k8 step at a time (``mma3``: the tensor core rounds each mma toward zero, so
+    mmas straight into acc drifted as N — issue 16), and float32-level accuracy. Operands come
+    from shared memory as float32 (no packing); P's accumulator layout maps onto the tf32 A fragment
     with its k index permuted (lane t holds keys 2t, 2t+1, taken as k = t and t + 4), and the
     B rows of V are read in the same permuted order, so Σ_k is unchanged.
     """

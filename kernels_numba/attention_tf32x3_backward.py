@@ -29,11 +29,14 @@ in the code) and keeps the TFLOP/s recorded then.
 
 The fp16/bf16 tensor-core backward (kernels_numba/attention_tc_backward.py) with float32
 operands: every product is three m16n8k8 tf32 mmas (big·big + big·small + small·big, each
-operand x = big + small with big = tf32(x): ``attention_tc.mma3``), which keeps float32-level
-accuracy — torch's fp32 "efficient" backend computes the same way. The loops, the masks and
-the element step (``ds_transposed``, ``ds_rows``: P = exp(S·scale − LSE) as 2^((S·scale − LSE)·
-log2e) by ``mma.ex2``, dS = P ∘ (dP − D))
-are those of the fp16 kernels; what differs is only the operand format:
+operand x = big + small with big = tf32(x): ``attention_tc.mma3``), each k8 step's three summed
+from zero and added to the accumulator on the CUDA cores, which keeps float32-level accuracy —
+torch's fp32 "efficient" backend computes the same way (CUTLASS's 3xTF32 with staged
+accumulation). Without the staging the tensor core's rounding toward zero at every mma piles up
+over the Nq queries of dV, dK and the Nk keys of dQ (issue 16: 12–100× torch's error). The
+loops, the masks and the element step (``ds_transposed``, ``ds_rows``: P = exp(S·scale − LSE)
+as 2^((S·scale − LSE)·log2e) by ``mma.ex2``, dS = P ∘ (dP − D)) are those of the fp16 kernels;
+what differs is only the operand format:
 
 - products over d (Sᵀ = K Qᵀ, dPᵀ = V dOᵀ; S = Q Kᵀ, dP = dO Vᵀ): ``tf32_by_rows``, A from the
   block's own rows and B from the streamed tile's rows, both float32 in shared memory;
