@@ -6,7 +6,8 @@ kernel's own (P rounded to 16 bits for P·V, O rounded on the way out). Criterio
 no more than 2× the error of torch SDPA in the same dtype (flash-attn's own test rule), when
 torch is installed; always, elementwise, within the bound of flashlesson.tolerance's error
 model (P and O rounded to 16 bits taken elementwise with the oracle's P: about 1.5× the error
-seen, so a packing bug that doubles it fails; 3xTF32: the float32 model with u = 2⁻²²).
+seen, so a packing bug that doubles it fails; 3xTF32: the float32 model plus the split's and the
+tensor core's terms, dtype "tf32"; the sharp checks: tests/test_tf32x3_accuracy.py).
 Outputs poisoned (NaN) before the kernel runs.
 """
 

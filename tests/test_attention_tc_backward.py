@@ -225,7 +225,7 @@ def _f32_inputs(rng, B, H, nq, nk, d):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape", TF32_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_tf32x3_matches_oracle(rng, shape, causal):
-    """float32-level accuracy on tensor cores: the error model's bar with u = 2⁻²² (backward_tol,
+    """float32-level accuracy on tensor cores: the error model's bar for 3xTF32 (backward_tol,
     dtype "tf32"; conftest.check_grads), O and LSE from the 3xTF32 forward.
     One key (N = 1): dq = scale·(dP − D)·K vanishes analytically, and here dP (3xTF32) and D
     (float32, from the 3xTF32 O) cancel to ~1e-6 of |dO||V| instead of to the bit, as the CUDA-

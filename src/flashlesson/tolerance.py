@@ -47,9 +47,23 @@ case n·u. Magnitudes are measured on the inputs (row norms, max |v|), never on 
    oracle's P (``p=``) both are taken elementwise (tight: a 16-bit packing bug at 2× the
    normal error fails), else per row with V. QKᵀ on the tensor cores accumulates in fp32:
    the float32 terms above. Dropout (``dropout_p``): V's scale is max|v|/(1 − p).
- - 3xTF32 (dtype "tf32"): each product a·b is formed as a_hi·b_hi + a_hi·b_lo + a_lo·b_hi
-   with 11-bit pieces: a relative error ~u_tf32² = 2⁻²² per product (the dropped a_lo·b_lo,
-   one rounding of each piece) — 4× float32's u: the float32 model with u = 2⁻²².
+ - 3xTF32 (dtype "tf32"; ``TF32X3_*``): the float32 model (the CUDA-core steps, and the
+   float32 additions between k8 steps) plus what the tensor core adds to each product over d
+   (S = Q Kᵀ) and over the keys (P V). Each operand x = big + small, big = tf32(x) and
+   small = tf32(x − big) (``cvt.rna``, 11-bit significands): x − big − small = r with
+   |r| ≤ 2⁻¹¹·|x − big| ≤ 2⁻²²·|x|. A product a·b is formed as big·big + big·small +
+   small·big = a·b − r_a·b − a·r_b − small_a·small_b: relative error ≤ 3·2⁻²² = 12u, std
+   ≤ 2⁻²²·√(1/3 + 1/3 + 1/9) = ``TF32X3_SPLIT_STD``·u (3.53u; each part uniform). The three
+   mmas of one k8 step sum from zero on the tensor core, which (Hopper, Khattak & Mikaitis
+   2025; kernels_numba/sim/mma.tf32_block_fma) cuts its 9 addends to the grid 2^(E − 25) of
+   the largest (≤ u/2 of it each) and rounds the sum toward zero (< 2u of it): ≤
+   ``TF32X3_BLOCK``·u = 6.5u of the step's Σ|a_j·b_j|, of one sign for terms of one sign; the
+   step sums are then added in float32 (N/8 roundings, fewer than the float32 kernels' N).
+   For a score, Σ_c|q_c·k_c|·scale and √(Σ_c (q_c·k_c)²)·scale are both ≤ A_i
+   (Cauchy–Schwarz), for O both ≤ (P|V|)_ic ≤ V: e_s and o each gain (TF32X3_BLOCK +
+   λ·TF32X3_SPLIT_STD)·u·(A_i or V). (Adding a k8 step's three mmas straight into a running
+   accumulator, as the kernels did until issue 16, rounds toward zero 3·N/8 times: an error
+   that grows as N, outside this model — tests/test_tf32x3_accuracy.py.)
 
 **Attention backward** (``backward_tol(q, k, …)``), relative to each gradient's largest |value|
 (as ``tests/conftest.check_grads`` measures): P is recomputed from the saved LSE — here the
@@ -62,10 +76,18 @@ comes from rows where dS = P∘(dP − D) does not cancel, so these relative err
  fp16/bf16: P and dS rounded to 16 bits before their four products, O (hence D) rounded
  too: + ``HALF_BWD``·u_h (8: two roundings per product path, ×2 for dP − D's cancellation;
  the emulation sees ≤ 2·u_h).
+ 3xTF32: S (and the forward's LSE) as in the forward, 2·(TF32X3_BLOCK + λ·TF32X3_SPLIT_STD)·A,
+ O (hence D) once more (TF32X3_BLOCK + λ·TF32X3_SPLIT_STD); dP, dV, dK, dQ, random-sign
+ products of n terms t_j: the split's errors (std TF32X3_SPLIT_STD·u·‖t‖₂) and the k8 steps'
+ (each ≤ TF32X3_BLOCK·u·Σ_step|t|, std ÷ √3, ≤ TF32X3_BLOCK·u·√(8/3)·‖t‖₂ over the steps),
+ with ‖t‖₂ ≈ |sum| for the sums behind a gradient's largest value (as above): + 4·λ·
+ (TF32X3_SPLIT_STD + TF32X3_BLOCK·√(8/3))·u.
 
 **Sums, merges, linear attention** (float32; each function's docstring has the details):
  - ``sum_tol``: a sum of n terms in any order (the §6/§10 warp and block sums): n − 1
    roundings, each ≤ u·Σ|x|: S·λ·u·√n·Σ|x|. A max is exact (compared with ==).
+ - ``tf32x3_dot_tol``: one 3xTF32 dot product from its exact terms t: S·u·(λ·TF32X3_SPLIT_STD
+   ·‖t‖₂ + TF32X3_BLOCK·Σ|t| + λ·√(Σ_b C_b²/3)), C_b the partial sums after each k8 step.
  - ``merge_l_tol``: §19's l = Σ_p e^{m_p − m}·l_p through a tree of pairwise merges of depth
    D: a state's shifts along its path add up to m − m_p, so its term is off by ≤ u·(1 + 4D
    + 2.2·(m − m_p)) relative (subtraction, __expf, product, sum per level); deterministic.
@@ -121,6 +143,13 @@ values of v, shrinks as 1/√N); one key left out gives 500× the bound at N = 4
 960× at 1000², d = 64. The 16-bit bounds are within 1.4–4× of what is seen (the roundings are the
 error), so a 16-bit packing bug that doubles the error fails. The simulator computes in
 float64 between stores, so its errors are smaller still.
+
+3xTF32 (the simulator, whose tf32 mma adds as Hopper's tensor core, at the tests' shapes of
+tests/test_attention_tc*.py, q row 0 × 4): O 0.008–0.011 of its bound, LSE 0.015–0.035, the
+gradients 0.002–0.014 — worst cases (the k8 step's 6.5u, Cauchy–Schwarz for A_i) leave the
+attention bounds far above the error; the sharp checks are ``tf32x3_dot_tol`` on one product
+(within 0.15 of it; the unstaged accumulation 1.6–1.7×) and the GPU's comparison with torch
+(tests/test_tf32x3_accuracy.py).
 """
 
 import math
@@ -135,6 +164,10 @@ POSITIVE_SUM = 1 / 3            # std of a positive n-term sum's error / (u·√
 RANDOM_SUM = 6 ** -0.5          # std of a random-sign n-term sum's error / (u·√n·|sum|)
 
 HALF_BWD = 8.0      # fp16/bf16 backward: P and dS rounded before 4 products (docstring)
+# 3xTF32, in units of float32's u (module docstring): std of one product's split error
+# (2⁻²²·√(1/3 + 1/3 + 1/9)), and the tensor core's sum of one k8 step, ≤ 9·u/2 + 2u of Σ|terms|
+TF32X3_SPLIT_STD = 4 * (1 / 3 + 1 / 3 + 1 / 9) ** 0.5
+TF32X3_BLOCK = 6.5
 
 UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "tf32": 2.0 ** -11, "tf32x3": 2.0 ** -22,
                  "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "float64": 2.0 ** -53}
@@ -213,16 +246,24 @@ def score_bound(q, k, scale=None):
     return abs(scale) * np.linalg.norm(q, axis=-1) * np.asarray(kmax)[..., None]
 
 
+def tf32x3_term():
+    """(TF32X3_BLOCK + λ·TF32X3_SPLIT_STD): what one 3xTF32 product adds, in u of its scale
+    (A_i for a score, V for O; module docstring)."""
+    return TF32X3_BLOCK + LAMBDA * TF32X3_SPLIT_STD
+
+
 def forward_terms(a, nk, dtype="float32"):
     """(e_s, e_P, o/V, lse) of the float32 part of the model, for score bound(s) ``a`` and Nk
-    keys, before the safety factor (see the module docstring)."""
+    keys, before the safety factor (see the module docstring); dtype "tf32": with the 3xTF32
+    terms of the scores and of P V."""
     nk = _count(nk, "nk")
-    name = dtype_name(dtype)
-    u = UNIT_ROUNDOFF["tf32x3" if name == "tf32x3" else "float32"]
+    tf32x3 = dtype_name(dtype) == "tf32x3"
+    u = UNIT_ROUNDOFF["float32"]
     a = np.asarray(a, np.float64)
-    e_s = LAMBDA * SCORE_STD * u * a
+    e_s = LAMBDA * SCORE_STD * u * a + (tf32x3_term() * u * a if tf32x3 else 0.0)
     e_p = e_s + u * (2 + 1.2 * math.log(nk))
-    o = e_p + 2 * LAMBDA * POSITIVE_SUM * u * math.sqrt(2 * nk) + 2 * u
+    o = e_p + 2 * LAMBDA * POSITIVE_SUM * u * math.sqrt(2 * nk) + 2 * u + \
+        (tf32x3_term() * u if tf32x3 else 0.0)
     lse = e_p + LAMBDA * POSITIVE_SUM * u * math.sqrt(nk) + u * (a + math.log(nk) + 2)
     return e_s, e_p, o, lse
 
@@ -268,10 +309,13 @@ def backward_tol(q, k, v=None, do=None, *, scale=None, dtype="float32"):
     d = q.shape[-1]
     nq, nk = max(q.shape[-2], 1), max(np.shape(k)[-2], 1)
     name = dtype_name(dtype)
-    u = UNIT_ROUNDOFF["tf32x3" if name == "tf32x3" else "float32"]
+    u = UNIT_ROUNDOFF["float32"]
     a = float(np.max(score_bound(q, k, scale), initial=0.0))
     rel = u * (2 * LAMBDA * SCORE_STD * a + 2 + 1.2 * math.log(nk) +
                LAMBDA * RANDOM_SUM * (math.sqrt(nq) + math.sqrt(nk) + 2 * math.sqrt(d)))
+    if name == "tf32x3":        # S and LSE, O (in D); dP, dV, dK, dQ (module docstring)
+        rel += u * (tf32x3_term() * (2 * a + 1) +
+                    4 * LAMBDA * (TF32X3_SPLIT_STD + TF32X3_BLOCK * math.sqrt(8 / 3)))
     rel *= SAFETY
     if name in HALF:
         rel += HALF_BWD * UNIT_ROUNDOFF[name]
@@ -286,6 +330,29 @@ def sum_tol(abs_sum, n, dtype="float32"):
     n = _count(n, "n")
     return SAFETY * LAMBDA * unit_roundoff(dtype) * math.sqrt(n) * np.asarray(abs_sum,
                                                                                 np.float64)
+
+
+def tf32x3_dot_tol(terms):
+    """Bound on |3xTF32 dot product − exact| for each row of ``terms`` [..., n], the exact
+    products a_j·b_j in the order of k (as the kernels form them: k8 steps of three mmas summed
+    from zero, each step's sum added to the accumulator in float32; module docstring):
+     - the split: independent errors of std ≤ TF32X3_SPLIT_STD·u·|t_j|: λ·that·‖t‖₂;
+     - the k8 steps on the tensor core: ≤ TF32X3_BLOCK·u·Σ_step|t| each, toward zero, so of one
+       sign for terms of one sign: TF32X3_BLOCK·u·Σ|t| (not a √);
+     - the n/8 step sums added in float32: each ≤ u·|C_b| (C_b the partial sum after step b),
+       independent, std ≤ u·|C_b|/√3: λ·u·√(Σ_b C_b²/3).
+    All × S. An accumulator that takes the mmas themselves (three roundings toward zero a k8
+    step) falls outside it once n is in the hundreds (tests/test_tf32x3_accuracy.py)."""
+    t = np.asarray(terms, np.float64)
+    n = t.shape[-1]
+    steps = t[..., :n - n % 8].reshape(t.shape[:-1] + (n // 8, 8)).sum(axis=-1)
+    if n % 8:
+        steps = np.concatenate([steps, t[..., n - n % 8:].sum(axis=-1, keepdims=True)], axis=-1)
+    partial = np.cumsum(steps, axis=-1)
+    u = UNIT_ROUNDOFF["float32"]
+    return SAFETY * u * (LAMBDA * TF32X3_SPLIT_STD * np.sqrt(np.sum(t * t, axis=-1)) +
+                         TF32X3_BLOCK * np.sum(np.abs(t), axis=-1) +
+                         LAMBDA * np.sqrt(np.sum(partial * partial, axis=-1) / 3))
 
 
 def merge_l_tol(m_parts, l_parts, depth, axis=0):
@@ -399,6 +466,7 @@ def linear_attention_tol(q, k, v, *, causal=False):
 
 
 __all__ = ["AttentionTol", "HALF", "POSITIVE_SUM", "RANDOM_SUM", "SCORE_STD", "LAMBDA", "SAFETY",
-           "UNIT_ROUNDOFF", "attention_tol", "backward_tol", "dtype_name", "forward_terms",
-           "linear_attention_tol", "merge_l_tol", "merge_tol", "score_bound", "softmax_tol",
-           "sum_tol", "unit_roundoff"]
+           "TF32X3_BLOCK", "TF32X3_SPLIT_STD", "UNIT_ROUNDOFF", "attention_tol", "backward_tol",
+           "dtype_name", "forward_terms", "linear_attention_tol", "merge_l_tol", "merge_tol",
+           "score_bound", "softmax_tol", "sum_tol", "tf32x3_dot_tol", "tf32x3_term",
+           "unit_roundoff"]
