@@ -248,6 +248,18 @@ MUTANTS = [
       "for j in range(kv_tiles(CAUSAL, q0, Bq, Bk, n_q, n_k)):",
       "for j in range(kv_tiles(CAUSAL, q0, Bq, Bk, n_q, n_k) - 1):", TC_BWD + ["-k", "tf32"],
       "3xTF32 dQ: last K/V tile dropped"),
+    M("tf32x3-unstaged", KN + "attention_tc.py",
+      "B0, B1, ZERO, ZERO, ZERO, ZERO)    # small·big\n"
+      "    d0, d1, d2, d3 = mma_tf32(A0, A1, A2, A3, tf32(b0 - B0), tf32(b1 - B1),\n"
+      "                              d0, d1, d2, d3)                                    # big·small\n"
+      "    d0, d1, d2, d3 = mma_tf32(A0, A1, A2, A3, B0, B1, d0, d1, d2, d3)            # big·big\n"
+      "    return c0 + d0, c1 + d1, c2 + d2, c3 + d3",
+      "B0, B1, c0, c1, c2, c3)\n"
+      "    d0, d1, d2, d3 = mma_tf32(A0, A1, A2, A3, tf32(b0 - B0), tf32(b1 - B1),\n"
+      "                              d0, d1, d2, d3)\n"
+      "    return mma_tf32(A0, A1, A2, A3, B0, B1, d0, d1, d2, d3)",
+      ["tests/test_tf32x3_accuracy.py::test_3xtf32_product_is_staged"],
+      "3xTF32: a k8 step's three mmas straight into the accumulator (issue 16's bug)"),
     # ---- kernels_numba/reductions.py ----
     M("red-barrier-after", KN + "reductions.py",
       BARRIER + "                               # wait: all reads of scratch are done before",
