@@ -807,6 +807,7 @@ def flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD):
     rows = rows_f32(D, Bc, T, PAD)
     pv = tf32_by_keys(NBO, NBS)
     clear_acc = zeros(AN)
+    clear_s = zeros(SN)
 
     @cuda.jit
     def flash_tf32x3(q, k, v, o, lse, scale, n_q, n_k, heads, kpm):
@@ -826,8 +827,8 @@ def flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD):
         smem = cuda.shared.array(0, float32)
 
         qa = cuda.local.array(QA, float32)          # A of S = Q Kᵀ (m16n8k8 layout), split
-        for kc in range(KC):                        # into big + small at each use (holding
-            for r in range(4):                      # both would double these registers)
+        for kc in range(KC):                        # into big + small a k8 step at a time
+            for r in range(4):                      # (holding both would double these)
                 row = r_lo + 8 * (r & 1)
                 qa[4 * kc + r] = q[bh, row, 8 * kc + 4 * (r >> 1) + t] if row < n_q else ZERO
         pa = cuda.local.array(4, float32)           # one k8 step of A (Q or P), split
@@ -856,19 +857,18 @@ def flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD):
             sK = (j & 1) * 2 * TILE                 # offsets of this tile's K and V in smem
             sV = sK + TILE
 
-            for nb in range(NBS):                   # S = Qi Kjᵀ (b0 = K[8nb + g][8kc + t])
-                c0 = c1 = c2 = c3 = ZERO
-                at = sK + (8 * nb + g) * KS + t
-                for kc in range(KC):
-                    for r in range(4):
-                        split(qa[4 * kc + r], pa, ps, r)
-                    c0, c1, c2, c3 = mma3(pa[0], pa[1], pa[2], pa[3], ps[0], ps[1], ps[2], ps[3],
-                                          load1(smem, at + 8 * kc), load1(smem, at + 8 * kc + 4),
-                                          c0, c1, c2, c3)
-                s[4 * nb] = c0 * scale2
-                s[4 * nb + 1] = c1 * scale2
-                s[4 * nb + 2] = c2 * scale2
-                s[4 * nb + 3] = c3 * scale2
+            clear_s(s)                              # S = Qi Kjᵀ, a k8 step of Q split at
+            for kc in range(KC):                    # a time (b0 = K[8nb + g][8kc + t])
+                for r in range(4):
+                    split(qa[4 * kc + r], pa, ps, r)
+                for nb in range(NBS):
+                    at = sK + (8 * nb + g) * KS + 8 * kc + t
+                    s[4 * nb], s[4 * nb + 1], s[4 * nb + 2], s[4 * nb + 3] = mma3(
+                        pa[0], pa[1], pa[2], pa[3], ps[0], ps[1], ps[2], ps[3],
+                        load1(smem, at), load1(smem, at + 4),
+                        s[4 * nb], s[4 * nb + 1], s[4 * nb + 2], s[4 * nb + 3])
+            for i in range(SN):
+                s[i] *= scale2                      # S = Qi Kjᵀ · scale · log2e
             if PAD or k0 + Bc > n_k or (CAUSAL and k0 + Bc - 1 > q0 + offset):
                 mask(s, k0, r_lo, 2 * t, n_k, offset, kpm, b_idx)
             update(s, acc, ml)
