@@ -44,7 +44,9 @@ TFLOP/s recorded then.
 | tf32 | float32 inputs on the tensor cores, 3xTF32   | H200, 2026-12-01: 0.567 ms,  | method='flash_tc'              |
 |      | (``flash_tf32x3_kernel``: three tf32 mmas a  | 30.3 TFLOP/s, 4.42× lesson   |                                |
 |      | product), against the float32 lesson kernel  | (step 0f)                    |                                |
-|      | of §32 (float32)                             |                              |                                |
+|      | of §32; measured before the staged           |                              |                                |
+|      | accumulation of git 6ad2f9a (issue 16), not  |                              |                                |
+|      | re-measured since (float32)                  |                              |                                |
 | 0f   | (the lesson kernel of step tf32:             | H200, 2026-12-01: 2.51 ms,   | tier='lesson'                  |
 |      | ``lesson/attention.py``, CUDA cores)         | 6.85 TFLOP/s                 |                                |
 |      | (float32)                                    |                              |                                |

@@ -23,7 +23,9 @@ in the code) and keeps the TFLOP/s recorded then.
 |      | 23.7 TFLOP/s at this shape, 0.71× SDPA       |                              |                                |
 |      | efficient fp32,                              |                              |                                |
 |      | docs/bench_attention_tc_backward_h200.json,  |                              |                                |
-|      | 2026-11-30)                                  |                              |                                |
+|      | 2026-11-30); measured before the staged      |                              |                                |
+|      | accumulation of git 6ad2f9a (issue 16), not  |                              |                                |
+|      | re-measured since                            |                              |                                |
 
 (D_i = Σ_c dO_ic·O_ic comes from the CUDA-core backward's ``bwd_preprocess``: float32 O, dO.)
 
