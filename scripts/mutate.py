@@ -12,7 +12,8 @@ IO model (``src/flashlesson/io_model.py``, ``loop_order.py``). For each mutant t
    (``-x -p no:xdist``, one mutant at a time; the race-mode tests of
    ``tests/test_kernel_crossings.py`` where a barrier is removed), restores the file;
 3. records *caught* (pytest failed, or an error / timeout: the kernel is broken) or
-   *survived* (every selected test passed), prints a table and the score.
+   *survived* (every selected test passed, or the selection itself is wrong: no test
+   collected, or a test id pytest cannot find), prints a table and the score.
 
     python3 scripts/mutate.py                      # every mutant (≈ 15–25 min on 2 cores)
     python3 scripts/mutate.py --only fwd-,red-     # ids starting with these prefixes
@@ -60,8 +61,8 @@ FWD_FA1_DB = FWD + ["-k", "fa1 or _db"]
 FWD_NAIVE = ["tests/test_attention.py::test_matches_oracle",
              "tests/test_attention_masks.py::test_dropout_matches_oracle_with_the_philox_mask",
              "tests/test_attention_masks.py::test_key_padding_mask",
-             "tests/test_attention_masks.py::test_dropout_with_padding_and_the_same_mask_for_both"
-             "_methods", "-k", "naive or both"]
+             "tests/test_attention_masks.py::test_dropout_with_padding_and_the_same_mask_for_every"
+             "_method", "-k", "naive or every"]
 MERGE = ["tests/test_attention.py::test_merge_matches_oracle",
          "tests/test_attention.py::test_merge_of_disjoint_key_sets_equals_full_attention",
          "tests/test_attention.py::test_merge_ignores_empty_parts"]
@@ -477,6 +478,8 @@ def main(argv=None):
                 verdict = "SURVIVED"
             elif rc == 5:
                 verdict = "NO TESTS"      # the selection is wrong: counted as survived
+            elif rc == 4:
+                verdict = "BAD TESTS"     # pytest's usage error (a test id not found): survived
             else:
                 verdict = "caught" if rc in (1, "timeout") else "caught*"
             results[m.id] = verdict
