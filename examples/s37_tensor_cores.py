@@ -82,8 +82,9 @@ def main(verbose=True):
     # warp, one 16-row block, plain loads, natural logs) first, then the fast one; the gap
     checks += lesson_and_fast(rng, verbose)
 
-    # 2. the attention kernel, three input formats
-    B, H, nq, nk, dh = (1, 2, 21, 35, 32) if flashlesson.SIMULATOR else (2, 8, 1000, 777, 64)
+    # 2. the attention kernel, three input formats (simulator: one head — six runs on the CPU;
+    # more than one head is tests/test_attention_tc.py's)
+    B, H, nq, nk, dh = (1, 1, 21, 35, 32) if flashlesson.SIMULATOR else (2, 8, 1000, 777, 64)
     q, k, v = (rng.standard_normal((B, H, n, dh)).astype(np.float32) for n in (nq, nk, nk))
     rows = []
     for fmt in ("fp16", "bf16", "3xTF32"):

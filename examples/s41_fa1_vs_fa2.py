@@ -127,7 +127,8 @@ def main(verbose=True):
         print(f"(the counts above: the traffic counter, run in {where})")
     checks += counted + model_table(verbose)
 
-    cases = ([(1, 2, 40, 40, 16), (1, 1, 24, 56, 8)] if flashlesson.SIMULATOR else
+    # (simulator: one head each — eight runs on the CPU; the tiers above run two)
+    cases = ([(1, 1, 40, 40, 16), (1, 1, 24, 56, 8)] if flashlesson.SIMULATOR else
              [(2, 8, 1024, 1024, 64), (1, 4, 500, 2000, 128)])
     table = []
     for b, h, nq, nk, d in cases:

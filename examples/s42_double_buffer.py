@@ -109,7 +109,8 @@ def main(verbose=True):
         print("Double buffers halve the blocks an SM holds; the overlap must win back what "
               "the lost occupancy (other blocks' work hiding the loads) gave.")
 
-    cases = ([(1, 2, 40, 50, 16), (1, 1, 7, 70, 5)] if flashlesson.SIMULATOR else
+    # (simulator: one head each — the tiers above run two)
+    cases = ([(1, 1, 40, 50, 16), (1, 1, 7, 70, 5)] if flashlesson.SIMULATOR else
              [(2, 8, 1024, 1024, 64), (1, 4, 500, 2000, 128)])
     table = []
     for b, h, nq, nk, d in cases:

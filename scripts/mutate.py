@@ -62,7 +62,7 @@ FWD_NAIVE = ["tests/test_attention.py::test_matches_oracle",
              "tests/test_attention_masks.py::test_dropout_matches_oracle_with_the_philox_mask",
              "tests/test_attention_masks.py::test_key_padding_mask",
              "tests/test_attention_masks.py::test_dropout_with_padding_and_the_same_mask_for_every"
-             "_method", "-k", "naive or every"]
+             "_method", "-k", "naive or every_method"]
 MERGE = ["tests/test_attention.py::test_merge_matches_oracle",
          "tests/test_attention.py::test_merge_of_disjoint_key_sets_equals_full_attention",
          "tests/test_attention.py::test_merge_ignores_empty_parts"]

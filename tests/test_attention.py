@@ -22,9 +22,11 @@ METHODS = list(flashlesson.attention_methods.FP32_METHODS)   # flash_tc: test_at
 # softmax, tested in test_softmax.py, and runs in test_attention_masks.py)
 TIERED = [(m, "fast") for m in METHODS] + [("flash", "lesson")]
 
-# (B, H, Nq, Nk, d): N = 1, N < tile, N not a multiple of any tile, Nq ≠ Nk both ways
+# (B, H, Nq, Nk, d): N = 1, N < tile, N not a multiple of any tile, Nq ≠ Nk both ways.
+# (Simulator: 20 × 20 with one head; B = 2 at 17 × 5 gives the kernels more than one (batch,
+# head) — they see B·H flattened, so two batch rows or two heads take the same path.)
 SHAPES = by_device(
-    [(1, 1, 1, 1, 1), (1, 2, 20, 20, 16), (2, 1, 17, 5, 80), (1, 1, 5, 33, 96), (1, 1, 33, 17, 3)],
+    [(1, 1, 1, 1, 1), (1, 1, 20, 20, 16), (2, 1, 17, 5, 80), (1, 1, 5, 33, 96), (1, 1, 33, 17, 3)],
     [(1, 1, 1, 1, 1), (2, 3, 100, 100, 64), (1, 2, 257, 130, 80), (1, 2, 77, 300, 96),
      (2, 2, 129, 129, 128), (1, 2, 200, 65, 256), (1, 1, 1000, 1000, 64), (1, 2, 33, 17, 3),
      (1, 1, 4097, 4097, 64)])
@@ -64,7 +66,7 @@ def test_matches_oracle(method, tier, causal, shape, rng):
 
 @pytest.mark.parametrize("method, tier", TIERED)
 def test_outliers_and_scale(method, tier, rng):
-    q, k, v = _qkv(rng, 1, 2, 24, 19, 8, outliers=True)
+    q, k, v = _qkv(rng, *by_device((1, 1, 24, 19, 8), (1, 2, 24, 19, 8)), outliers=True)
     o, lse = _run_poisoned(q, k, v, method=method, scale=0.7, tier=tier)
     _check(o, lse, q, k, v, False, scale=0.7)
 

@@ -21,9 +21,10 @@ from flashlesson import BFloat16, TcConfig, attention
 from flashlesson.tolerance import attention_tol
 from reference import attention as ref_attention
 
-# (B, H, Nq, Nk, d): N = 1, N < tile, N not a multiple of 16 or of Bc, Nq ≠ Nk both ways
+# (B, H, Nq, Nk, d): N = 1, N < tile, N not a multiple of 16 or of Bc, Nq ≠ Nk both ways.
+# (Simulator: the second head at 37 × 9, d = 16, where it costs less than at d = 32.)
 SHAPES = by_device(
-    [(1, 1, 1, 1, 16), (1, 2, 21, 35, 32), (1, 1, 37, 9, 16)],
+    [(1, 1, 1, 1, 16), (1, 1, 21, 35, 32), (1, 2, 37, 9, 16)],
     [(1, 1, 1, 1, 64), (2, 3, 100, 100, 64), (1, 2, 257, 130, 80), (1, 2, 77, 300, 96),
      (2, 2, 129, 129, 128), (1, 2, 200, 65, 256), (1, 1, 1000, 1000, 64),
      (1, 2, 1031, 517, 128)])

@@ -16,8 +16,11 @@ from flashlesson import BFloat16, TcBwdConfig, TcConfig, attention, attention_ba
 from flashlesson.tolerance import backward_tol
 from reference import attention_backward as ref_backward
 
+# Simulator: Nq < Nk (2 Q tiles × 3 K tiles, both partial, causal skips a Q tile for the last
+# K tile) at d = 32 (two k16 steps) with one head; Nq > Nk (rows that see no key) with two
+# heads, where a second head costs less; N = 1.
 SHAPES = by_device(
-    [(1, 2, 21, 35, 32), (1, 1, 37, 9, 16), (1, 1, 1, 1, 16)],
+    [(1, 1, 21, 35, 32), (1, 2, 37, 9, 16), (1, 1, 1, 1, 16)],
     [(2, 3, 100, 100, 64), (1, 2, 257, 130, 80), (1, 2, 77, 300, 96), (2, 2, 129, 129, 128),
      (1, 1, 1000, 1000, 64), (1, 2, 200, 65, 256)])
 
@@ -146,7 +149,8 @@ def test_configs(rng, config, causal):
 @pytest.mark.parametrize("asy", [False, True])
 def test_padding_and_fully_masked_rows(rng, asy):
     """Key padding, a batch row that sees no key; ASYNC at a head dim of odd k16 steps (48, 80)."""
-    B, H, nq, nk, d = by_device((2, 1, 19, 33, 48 if asy else 16),
+    # (simulator: 17 keys are two K/V tiles of 16, the second holding one key)
+    B, H, nq, nk, d = by_device((2, 1, 19, 17, 48 if asy else 16),
                                 (3, 4, 300, 257, 80 if asy else 64))
     (q, k, v, do), (q64, k64, v64, do64) = _inputs(rng, B, H, nq, nk, d, "f16")
     kpm = rng.random((B, nk)) > 0.4
@@ -212,8 +216,10 @@ def test_bad_inputs(rng):
 
 
 # --- float32 inputs, method "flash_tc": 3xTF32 (kernels_numba/attention_tf32x3_backward.py) ----
+# Simulator: one head at 20 × 20 (2 × 2 tiles; B = 2 at 17 × 5 covers more than one head);
+# 9 × 24 at d = 24 (Nq < Nk, two K/V tiles, the second half full, three k8 steps).
 TF32_SHAPES = by_device(
-    [(1, 2, 20, 20, 16), (2, 1, 17, 5, 8), (1, 1, 1, 1, 8), (1, 1, 9, 40, 24)],
+    [(1, 1, 20, 20, 16), (2, 1, 17, 5, 8), (1, 1, 1, 1, 8), (1, 1, 9, 24, 24)],
     [(2, 3, 100, 100, 64), (1, 2, 257, 130, 80), (1, 2, 77, 300, 96), (2, 2, 129, 129, 128),
      (1, 1, 1000, 1000, 64), (1, 2, 200, 65, 256)])
 
@@ -240,7 +246,8 @@ def test_tf32x3_matches_oracle(rng, shape, causal):
 def test_tf32x3_padding_configs_and_bitwise_runs(rng):
     """Key padding with a batch row that sees no key (zero gradients, never NaN), other tiles and
     warps, and the same bits on every run (no atomics)."""
-    B, H, nq, nk, d = by_device((2, 1, 19, 33, 8), (3, 4, 300, 257, 64))
+    # (simulator: 17 keys are two K/V tiles of 16, the second holding one key)
+    B, H, nq, nk, d = by_device((2, 1, 19, 17, 8), (3, 4, 300, 257, 64))
     q, k, v, do = _f32_inputs(rng, B, H, nq, nk, d)
     kpm = rng.random((B, nk)) > 0.4
     kpm[0] = False
