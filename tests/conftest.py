@@ -5,6 +5,7 @@ Random inputs are fresh each run; the seed is printed and ``FLASHLESSON_SEED=<se
 """
 
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -23,6 +24,30 @@ GPU = not SIM
 # (test_traffic.py::test_counter_refuses_the_gpu)
 needs_sim = pytest.mark.skipif(not SIM, reason="the traffic counter runs kernels in the "
                                "simulator")
+
+
+def _simulator_scheduling():
+    """Numba's simulator runs each CUDA thread as a Python thread, and its block manager waits
+    for them in a loop that never sleeps: a simulated thread that is ready often waits for the
+    GIL while the manager holds it. Two settings shorten those waits; neither changes what a
+    kernel computes or what a test checks:
+
+    - a GIL switch interval of 0.5 ms (Python's default is 5 ms);
+    - each pytest-xdist worker on a CPU of its own (``-n auto``: one worker a CPU), so that a
+      worker's threads hand the GIL over on one core instead of across two.
+
+    Measured on 2 cores (``taskset -c 0,1 pytest -n 2``, 2026-12-01): see the commit that added
+    this. ``FLASHLESSON_SIM_PIN=0`` leaves the CPU affinity alone."""
+    sys.setswitchinterval(5e-4)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")            # "gw0", "gw1", …
+    if (worker.startswith("gw") and hasattr(os, "sched_setaffinity")
+            and os.environ.get("FLASHLESSON_SIM_PIN", "1") != "0"):
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[int(worker[2:]) % len(cpus)]})
+
+
+if SIM:
+    _simulator_scheduling()
 
 
 def by_device(sim, gpu):
