@@ -121,3 +121,23 @@ def check_grads(grads, refs, q, k, *, scale=None, dtype="float32", rel=None):
 def pytest_report_header(config):
     return f"flashlesson device: {flashlesson.MODE} ({flashlesson.device.REASON})"
 
+
+# The tour's parts (tests/test_tour.py: each runs every CHUNKS-th example), spread evenly
+# through the run. pytest-xdist's load scheduling hands each worker runs of consecutive tests;
+# the parts, consecutive, all went to one worker, which ran them one after another (~4–5 min in
+# the simulator on 2 cores) while the other worker, done with everything else, waited.
+TOUR_PART = "test_tour_passes_and_covers_every_section_with_an_example"
+
+
+def pytest_collection_modifyitems(session, config, items):
+    parts = [item for item in items if getattr(item, "originalname", None) == TOUR_PART]
+    rest = [item for item in items if getattr(item, "originalname", None) != TOUR_PART]
+    if len(parts) < 2 or len(rest) < len(parts):
+        return
+    at = {round(k * len(rest) / len(parts)): part for k, part in enumerate(parts)}
+    spread = []
+    for i, item in enumerate(rest):
+        if i in at:                            # part k before the (k/CHUNKS)-th of the others
+            spread.append(at[i])
+        spread.append(item)
+    items[:] = spread
