@@ -50,7 +50,7 @@ import threading
 
 import numpy as np
 
-from .warp import block_threads, waits_in_warp_op
+from .warp import block_threads, current_thread, waits_in_warp_op
 
 POLL_S = 0.02           # first re-check of a waiting thread ...
 MAX_POLL_S = 0.2        # ... then doubling up to this
@@ -119,14 +119,7 @@ class _Block:
 
 
 def _thread(op):
-    from numba.cuda.simulator.kernel import BlockThread
-
-    t = threading.current_thread()
-    if not isinstance(t, BlockThread):
-        raise HopperSimError(f"{op}() was called outside a kernel running in the simulator")
-    if t.abort:
-        raise RuntimeError(f"abort flag set on {op} call")
-    return t
+    return current_thread(op, HopperSimError)
 
 
 def _block(t):

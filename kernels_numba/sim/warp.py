@@ -189,12 +189,16 @@ def _register_thread(thread):
     _block_state(thread._manager).threads[thread.thread_id] = thread
 
 
-def _current_thread(op):
+def current_thread(op, error=None):
+    """The simulated CUDA thread calling ``op`` (a BlockThread); ``error`` (WarpOpError by
+    default) if it is called outside a kernel running in the simulator. Shared with the Hopper
+    twins (sim/hopper.py)."""
     from numba.cuda.simulator.kernel import BlockThread
 
     t = threading.current_thread()
     if not isinstance(t, BlockThread):
-        raise WarpOpError(f"cuda.{op}() was called outside a kernel running in the simulator")
+        raise (error or WarpOpError)(
+            f"{op}() was called outside a kernel running in the simulator")
     if t.abort:
         raise RuntimeError(f"abort flag set on {op} call")
     return t
@@ -476,7 +480,7 @@ def _read_error(st, rv, bad):
 
 
 def _warp_op(op, mask, arg):
-    t = _current_thread(op)
+    t = current_thread(f"cuda.{op}")
     mask = _as_mask(mask, op)
     tid = t.thread_id
     warp, lane = divmod(tid, WARP_SIZE)
@@ -647,7 +651,7 @@ def activemask():
     is the set of lanes then waiting at this call site. A lane still running after
     ACTIVEMASK_SETTLE_S s (e.g. spinning on a flag) is counted as active.
     """
-    t = _current_thread("activemask")
+    t = current_thread("cuda.activemask")
     frame = sys._getframe(1)
     site = (id(frame.f_code), frame.f_lasti)
     del frame
@@ -710,7 +714,7 @@ def waits_in_warp_op(thread):
 
 def lanemask_lt():
     """Bits of the lanes below the caller's: (1 << lane) - 1."""
-    t = _current_thread("lanemask_lt")
+    t = current_thread("cuda.lanemask_lt")
     return (1 << (t.thread_id % WARP_SIZE)) - 1
 
 
