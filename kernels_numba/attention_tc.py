@@ -21,34 +21,36 @@ numbers here; a step without one is historical (no longer separable in the code)
 TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
-| 0    | the lesson kernel                            | H200, 2026-12-01: 3.06 ms,   | method='flash_tc',             |
-|      | (``lesson/tensor_core.py``, §37): one warp   | 5.61 TFLOP/s                 | tier='lesson'                  |
+| 0    | the lesson kernel                            | H200, 2026-12-01: 3.13 ms,   | method='flash_tc',             |
+|      | (``lesson/tensor_core.py``, §37): one warp   | 5.48 TFLOP/s                 | tier='lesson'                  |
 |      | per 16 rows, K/V tiles of 16 keys loaded     |                              |                                |
 |      | plainly, natural-log softmax, l per row      |                              |                                |
 | 1    | several warps a block (4), fragments         | H200, 2026-12-01: 0.102 ms,  | method='flash_tc',             |
-|      | straight from words, MT = 2 row blocks per   | 168 TFLOP/s, 29.96× lesson   | config=TcConfig(Bc=64,         |
+|      | straight from words, MT = 2 row blocks per   | 169 TFLOP/s, 30.79× lesson   | config=TcConfig(Bc=64,         |
 |      | warp, tiles through registers (before: 0.59× |                              | WARPS=4, MT=2, PF=False,       |
 |      | torch SDPA flash at B2 H16 N4096,            |                              | ASYNC=False)                   |
 |      | 2026-11-30)                                  |                              |                                |
-| 2    | ASYNC: cp.async K/V stages, ldmatrix         | H200, 2026-12-01: 0.0776 ms, | method='flash_tc',             |
-|      | fragments (before: 0.74×)                    | 221 TFLOP/s, 39.48× lesson   | config=TcConfig(Bc=64,         |
+| 2    | ASYNC: cp.async K/V stages, ldmatrix         | H200, 2026-12-01: 0.0773 ms, | method='flash_tc',             |
+|      | fragments (before: 0.74×)                    | 222 TFLOP/s, 40.53× lesson   | config=TcConfig(Bc=64,         |
 |      |                                              |                              | WARPS=4, MT=2, PF=False,       |
 |      |                                              |                              | ASYNC=True)                    |
 | 3    | 8 warps: the default (``default_tc_config``) | H200, 2026-12-01: 0.0765 ms, | method='flash_tc'              |
-|      | (before: 0.80×)                              | 225 TFLOP/s, 40.02× lesson   |                                |
+|      | (before: 0.80×)                              | 225 TFLOP/s, 40.96× lesson   |                                |
 | 4    | base-2 exponentials (``mma.ex2``, log2e      | historical: H200,            | ``flashlesson bench attention  |
 |      | folded into the scale), 32-bit shared        | 2026-11-30: 0.90× SDPA flash | --tc``                         |
 |      | addresses: in steps 1–3 as run today, not    | at B2 H16 N4096 d64          |                                |
 |      | switchable                                   | (0.77–0.99× over the sizes,  |                                |
 |      |                                              | git a4b5d17)                 |                                |
-| tf32 | float32 inputs on the tensor cores, 3xTF32   | H200, 2026-12-01: 0.567 ms,  | method='flash_tc'              |
-|      | (``flash_tf32x3_kernel``: three tf32 mmas a  | 30.3 TFLOP/s, 4.42× lesson   |                                |
-|      | product), against the float32 lesson kernel  | (step 0f)                    |                                |
-|      | of §32; measured before the staged           |                              |                                |
-|      | accumulation of git 6ad2f9a (issue 16), not  |                              |                                |
-|      | re-measured since (float32)                  |                              |                                |
-| 0f   | (the lesson kernel of step tf32:             | H200, 2026-12-01: 2.51 ms,   | tier='lesson'                  |
-|      | ``lesson/attention.py``, CUDA cores)         | 6.85 TFLOP/s                 |                                |
+| tf32 | float32 inputs on the tensor cores, 3xTF32   | H200, 2026-12-01: 0.725 ms,  | method='flash_tc'              |
+|      | (``flash_tf32x3_kernel``: three tf32 mmas a  | 23.7 TFLOP/s, 3.45× lesson   |                                |
+|      | product, each k8 step summed from zero and   | (step 0f)                    |                                |
+|      | added on the CUDA cores: the staged          |                              |                                |
+|      | accumulation of git 6ad2f9a, issue 16),      |                              |                                |
+|      | against the float32 lesson kernel of §32     |                              |                                |
+|      | (before the staging: 30.3 TFLOP/s, 3–94×     |                              |                                |
+|      | torch efficient's error) (float32)           |                              |                                |
+| 0f   | (the lesson kernel of step tf32:             | H200, 2026-12-01: 2.5 ms,    | tier='lesson'                  |
+|      | ``lesson/attention.py``, CUDA cores)         | 6.86 TFLOP/s                 |                                |
 |      | (float32)                                    |                              |                                |
 
 The same loop as ``flash_forward_kernel`` (kernels_numba/attention.py, §32), with the two

@@ -16,16 +16,17 @@ timed call, ``--write`` puts its numbers here; a step without one is historical 
 in the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
-| 0    | the lesson kernels of §30 on CUDA cores      | H200, 2026-12-01: 5.66 ms,   | tier='lesson'                  |
-|      | (``lesson/backward.py``)                     | 7.58 TFLOP/s                 |                                |
-| 1    | this file: the tensor-core backward with     | H200, 2026-12-01: 1.82 ms,   | method='flash_tc'              |
-|      | three tf32 mmas a product (3xTF32) (before:  | 23.6 TFLOP/s, 3.11× lesson   |                                |
+| 0    | the lesson kernels of §30 on CUDA cores      | H200, 2026-12-01: 5.68 ms,   | tier='lesson'                  |
+|      | (``lesson/backward.py``)                     | 7.56 TFLOP/s                 |                                |
+| 1    | this file: the tensor-core backward with     | H200, 2026-12-01: 2.2 ms,    | method='flash_tc'              |
+|      | three tf32 mmas a product (3xTF32) (before:  | 19.6 TFLOP/s, 2.59× lesson   |                                |
 |      | 23.7 TFLOP/s at this shape, 0.71× SDPA       |                              |                                |
 |      | efficient fp32,                              |                              |                                |
 |      | docs/bench_attention_tc_backward_h200.json,  |                              |                                |
-|      | 2026-11-30); measured before the staged      |                              |                                |
-|      | accumulation of git 6ad2f9a (issue 16), not  |                              |                                |
-|      | re-measured since                            |                              |                                |
+|      | 2026-11-30), its products staged as the      |                              |                                |
+|      | forward's (git 6ad2f9a, issue 16; before the |                              |                                |
+|      | staging: 23.6 TFLOP/s, 12–100× torch         |                              |                                |
+|      | efficient's error)                           |                              |                                |
 
 (D_i = Σ_c dO_ic·O_ic comes from the CUDA-core backward's ``bwd_preprocess``: float32 O, dO.)
 

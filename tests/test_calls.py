@@ -14,6 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from conftest import SIM
+
 from flashlesson import calls
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,6 +35,7 @@ def test_replayed_calls_launch_what_the_full_path_launches():
     assert "FAIL" not in run.stdout, tail
 
 
+@pytest.mark.skipif(not SIM, reason="the simulator's own rule (a GPU replays)")
 def test_no_replay_in_the_simulator():
     """The simulator launches through Numba's (simulated) call: no call plans."""
     assert calls.tensor_facts(()) == (None, None)
