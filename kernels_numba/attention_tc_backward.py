@@ -138,13 +138,15 @@ def lse2_of(lse, live):
 
 
 @cuda.jit(device=True)
-def lane_row_stats(lse, dvec, bh, r_lo, n_q, stats):
+def lane_row_stats(lse, dvec, bh, r_lo, n_q, stats, NAT=False):
     """The dQ kernels' two rows r_lo, r_lo + 8 (attention_backward.row_stats in base 2):
-    stats = [LSE·log2e (lse2_of) of each, D of each (0 past Nq)]."""
+    stats = [LSE·log2e (lse2_of) of each — NAT: LSE itself, lse_or_inf — D of each (0 past
+    Nq)]."""
     for half in range(2):
         row = r_lo + 8 * half
         live = row < n_q
-        stats[half] = lse2_of(lse[bh, row] if live else NEG_INF, live)
+        x = lse[bh, row] if live else NEG_INF
+        stats[half] = lse_or_inf(x, live) if NAT else lse2_of(x, live)
         stats[2 + half] = dvec[bh, row] if live else ZERO
 
 
@@ -172,8 +174,21 @@ def padded_keys(kpm, b_idx, key_lo, n_k):
             key_lo + 8 < n_k and kpm[b_idx, key_lo + 8] == 0)
 
 
+@cuda.jit(device=True)
+def exponent(s, scale, scale2, lse, NAT):
+    """The exponent of P = 2^x, x = (S·scale − LSE)·log2e, from an accumulator s and the row's
+    LSE term (NAT: LSE, else LSE·log2e, lse2_of). Default: s·scale2 − LSE·log2e, one FFMA
+    (FlashAttention-2's trick), whose two terms carry the roundings of scale·log2e and
+    LSE·log2e — about u·|S·scale·log2e| each, an absolute error of P near 1 of some 1e-6. NAT
+    (the 3xTF32 kernels, issue 16): fma(s, scale, −LSE)·log2e, the difference taken before the
+    change of base, so that x ≈ 0 where P ≈ 1 carries only its own rounding (one FMUL more)."""
+    if NAT:
+        return cuda.fma(s, scale, -lse) * LOG2E
+    return s * scale2 - lse
+
+
 @lru_cache(maxsize=None)
-def ds_transposed(NBQ, Bq, CAUSAL, PAD):
+def ds_transposed(NBQ, Bq, CAUSAL, PAD, NAT=False):
     """§30 on the dK/dV kernel's Sᵀ, dPᵀ accumulators (rows: the lane's keys key_lo, key_lo + 8;
     columns: queries q0 + 8nb + 2t (+1)), in place: Pᵀ and dSᵀ. LSE_i and D_i of the tile's
     queries are at fsm[fl …] and fsm[fl + Bq …].
@@ -191,13 +206,18 @@ def ds_transposed(NBQ, Bq, CAUSAL, PAD):
         diag = CAUSAL and key_lo + 8 > q0 + offset          # some key > some query + offset
         for nb in range(NBQ):
             c0 = 8 * nb + 2 * t                             # my columns: queries q0 + c0 (+1)
-            l0 = lse2_of(fsm[fl + c0], q0 + c0 < n_q)
-            l1 = lse2_of(fsm[fl + c0 + 1], q0 + c0 + 1 < n_q)
+            if NAT:                                         # (see exponent)
+                l0 = lse_or_inf(fsm[fl + c0], q0 + c0 < n_q)
+                l1 = lse_or_inf(fsm[fl + c0 + 1], q0 + c0 + 1 < n_q)
+            else:
+                l0 = lse2_of(fsm[fl + c0], q0 + c0 < n_q)
+                l1 = lse2_of(fsm[fl + c0 + 1], q0 + c0 + 1 < n_q)
             d0 = fsm[fl + Bq + c0]
             d1 = fsm[fl + Bq + c0 + 1]
             for e in range(4):
                 i = 4 * nb + e
-                x = st[i] * scale2 - (l0 if e % 2 == 0 else l1)     # (S·scale − LSE)·log2e
+                x = exponent(st[i], scale, scale2, l0 if e % 2 == 0 else l1,
+                             NAT)                           # (S·scale − LSE)·log2e
                 if CAUSAL and diag:
                     if key_lo + 8 * (e // 2) > q0 + c0 + e % 2 + offset:
                         x = NEG_INF                                 # above the diagonal
@@ -208,7 +228,7 @@ def ds_transposed(NBQ, Bq, CAUSAL, PAD):
 
 
 @lru_cache(maxsize=None)
-def ds_rows(NBK, CAUSAL, PAD):
+def ds_rows(NBK, CAUSAL, PAD, NAT=False):
     """§30 on the dQ kernel's S, dP accumulators (rows: the lane's queries r_lo, r_lo + 8, with
     LSE·log2e and D in stats[0, 1] and stats[2, 3] (row_stats); columns: keys k0 + 8nb + 2t
     (+1)), in place: P and dS. The masks (keys past Nk, §34 causal, §35 padding) set the
@@ -226,7 +246,7 @@ def ds_rows(NBK, CAUSAL, PAD):
             for e in range(4):
                 half = e // 2
                 i = 4 * nb + e
-                x = s[i] * scale2 - stats[half]                     # (S·scale − LSE)·log2e
+                x = exponent(s[i], scale, scale2, stats[half], NAT)  # (S·scale − LSE)·log2e
                 if PAD or edge:
                     key = k0 + 8 * nb + 2 * t + e % 2
                     if key >= n_k or (CAUSAL and key > r_lo + 8 * half + offset) or \

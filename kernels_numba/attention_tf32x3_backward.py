@@ -38,8 +38,12 @@ torch's fp32 "efficient" backend computes the same way (CUTLASS's 3xTF32 with st
 accumulation). Without the staging the tensor core's rounding toward zero at every mma piles up
 over the Nq queries of dV, dK and the Nk keys of dQ (issue 16: 12–100× torch's error). The
 loops, the masks and the element step (``ds_transposed``, ``ds_rows``: P = exp(S·scale − LSE)
-as 2^((S·scale − LSE)·log2e) by ``mma.ex2``, dS = P ∘ (dP − D)) are those of the fp16 kernels;
-what differs is only the operand format:
+as 2^((S·scale − LSE)·log2e) by ``mma.ex2``, dS = P ∘ (dP − D)) are those of the fp16 kernels,
+with one change: the exponent is fma(S, scale, −LSE)·log2e, the difference taken before the
+change of base (NAT, ``attention_tc_backward.exponent``: P near 1, in causal rows that see few
+keys, then carries float32's rounding of x ≈ 0, not that of LSE·log2e — the H200 measured dK
+and dV of causal cases at 1.0–1.4× torch efficient's error before it, and once over 2×). What
+else differs is the operand format:
 
 - products over d (Sᵀ = K Qᵀ, dPᵀ = V dOᵀ; S = Q Kᵀ, dP = dO Vᵀ): ``tf32_by_rows``, A from the
   block's own rows and B from the streamed tile's rows, both float32 in shared memory;
@@ -96,7 +100,7 @@ def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
     FL = DO_AT + Bq * KS
     assert D % 8 == 0 and Bq % 16 == 0
     block_rows, rows, by_rows, by_keys, clear_s, clear_o, write = parts(D, Bq, WARPS, PAD, False)
-    ds_t = ds_transposed(NBQ, Bq, CAUSAL, PAD)
+    ds_t = ds_transposed(NBQ, Bq, CAUSAL, PAD, True)    # (NAT: see exponent)
     unpad = clear_padded(NBO, False)
 
     @cuda.jit
@@ -158,7 +162,7 @@ def flash_tf32x3_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD):
     V_AT = K_AT + Bk * KS
     assert D % 8 == 0 and Bk % 16 == 0
     block_rows, rows, by_rows, by_keys, clear_s, clear_o, write = parts(D, Bk, WARPS, False, PAD)
-    ds = ds_rows(NBK, CAUSAL, PAD)
+    ds = ds_rows(NBK, CAUSAL, PAD, True)     # (NAT: see exponent)
 
     @cuda.jit
     def dq_kernel(q, k, v, do, lse, dvec, dq, scale, n_q, n_k, heads, kpm):
@@ -172,8 +176,8 @@ def flash_tf32x3_bwd_dq_kernel(D, Bk, WARPS, CAUSAL, PAD):
         dq_acc = cuda.local.array(AO, float32)
         pa = cuda.local.array(4, float32)       # one k8 step of A, split: big …
         ps = cuda.local.array(4, float32)       # … and small
-        stats = cuda.local.array(4, float32)    # LSE·log2e and D of my two rows
-        lane_row_stats(lse, dvec, bh, r_lo, n_q, stats)
+        stats = cuda.local.array(4, float32)    # LSE and D of my two rows
+        lane_row_stats(lse, dvec, bh, r_lo, n_q, stats, True)
         clear_o(dq_acc)
         b_idx = bh // heads                     # (PAD: the mask's batch row)
         block_rows(q, do, bh, n_q, q0, smem, Q_AT, DO_AT, tid, kpm,
