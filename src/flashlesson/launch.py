@@ -323,14 +323,41 @@ def _slot_bits(p):
     raise _Unsupported(f"a parameter of type {type(p).__name__}")
 
 
+# Which binding of ``cuLaunchKernel`` a packed launch calls (FLASHLESSON_LAUNCH_DRIVER):
+#   "ctypes"    libcuda through ctypes.CDLL: the GIL released and taken again around the call;
+#   "pydll"     libcuda through ctypes.PyDLL: the GIL kept (a launch only queues work);
+#   "bindings"  cuda.bindings.driver.cuLaunchKernel (Cython; kernelParams as an address).
+DRIVERS = ("ctypes", "pydll", "bindings")
+DRIVER = os.environ.get("FLASHLESSON_LAUNCH_DRIVER", "ctypes").strip()
+
+
 def _load_cu_launch():
-    """libcuda's ``cuLaunchKernel`` through ctypes (the GIL released during the call)."""
-    lib = ctypes.CDLL("libcuda.so.1")
-    fn = lib.cuLaunchKernel
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+    """``launch(func, gx, gy, gz, bx, by, bz, shared, stream, params_address, None)`` → the
+    driver's status, through the binding ``DRIVER`` names."""
+    if DRIVER not in DRIVERS:
+        raise ValueError(f"FLASHLESSON_LAUNCH_DRIVER: expected one of {', '.join(DRIVERS)}; got "
+                         f"{DRIVER!r}")
+    if DRIVER == "bindings":
+        from cuda.bindings.driver import cuLaunchKernel
+
+        def fn(func, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+            return int(cuLaunchKernel(func, gx, gy, gz, bx, by, bz, shared, stream, params,
+                                      0)[0])
+    else:
+        lib = (ctypes.PyDLL if DRIVER == "pydll" else ctypes.CDLL)("libcuda.so.1")
+        fn = lib.cuLaunchKernel
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
     _CU["launch"] = fn
     return fn
+
+
+def set_driver(name):
+    """Use the binding ``name`` (one of ``DRIVERS``) for packed launches from now on."""
+    global DRIVER
+    if name not in DRIVERS:
+        raise ValueError(f"name: expected one of {', '.join(DRIVERS)}; got {name!r}")
+    DRIVER, _CU["launch"] = name, None
 
 
 class Packed:
