@@ -483,11 +483,12 @@ def _wgmma(kind, n, rs=False, trans_b=0):
     or N-major (trans_b 1: imm-trans-b)."""
     h = n // 2
     regs = ", ".join(f"${j}" for j in range(h))
-    if rs:          # operands after the h accumulators: a0‥a3, desc_b, scale_d
-        a_text, b_at, sd_at, tail = f"{{${h}, ${h + 1}, ${h + 2}, ${h + 3}}}", h + 4, h + 5, \
+    x = 2 * h       # operands after the h outputs and the h inputs tied to them:
+    if rs:          # a0‥a3, desc_b, scale_d
+        a_text, b_at, sd_at, tail = f"{{${x}, ${x + 1}, ${x + 2}, ${x + 3}}}", x + 4, x + 5, \
             f"{trans_b}"
     else:           # desc_a, desc_b, scale_d
-        a_text, b_at, sd_at, tail = f"${h}", h + 1, h + 2, f"0, {trans_b}"
+        a_text, b_at, sd_at, tail = f"${x}", x + 1, x + 2, f"0, {trans_b}"
     text = ("{\n.reg .pred p;\n"
             f"setp.ne.b32 p, ${sd_at}, 0;\n"
             f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} "
