@@ -16,6 +16,33 @@ Menu
 |                                                 | (setmaxnreg.dec 56), consumers compute only |
 |                                                 | (setmaxnreg.inc 224 / 240 for CWG 2 / 1)    |
 
+Ladder (issue 13): from the lesson kernel to this file, step by step, at B4 H16 N1024 d64 float16
+unless a step says otherwise; TFLOP/s = 4·B·H·N²·d / time (half when causal); kernel-only CUDA-event
+medians; "× lesson" = the lesson kernel's time / the step's on the same inputs. ``flashlesson bench
+ladder --only attention_wgmma`` checks and times every step with a timed call, ``--write`` puts its
+numbers here; a step without one is historical (no longer separable in the code) and keeps the
+TFLOP/s recorded then.
+| step | what changed                                 | measured                     | timed call                     |
+|------|----------------------------------------------|------------------------------|--------------------------------|
+| 0    | the lesson kernel of §37                     | not measured yet             | method='flash_tc',             |
+|      | (``lesson/tensor_core.py``), as in           |                              | tier='lesson'                  |
+|      | attention_tc's ladder                        |                              |                                |
+| 1    | the mma.sync kernel (``attention_tc.py``,    | not measured yet             | method='flash_tc'              |
+|      | its default): where this file starts         |                              |                                |
+| 2    | both products on wgmma (S: Q, K from shared  | not measured yet             | method='flash_wgmma',          |
+|      | memory; P·V: P in registers, V N-major), 2   |                              | config=WgmmaConfig(Bc=128,     |
+|      | consumer warpgroups, Bc = 128, K/V through   |                              | CWG=2, STAGES=1,               |
+|      | one stage on mbarriers: load, wait, compute  |                              | PRODUCER=False)                |
+|      | (STAGES = 1)                                 |                              |                                |
+| 3    | §42: two stages, the next tile's cp.async    | not measured yet             | method='flash_wgmma',          |
+|      | copies in flight during this tile's wgmmas   |                              | config=WgmmaConfig(Bc=128,     |
+|      | (every thread copies)                        |                              | CWG=2, STAGES=2,               |
+|      |                                              |                              | PRODUCER=False)                |
+| 4    | §43: a producer warpgroup that only copies   | not measured yet             | method='flash_wgmma',          |
+|      | (setmaxnreg: 56 registers for it, 224 for    |                              | config=WgmmaConfig(Bc=128,     |
+|      | the consumers), consumers that only compute: |                              | CWG=2, STAGES=2,               |
+|      | ``WgmmaConfig()``                            |                              | PRODUCER=True)                 |
+
 The loop (per consumer warpgroup of 64 query rows; CWG = 1 or 2 of them, Br = 64·CWG)::
 
     wait FULL[s]                     ← the stage's K_j, V_j have landed (mbarrier, phase j // STAGES)
