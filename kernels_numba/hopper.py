@@ -201,6 +201,9 @@ nvidia-nvvm, nvidia-cuda-nvrtc and nvidia-cuda-nvcc wheels). Seen 2026-12-01 wit
 13.0's NVVM and ptxas): every kernel assembles for sm_90a with no "Performance Loss" warning;
 the wgmma kernels keep their accumulators in registers (72 registers at N = 64, 138 at N = 128,
 no local memory); setmaxnreg is honoured under -maxrregcount 128. Not yet run on a GPU.
+Later the same day (CUDA 13.5's NVVM and ptxas): the _tb and _rs test kernels, the cp.async
+mbarrier kernel and flash_wgmma (attention_wgmma.py, d = 128, producer) assemble too, with
+no "Performance Loss" warning; the RS + N-major test kernel at N = 128 holds 166 registers.
 """
 
 import numpy as np

@@ -345,6 +345,7 @@ PTX_SCRIPT = textwrap.dedent("""
 
     if not cuda.is_available():
         numba.cuda.dispatcher.get_current_device = Hopper
+    from kernels_numba import attention_wgmma as KW
     from kernels_numba import hopper as H
 
     def arr(dt, nd):
@@ -360,6 +361,9 @@ PTX_SCRIPT = textwrap.dedent("""
         "wgmma_rs_tb": (H.wgmma_ab_kernel("bf16", 128, 4, True, 1).py_func,
                         (arr(u16, 2),) * 2 + (arr(f32, 2),) * 2),
         "cp_async_mbar": (H.cp_async_mbarrier_kernel.py_func, (arr(u32, 1), arr(u32, 2))),
+        "flash_wgmma": (KW.flash_wgmma_kernel(128, 128, 2, 2, True, True, True, True).py_func,
+                        (arr(u32, 3),) * 4 + (arr(f32, 2), f32, i64, i64, i64,
+                                              arr(types.uint8, 2))),
         "mbarrier": (H.mbarrier_kernel.py_func, (arr(f32, 2), arr(f32, 2))),
         "bulk": (H.bulk_copy_kernel.py_func,
                  (arr(f32, 1), i64, i64, arr(f32, 2), arr(f32, 1), types.boolean)),
@@ -384,6 +388,9 @@ PTX_EXPECT = {
     "wgmma_rs_tb": ["wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"],
     "cp_async_mbar": ["cp.async.mbarrier.arrive.noinc.shared::cta.b64",
                       "cp.async.cg.shared.global"],
+    "flash_wgmma": ["wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 ",
+                    "cp.async.mbarrier.arrive.noinc.shared::cta.b64",
+                    "setmaxnreg.dec.sync.aligned.u32 56", "setmaxnreg.inc.sync.aligned.u32 224"],
     "mbarrier": ["mbarrier.init.shared::cta.b64", "mbarrier.arrive.shared::cta.b64",
                  "mbarrier.try_wait.parity.shared::cta.b64", "fence.mbarrier_init.release.cluster"],
     "bulk": ["mbarrier.arrive.expect_tx.shared::cta.b64",
@@ -435,7 +442,8 @@ def test_ptx_for_sm90a(tmp_path):
     if ptxas is None:
         return
     for name in PTX_EXPECT:
-        cap = ["-maxrregcount", "128"] if name == "setmaxnreg" else []   # as max_registers=128
+        cap = {"setmaxnreg": ["-maxrregcount", "128"],      # as their max_registers
+               "flash_wgmma": ["-maxrregcount", "168"]}.get(name, [])
         a = subprocess.run([ptxas, "-arch=sm_90a", "-v", *cap, str(tmp_path / f"{name}.ptx"),
                             "-o", str(tmp_path / f"{name}.cubin")], capture_output=True, text=True)
         assert a.returncode == 0, f"ptxas {name}: {a.stderr[-2000:]}"
