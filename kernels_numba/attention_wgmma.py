@@ -45,13 +45,13 @@ TFLOP/s recorded then.
 
 The loop (per consumer warpgroup of 64 query rows; CWG = 1 or 2 of them, Br = 64·CWG)::
 
-    wait FULL[s]                     ← the stage's K_j, V_j have landed (mbarrier, phase j // STAGES)
-    S = Qi Kjᵀ                       ← wgmma m64n{Bc}k16, D/16 steps, A = Q tile, B = K tile (SS)
+    wait FULL[s]                     ← K_j, V_j have landed (mbarrier phase j // STAGES)
+    S = Qi Kjᵀ                       ← wgmma m64n{Bc}k16, D/16 steps, A = Q, B = K tiles (SS)
     S = S·scale·log2e; mask          ← CUDA cores, as flash_tc (attention_tc.mask_scores_tc)
     m, l, acc = online softmax       ← attention_tc.online_softmax_tc: the wgmma accumulator of a
                                        warp is mma.sync's m16n8 C fragment repeated, so flash_tc's
                                        quad-shuffle softmax runs on it unchanged
-    P → A fragments (registers)      ← attention_tc.pack_accumulators: 2 column blocks = 1 k16 step
+    P → A fragments (registers)      ← attention_tc.pack_accumulators: 2 column blocks = 1 k16
     acc += P Vj                      ← wgmma m64n{D}k16, Bc/16 steps, A = P (RS), B = V N-major
     arrive EMPTY[s]                  ← the stage may be refilled
     O = acc / l;  LSE = m·ln2 + ln l

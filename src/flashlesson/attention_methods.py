@@ -139,7 +139,9 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
         in global memory); "flash_fa1" (§41, FlashAttention-1's loop order) and "flash_db"
         (§42, double-buffered K/V tiles) take a config too; "flash_tc" (§37, tensor cores,
         a ``TcConfig``) is where float16 and bf16 (``BFloat16``, torch bfloat16) inputs go by
-        themselves, and runs float32 inputs with 3xTF32 (see ``flashlesson.tc_methods``).
+        themselves, and runs float32 inputs with 3xTF32 (see ``flashlesson.tc_methods``);
+        "flash_wgmma" (§42–43 on Hopper's wgmma, fp16/bf16 with d = 64 or 128, a
+        ``WgmmaConfig``: stages of the K/V ring, a producer warpgroup).
     causal: mask keys after each query, aligned bottom-right when Nq ≠ Nk (query i sees key j
         iff j ≤ i + Nk − Nq, as flash-attn ≥ 2.1; torch SDPA's is_causal aligns top-left).
         Rows that see no key give O = 0 and LSE = −inf.

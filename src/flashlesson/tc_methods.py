@@ -3,6 +3,10 @@
     flashlesson.attention(q, k, v, ...)                     fp16 / bf16 inputs come here by
                                                             themselves (method "flash")
     flashlesson.attention(q, k, v, ..., method="flash_tc")  also float32: 3xTF32 on tensor cores
+    flashlesson.attention(q, k, v, ..., method="flash_wgmma")  Hopper (sm_90a): §42–43 on
+                                                   wgmma, fp16/bf16, d = 64 or 128 (a
+                                                   ``WgmmaConfig``; not the default): below,
+                                                   kernels_numba/attention_wgmma.py
 
 Input formats:
 - float16 NumPy or device arrays → the fp16 kernel, O in float16.
