@@ -89,7 +89,8 @@ keys zeros on chip, a row with no key: O = 0, LSE = −inf).
 Limits: fp16/bf16, d = D = 64 or 128 exactly (other d: method 'flash_tc'); Bc = 64 or 128;
 sm_90a (wgmma, setmaxnreg, mbarrier); every consumer warpgroup runs every tile of the block
 (wgmma is warpgroup-collective). Not tuned: no swizzle (the tensor core reads core matrices of
-128 contiguous bytes, conflict-free; the cp.async writes are 16 bytes a thread), no
+128 contiguous bytes, conflict-free; a warp's cp.async writes are 4 runs of 128 bytes:
+``piece_of``), no
 intra-warpgroup overlap of softmax with the next S (FA3's ping-pong and 2-stage softmax), one
 wgmma group waited for at once. The simulator runs it at tiny shapes (one block).
 
@@ -161,6 +162,15 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16):
     GROW = consumer_regs(CWG)
 
     @cuda.jit(device=True)
+    def piece_of(p):
+        """(row, piece c) of the p-th 16-byte copy of a tile: 8 consecutive p take 8 consecutive
+        rows, so a warp's 32 copies are 4 pieces (64 contiguous bytes) of 8 rows — whole 32-byte
+        sectors in global memory — and land as 4 runs of 128 contiguous bytes in shared memory,
+        the 4 wavefronts 512 bytes need (p → rows first, piece after, would put a warp's copies
+        16·Bc bytes apart: all in the same banks)."""
+        return 8 * (p // (8 * PIECES)) + p % 8, (p // 8) % PIECES
+
+    @cuda.jit(device=True)
     def copy_tile(k, v, smem, bars, i, lt, bh, n_k, kpm, b_idx):
         """Thread lt of the NL copiers: K and V rows of tile i into stage i % STAGES, by
         cp.async (zeros past Nk / for padded keys), then its arrival on FULL (noinc)."""
@@ -170,8 +180,7 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16):
         k_at = QW + 2 * KVW * s
         v_at = k_at + KVW
         for p in range(lt, Bc * PIECES, NL):
-            r = p // PIECES                         # key row of the tile, piece c of it
-            c = p % PIECES
+            r, c = piece_of(p)                      # key row of the tile, piece c of it
             key = i * Bc + r
             ok = key < n_k and (not PAD or kpm[b_idx, key] != 0)
             src = (bh * n_k + key) * DW + 4 * c if ok else 0
@@ -193,8 +202,7 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16):
 
         # Q tile, by every thread: cp.async, zeros past Nq (kmajor_index(r, 8c, Br) / 2)
         for p in range(tid, Br * PIECES, T):
-            r = p // PIECES
-            c = p % PIECES
+            r, c = piece_of(p)
             ok = q0 + r < n_q
             cp_async16(smem, 4 * (c * Br + r), q, (bh * n_q + q0 + r) * DW + 4 * c if ok else 0,
                        ok)
