@@ -90,9 +90,8 @@ Limits: fp16/bf16, d = D = 64 or 128 exactly (other d: method 'flash_tc'); Bc = 
 sm_90a (wgmma, setmaxnreg, mbarrier); every consumer warpgroup runs every tile of the block
 (wgmma is warpgroup-collective). Not tuned: no swizzle (the tensor core reads core matrices of
 128 contiguous bytes, conflict-free; a warp's cp.async writes are 4 runs of 128 bytes:
-``piece_of``), no
-intra-warpgroup overlap of softmax with the next S (FA3's ping-pong and 2-stage softmax), one
-wgmma group waited for at once. The simulator runs it at tiny shapes (one block).
+``piece_of``), no intra-warpgroup overlap of softmax with the next S (FA3's ping-pong and
+2-stage softmax), one wgmma group waited for at once. The simulator runs it at tiny shapes (one block).
 
 How to run: ``attention(q16, k16, v16, method="flash_wgmma", config=WgmmaConfig(...))``,
 ``pytest tests/test_attention_tc.py -k wgmma``, on the H200 ``bash scripts/gpu_wgmma.sh``.
