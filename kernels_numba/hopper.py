@@ -62,6 +62,25 @@ shared arrays, ``src`` a global one; indices are flat element indices (as in ``v
         first a multiple of 4) computes D = A·B + (D if scale_d else 0), A 64×16 and B 16×N
         from shared memory through their descriptors, both K-major (imm-trans 0), D fp32 in
         ``acc``: each thread's float32 local array of N/2 elements, updated in place.
+    wgmma_f16_n64_tb(acc, desc_a, desc_b, scale_d)   and _n128, bf16: B N-major (imm-trans-b
+        1), the layout drawn below — B = V as it lies in memory, row-major [key][d]
+    wgmma_f16_n64_rs(acc, a0, a1, a2, a3, desc_b, scale_d)   and _n128, bf16, and _rs_tb
+        (B N-major): the "RS" form, wgmma.mma_async … {acc…}, {a0, a1, a2, a3}, db, p, 1, 1,
+        tb; — A from registers: four .b32 words of fp16/bf16 pairs per thread, per warp w the
+        mma.sync m16n8k16 A fragment (mma.py) on rows 16w … 16w + 15 of the 64 (PTX ISA,
+        "Matrix fragments for wgmma .m64nNk16", A in registers)::
+
+            a0 = A[16w + g,     16s + 2t : +2]     a2 = A[16w + g,     16s + 2t + 8 : +2]
+            a1 = A[16w + g + 8, 16s + 2t : +2]     a3 = A[16w + g + 8, 16s + 2t + 8 : +2]
+
+        so the accumulator of S = Q·Kᵀ, two 8-column blocks 2s, 2s + 1 packed in pairs, *is*
+        the A of k16 step s of P·V (FlashAttention-3's P in registers, no shared memory). The
+        registers must not be written until the wgmma reading them is waited for.
+    cp_async_mbar_arrive(bars, i)      cp.async.mbarrier.arrive.noinc.shared::cta.b64 [a];
+        an arrival on bars[i] triggered when all this thread's earlier cp.async copies have
+        landed; noinc: it is one of the count given to mbar_init (init with the number of
+        threads that copy), so per-thread 16-byte cp.async (vector.cp_async16) fill a stage
+        that consumers wait for on an mbarrier, as the bulk copy does.
     wgmma_fence_operand(acc, count)    an empty asm that reads and writes acc[0 … count − 1]
         (count a constant): no instruction; it keeps LLVM from moving accumulator reads or
         writes across the wgmma instructions. Call it before wgmma_fence() and after
@@ -70,6 +89,7 @@ shared arrays, ``src`` a global one; indices are flat element indices (as in ``v
     wgmma_desc(addr, lbo, sbo, swizzle) -> uint64   the matrix descriptor (below)
     kmajor_index(r, k, rows) / kmajor_sw128_index(r, k)   where element (r, k) of a tile goes
         (a flat index in halves) in the two layouts below
+    mnmajor_index(k, n, cols)          where element (k, n) of a K × cols B goes, N-major (below)
 
 The wgmma accumulator (PTX ISA, "Matrix fragments for wgmma .m64nNk16", accumulator D): thread
 tid = 32·w + lane of the warpgroup, w its warp (0‥3), lane = 4·g + t (g = lane // 4, t =
@@ -126,6 +146,27 @@ consecutive. The descriptor (PTX ISA, "Matrix Descriptor Format") is a 64-bit re
   kmajor_sw128_index(r, k): SBO = 1024 bytes, LBO unused (encoded 1: 16 bytes), the k16 step
   s starts 32 bytes further (element 16·s), the XOR applied by the hardware on the address.
 
+  N-major B, no swizzle (imm-trans-b 1; PTX ISA "Canonical Layouts", MN-major, no swizzling:
+  ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO)) with T = 8 halves): a core matrix is again 128
+  contiguous bytes, but each 16-byte row holds 8 consecutive n of one k — a piece of a row of
+  V[key][d] lands as it is::
+
+              n 0‥7                      n 8‥15
+    k 0‥7     [k0: n0‥7 | k1: n0‥7 | … | k7: n0‥7] ──SBO──▶ [k0: n8‥15 | … ]
+                   │ LBO
+    k 8‥15    [k8: n0‥7 | … | k15: n0‥7]          [ … ]
+    address(k, n) = start + (n // 8)·SBO + (n % 8)·2 + (k % 8)·16 + (k // 8)·LBO
+
+  mnmajor_index(k, n, cols): SBO = 128 bytes (n-blocks back to back), LBO = 16·cols bytes
+  (one k-block of all columns), the k16 step s at element 16·cols·s. The PTX ISA's tables
+  name these two offsets confusingly for MN-major ("LBO: offset from the first 8 columns to
+  the next 8 columns", "SBO: offset from the first row to the next row", in 128-bit units),
+  while its canonical-layout formula and its worked example (MN-major, no swizzle, bf16:
+  ((8,1,2),(8,2)):((1,8,64),(8,128)), LBO = 128 elements, SBO = 64) put SBO on the n-blocks
+  and LBO on the k-blocks, as above and as CUTLASS's make_gmma_desc<Major::MN> does for
+  INTERLEAVE. The test (``test_wgmma_b_n_major``) says on the GPU which reading the hardware
+  does if it is not this one (LBO/SBO swapped, core matrices K-major, or both).
+
 Why no swizzle first: every element's address is an affine function of (r, k) that a reader
 can check by hand; each core matrix is 128 contiguous bytes, so the tensor core reads it
 without bank conflicts either way. What it costs: a tile copied row by row from a row-major
@@ -143,11 +184,12 @@ cp.async (vector.py) followed by cp.async.mbarrier.arrive.noinc on the same mbar
 engine; the threads issue 16 bytes each).
 
 Limits. Hardware sm_90a (H100/H200); ``numba.cuda.compile_ptx`` needs ``cc=(9, 0, "a")`` for
-these. The wgmma helpers take A from shared memory only (FlashAttention-3's P·V takes P from
-registers: not here yet), K-major A and B only (V for P·V is N-major: imm-trans-b 1, not here
-yet). In the simulator: the product is computed when the warpgroup meets (float64, one
-rounding to float32), not asynchronously; race mode cannot check kernels ordered by mbarriers
-or named barriers (it knows syncthreads only).
+these. A is K-major (from shared memory) or in registers; B K-major, or N-major without
+swizzle only (the _tb forms: N = 64, 128). The _tb and _rs forms (and cp_async_mbar_arrive)
+were added after the H200 run below: they are checked in the simulator and by ptxas only
+until a GPU run of tests/test_hopper.py. In the simulator: the product is computed when the
+warpgroup meets (float64, one rounding to float32), not asynchronously; race mode cannot check
+kernels ordered by mbarriers or named barriers (it knows syncthreads only).
 
 Tests: ``tests/test_hopper.py`` — each helper alone against NumPy, in the simulator (CI) and on
 the GPU (``FLASHLESSON_DEVICE=gpu``; on the H200:
@@ -159,16 +201,19 @@ nvidia-nvvm, nvidia-cuda-nvrtc and nvidia-cuda-nvcc wheels). Seen 2026-12-01 wit
 13.0's NVVM and ptxas): every kernel assembles for sm_90a with no "Performance Loss" warning;
 the wgmma kernels keep their accumulators in registers (72 registers at N = 64, 138 at N = 128,
 no local memory); setmaxnreg is honoured under -maxrregcount 128. Not yet run on a GPU.
+Later the same day (CUDA 13.5's NVVM and ptxas): the _tb and _rs test kernels, the cp.async
+mbarrier kernel and flash_wgmma (attention_wgmma.py, d = 128, producer) assemble too, with
+no "Performance Loss" warning; the RS + N-major test kernel at N = 128 holds 166 registers.
 """
 
 import numpy as np
 from llvmlite import ir
-from numba import cuda, float32, types, uint16, uint64
+from numba import cuda, float32, types, uint16, uint32, uint64
 from numba.core import errors
 from numba.cuda.extending import intrinsic
 
 from .sim import gpu_options, helper_chooser, pure_device
-from .vector import element_address, element_pointer, shared_address
+from .vector import cp_async16, element_address, element_pointer, shared_address
 
 # Each helper below is an @intrinsic of inline PTX. ``helper`` keeps it on the GPU and swaps in
 # its simulator twin of the same name (kernels_numba/sim/hopper.py) when the simulator is on.
@@ -270,6 +315,15 @@ def kmajor_sw128_index(r, k):
     """Halves index of element (r, k), k < 64, of a tile stored with the 128-byte swizzle:
     rows of 64 halves, chunk k // 8 of row r at chunk (k // 8) ^ (r % 8). SBO = 1024 bytes."""
     return (r // 8) * 512 + (r % 8) * 64 + ((k // 8) ^ (r % 8)) * 8 + k % 8
+
+
+@pure_device
+def mnmajor_index(k, n, cols):
+    """Halves index of element (k, n) of a K × cols tile (B of a product, row-major in global
+    memory: V[key][d]) stored N-major as core matrices (no swizzle): core matrix (k // 8, n // 8)
+    at 8·cols·(k // 8) + 64·(n // 8), its row k % 8 holding n % 8 = 0‥7 (16 bytes). LBO =
+    16·cols bytes (k-blocks), SBO = 128 bytes (n-blocks); the k16 step s starts at 16·cols·s."""
+    return (k // 8) * (8 * cols) + (n // 8) * 64 + (k % 8) * 8 + n % 8
 
 
 # --- mbarrier -----------------------------------------------------------------------------------
@@ -425,35 +479,60 @@ def wgmma_fence_operand(typingctx, acc, count):
     return types.void(acc, count), codegen
 
 
-def _wgmma(kind, n):
-    """wgmma.mma_async m64nNk16, fp32 accumulators in acc[0 … N/2 − 1], A and B from shared
-    memory (descriptors), both K-major, scale-d from a register (0: D = A·B)."""
+def _wgmma(kind, n, rs=False, trans_b=0):
+    """wgmma.mma_async m64nNk16, fp32 accumulators in acc[0 … N/2 − 1], scale-d from a register
+    (0: D = A·B). A from shared memory (a descriptor, K-major) or, rs, from four .b32 registers
+    of half pairs (the "RS" form: no imm-trans-a); B from shared memory, K-major (trans_b 0)
+    or N-major (trans_b 1: imm-trans-b)."""
     h = n // 2
     regs = ", ".join(f"${j}" for j in range(h))
+    x = 2 * h       # operands after the h outputs and the h inputs tied to them:
+    if rs:          # a0‥a3, desc_b, scale_d
+        a_text, b_at, sd_at, tail = f"{{${x}, ${x + 1}, ${x + 2}, ${x + 3}}}", x + 4, x + 5, \
+            f"{trans_b}"
+    else:           # desc_a, desc_b, scale_d
+        a_text, b_at, sd_at, tail = f"${x}", x + 1, x + 2, f"0, {trans_b}"
     text = ("{\n.reg .pred p;\n"
-            f"setp.ne.b32 p, ${2 * h + 2}, 0;\n"
+            f"setp.ne.b32 p, ${sd_at}, 0;\n"
             f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} "
-            f"{{{regs}}}, ${2 * h}, ${2 * h + 1}, p, 1, 1, 0, 0;\n}}")
+            f"{{{regs}}}, {a_text}, ${b_at}, p, 1, 1, {tail};\n}}")
+    name = f"wgmma_{kind}_n{n}" + ("_rs" if rs else "") + ("_tb" if trans_b else "")
 
     def codegen(context, builder, sig, args):
         ptrs = _acc_pointers(context, builder, sig.args[0], args[0], h)
-        da = context.cast(builder, args[1], sig.args[1], types.uint64)
-        db = context.cast(builder, args[2], sig.args[2], types.uint64)
-        sd = _u32(context, builder, args[3], sig.args[3])
-        outs = _inline(builder, text, "f" * h, [str(j) for j in range(h)] + ["l", "l", "r"],
-                       [builder.load(p) for p in ptrs] + [da, db, sd])
+        if rs:
+            a_vals = [_u32(context, builder, args[1 + j], sig.args[1 + j]) for j in range(4)]
+            a_cons = ["r"] * 4
+        else:
+            a_vals = [context.cast(builder, args[1], sig.args[1], types.uint64)]
+            a_cons = ["l"]
+        nb = len(a_vals) + 1
+        db = context.cast(builder, args[nb], sig.args[nb], types.uint64)
+        sd = _u32(context, builder, args[nb + 1], sig.args[nb + 1])
+        outs = _inline(builder, text, "f" * h, [str(j) for j in range(h)] + a_cons + ["l", "r"],
+                       [builder.load(p) for p in ptrs] + a_vals + [db, sd])
         for p, v in zip(ptrs, outs):
             builder.store(v, p)
         return context.get_dummy_value()
 
-    def typer(typingctx, acc, desc_a, desc_b, scale_d):
-        if not (isinstance(acc, types.Array) and acc.dtype == types.float32 and
-                isinstance(desc_a, types.Integer) and isinstance(desc_b, types.Integer) and
-                isinstance(scale_d, (types.Integer, types.Boolean))):
-            return None
-        return types.void(acc, desc_a, desc_b, scale_d), codegen
+    def ok(acc, desc_b, scale_d):
+        return (isinstance(acc, types.Array) and acc.dtype == types.float32 and
+                isinstance(desc_b, types.Integer) and
+                isinstance(scale_d, (types.Integer, types.Boolean)))
 
-    typer.__name__ = f"wgmma_{kind}_n{n}"
+    if rs:
+        def typer(typingctx, acc, a0, a1, a2, a3, desc_b, scale_d):
+            if not (ok(acc, desc_b, scale_d) and
+                    all(isinstance(a, types.Integer) for a in (a0, a1, a2, a3))):
+                return None
+            return types.void(acc, a0, a1, a2, a3, desc_b, scale_d), codegen
+    else:
+        def typer(typingctx, acc, desc_a, desc_b, scale_d):
+            if not (ok(acc, desc_b, scale_d) and isinstance(desc_a, types.Integer)):
+                return None
+            return types.void(acc, desc_a, desc_b, scale_d), codegen
+
+    typer.__name__ = name
     return intrinsic(typer)
 
 
@@ -466,6 +545,43 @@ wgmma_bf16_n256 = helper(_wgmma("bf16", 256))
 WGMMA = {("f16", 64): wgmma_f16_n64, ("f16", 128): wgmma_f16_n128,
          ("f16", 256): wgmma_f16_n256, ("bf16", 64): wgmma_bf16_n64,
          ("bf16", 128): wgmma_bf16_n128, ("bf16", 256): wgmma_bf16_n256}
+
+# B N-major (imm-trans-b 1; SS), A from registers (RS, B K-major), and both (RS, B N-major: P·V)
+wgmma_f16_n64_tb = helper(_wgmma("f16", 64, False, 1))
+wgmma_f16_n128_tb = helper(_wgmma("f16", 128, False, 1))
+wgmma_bf16_n64_tb = helper(_wgmma("bf16", 64, False, 1))
+wgmma_bf16_n128_tb = helper(_wgmma("bf16", 128, False, 1))
+wgmma_f16_n64_rs = helper(_wgmma("f16", 64, True, 0))
+wgmma_f16_n128_rs = helper(_wgmma("f16", 128, True, 0))
+wgmma_bf16_n64_rs = helper(_wgmma("bf16", 64, True, 0))
+wgmma_bf16_n128_rs = helper(_wgmma("bf16", 128, True, 0))
+wgmma_f16_n64_rs_tb = helper(_wgmma("f16", 64, True, 1))
+wgmma_f16_n128_rs_tb = helper(_wgmma("f16", 128, True, 1))
+wgmma_bf16_n64_rs_tb = helper(_wgmma("bf16", 64, True, 1))
+wgmma_bf16_n128_rs_tb = helper(_wgmma("bf16", 128, True, 1))
+WGMMA_TB = {("f16", 64): wgmma_f16_n64_tb, ("f16", 128): wgmma_f16_n128_tb,
+            ("bf16", 64): wgmma_bf16_n64_tb, ("bf16", 128): wgmma_bf16_n128_tb}
+WGMMA_RS = {("f16", 64): wgmma_f16_n64_rs, ("f16", 128): wgmma_f16_n128_rs,
+            ("bf16", 64): wgmma_bf16_n64_rs, ("bf16", 128): wgmma_bf16_n128_rs}
+WGMMA_RS_TB = {("f16", 64): wgmma_f16_n64_rs_tb, ("f16", 128): wgmma_f16_n128_rs_tb,
+               ("bf16", 64): wgmma_bf16_n64_rs_tb, ("bf16", 128): wgmma_bf16_n128_rs_tb}
+
+
+# --- cp.async completing on an mbarrier ---------------------------------------------------------
+@helper
+@intrinsic
+def cp_async_mbar_arrive(typingctx, bars, i):
+    """cp.async.mbarrier.arrive.noinc.shared::cta.b64 [a]: one arrival on bars[i] once every
+    cp.async this thread issued before has landed (noinc: it counts against the count given
+    to mbar_init, so init with the number of threads that do this)."""
+    if not _is_bars(bars, i):
+        return None
+
+    def codegen(context, builder, sig, args):
+        a = shared_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        _inline(builder, "cp.async.mbarrier.arrive.noinc.shared::cta.b64 [$0];", "", "r", [a])
+        return context.get_dummy_value()
+    return types.void(bars, i), codegen
 
 
 # ---------------------------------------------------------------------------------------------
@@ -531,6 +647,99 @@ def wgmma_kernel(kind, N, KSTEPS, swizzle=SWIZZLE_NONE, zero_first=False):
             d[16 * w + g + 8, 8 * j + 2 * t] = acc[4 * j + 2]
             d[16 * w + g + 8, 8 * j + 2 * t + 1] = acc[4 * j + 3]
     return kernel
+
+
+def wgmma_ab_kernel(kind, N, KSTEPS, rs=False, trans_b=0):
+    """A kernel d[64, N] = a[64, K] @ b[K, N] + c (K = 16·KSTEPS) for one warpgroup, where b is
+    row-major (as V[key][d] is) — the two forms the P·V product of FlashAttention-3 needs,
+    each testable alone:
+
+    trans_b 0: b stored K-major (b's columns as rows: kmajor_index(n, k, N)), imm-trans-b 0;
+    trans_b 1: b stored N-major as it is (mnmajor_index(k, n, N): 16-byte runs of a row of b),
+               imm-trans-b 1, LBO = 16·N bytes (k-blocks), SBO = 128 bytes (n-blocks);
+    rs False:  a from shared memory (kmajor_index, a descriptor);
+    rs True:   a from registers: each thread packs its four words of half pairs straight from
+               global memory in the A-fragment layout (mma.sync's m16n8k16 on its warp's 16
+               rows) — no shared memory for A.
+
+    c is loaded into the accumulators; d is written from them (hopper.py's table)."""
+    if rs and trans_b:
+        mma = WGMMA_RS_TB[(kind, N)]
+    elif rs:
+        mma = WGMMA_RS[(kind, N)]
+    elif trans_b:
+        mma = WGMMA_TB[(kind, N)]
+    else:
+        mma = WGMMA[(kind, N)]
+    K, H = 16 * KSTEPS, N // 2
+    A_SIZE, B_SIZE = 64 * K, N * K
+
+    @cuda.jit
+    def kernel(a, b, c, d):
+        sA = cuda.shared.array(A_SIZE, uint16, alignment=1024)
+        sB = cuda.shared.array(B_SIZE, uint16, alignment=1024)
+        tid = cuda.threadIdx.x
+        if not rs:
+            for e in range(tid, A_SIZE, 128):
+                sA[kmajor_index(e // K, e % K, 64)] = a[e // K, e % K]
+        for e in range(tid, B_SIZE, 128):
+            k, n = e // N, e % N
+            sB[mnmajor_index(k, n, N) if trans_b else kmajor_index(n, k, N)] = b[k, n]
+        fence_proxy_async()         # these st.shared before wgmma's (async-proxy) reads
+        cuda.syncthreads()          # wait: the tiles are in shared memory
+        w, g, t = tid // 32, (tid % 32) // 4, tid % 4
+        acc = cuda.local.array(H, float32)
+        for j in range(N // 8):
+            acc[4 * j] = c[16 * w + g, 8 * j + 2 * t]
+            acc[4 * j + 1] = c[16 * w + g, 8 * j + 2 * t + 1]
+            acc[4 * j + 2] = c[16 * w + g + 8, 8 * j + 2 * t]
+            acc[4 * j + 3] = c[16 * w + g + 8, 8 * j + 2 * t + 1]
+        ra = cuda.local.array(4, uint32)
+        wgmma_fence_operand(acc, H)
+        wgmma_fence()               # the accumulator writes above before the mmas
+        for s in range(KSTEPS):
+            db = wgmma_desc(shared_addr(sB, 16 * N * s), 16 * N, 128, SWIZZLE_NONE)
+            if rs:                  # a0 = A[g, 2t : 2t+2], a1 = A[g+8, …], a2, a3: k + 8
+                for j in range(4):
+                    r, k = 16 * w + g + 8 * (j & 1), 16 * s + 2 * t + 8 * (j >> 1)
+                    ra[j] = uint32(a[r, k]) | (uint32(a[r, k + 1]) << uint32(16))
+                mma(acc, ra[0], ra[1], ra[2], ra[3], db, True)
+            else:
+                da = wgmma_desc(shared_addr(sA, 16 * 64 * s), 16 * 64, 128, SWIZZLE_NONE)
+                mma(acc, da, db, True)
+        wgmma_commit_group()        # the KSTEPS mmas: one group
+        wgmma_wait_group(0)         # wait: acc holds the result (and ra may be reused)
+        wgmma_fence_operand(acc, H)
+        for j in range(N // 8):
+            d[16 * w + g, 8 * j + 2 * t] = acc[4 * j]
+            d[16 * w + g, 8 * j + 2 * t + 1] = acc[4 * j + 1]
+            d[16 * w + g + 8, 8 * j + 2 * t] = acc[4 * j + 2]
+            d[16 * w + g + 8, 8 * j + 2 * t + 1] = acc[4 * j + 3]
+    return kernel
+
+
+@cuda.jit
+def cp_async_mbarrier_kernel(src, out):
+    """64 threads, 3 rounds into one buffer of 64 × 4 words: each thread copies its 16 bytes
+    (word 4·tid … of round r of src; thread 5's copy zero-filled) by cp.async and arrives on
+    the mbarrier with cp_async_mbar_arrive (count 64); every thread waits for parity r % 2 and
+    copies another thread's 16 bytes into out[r]; a syncthreads before the next round's copies
+    overwrite the buffer."""
+    bars = cuda.shared.array(1, uint64)
+    buf = cuda.shared.array(256, uint32, alignment=16)
+    tid = cuda.threadIdx.x
+    if tid == 0:
+        mbar_init(bars, 0, 64)
+        fence_mbarrier_init()
+    cuda.syncthreads()                  # wait: the barrier is initialised
+    for r in range(3):
+        cp_async16(buf, 4 * tid, src, 256 * r + 4 * tid, tid != 5)
+        cp_async_mbar_arrive(bars, 0)   # one arrival once my copy has landed
+        mbar_try_wait_parity(bars, 0, r % 2)    # wait: all 64 copies of round r landed
+        o = 4 * ((tid + 7) % 64)
+        for e in range(4):
+            out[r, 4 * tid + e] = buf[o + e]
+        cuda.syncthreads()              # wait: everyone read buf before round r + 1's copies
 
 
 @cuda.jit

@@ -17,7 +17,8 @@ from conftest import GPU, SIM, by_device
 from numba import cuda
 
 import flashlesson
-from flashlesson import BFloat16, TcConfig, attention
+from flashlesson import BFloat16, TcConfig, WgmmaConfig, attention
+from flashlesson.attention_methods import TC_METHODS
 from flashlesson.tolerance import attention_tol
 from reference import attention as ref_attention
 
@@ -259,3 +260,67 @@ def test_bad_inputs(rng):
                   method="flash_tc", config=TcConfig(MT=2))
     with pytest.raises(TypeError, match="uint16"):
         BFloat16(np.zeros(4, np.float32))
+
+
+# --- method "flash_wgmma" (§42–43 on Hopper: kernels_numba/attention_wgmma.py) ----------------
+# The same oracle, error model and (GPU) 2× torch rule as flash_tc. The last variant is the
+# default's shape and runs every case; the others run the first case (simulator: one block
+# each, Nq ≤ Br = 64, a few K/V tiles of 64) or every fp16 case (GPU: flash-attn's awkward
+# lengths at both head dims; a kernel compiled per variant, causal mode and d — kept to ~20).
+WGMMA_VARIANTS = by_device(   # (Bc, CWG, STAGES, PRODUCER)
+    [(64, 1, 1, False), (64, 1, 2, False), (64, 1, 2, True)],
+    [(128, 2, 1, False), (128, 2, 2, False), (64, 1, 3, True), (128, 2, 2, True)])
+WGMMA_CASES = by_device(      # (fmt, causal, (B, H, Nq, Nk, d))
+    [("f16", False, (1, 1, 21, 70, 64)), ("bf16", True, (1, 1, 37, 100, 64))],
+    [(fmt, causal, shape) for fmt in ("f16", "bf16") for causal in (False, True)
+     for shape in ((2, 3, 100, 100, 64), (1, 2, 257, 130, 128), (1, 2, 77, 300, 64),
+                   (1, 2, 1031, 517, 128), (1, 1, 1, 1, 64))])
+
+
+@pytest.mark.parametrize("variant", WGMMA_VARIANTS, ids=lambda v: "Bc{}-cwg{}-st{}-p{}".format(
+    v[0], v[1], v[2], int(v[3])))
+@pytest.mark.parametrize("fmt, causal, shape", WGMMA_CASES,
+                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
+def test_wgmma_matches_oracle(rng, fmt, causal, shape, variant):
+    if variant != WGMMA_VARIANTS[-1] and (shape != WGMMA_CASES[0][2] if SIM else fmt != "f16"):
+        pytest.skip("the default's variant on every case, the others on the first (simulator) "
+                    "or on fp16 (GPU)")
+    Bc, cwg, stages, producer = variant
+    (q, k, v), (q64, k64, v64) = _inputs(rng, *shape, fmt)
+    o, lse = attention(q, k, v, causal=causal, return_lse=True, method="flash_wgmma",
+                       config=WgmmaConfig(Bc=Bc, CWG=cwg, STAGES=stages, PRODUCER=producer))
+    o_ref, lse_ref, tol = _ref(fmt, q64, k64, v64, causal=causal)
+    _check(o, lse, o_ref, lse_ref, tol, fmt, _torch_error(q64, k64, v64, fmt, causal, o_ref))
+
+
+def test_wgmma_padding_and_fully_masked_rows(rng):
+    """Key padding (padded keys zeros on chip by cp.async's zero-fill), a batch row with no
+    valid key (O = 0, LSE = −inf), with the producer warpgroup; default config."""
+    B, H, nq, nk, d = by_device((2, 1, 19, 70, 64), (3, 4, 300, 257, 128))
+    (q, k, v), (q64, k64, v64) = _inputs(rng, B, H, nq, nk, d, "f16")
+    kpm = rng.random((B, nk)) > 0.4
+    kpm[0] = False
+    o, lse = attention(q, k, v, key_padding_mask=kpm, return_lse=True, method="flash_wgmma",
+                       config=WgmmaConfig(Bc=64, CWG=1, STAGES=2, PRODUCER=True))
+    _check(o, lse, *_ref("f16", q64, k64, v64, key_padding_mask=kpm), "f16")
+    assert np.all(o[0] == 0) and np.all(np.isneginf(lse[0]))
+
+
+def test_wgmma_refusals():
+    """Head dims other than 64 and 128, float32, dropout, a TcConfig: refused, naming the
+    argument and where to go instead."""
+    assert TC_METHODS == ("flash_tc", "flash_wgmma")
+    q = np.zeros((1, 1, 8, 80), np.float16)
+    with pytest.raises(ValueError, match="q: method 'flash_wgmma' takes a head dimension of 64 "
+                       "or 128; got d = 80. Use method 'flash_tc'"):
+        attention(q, q, q, method="flash_wgmma")
+    q = np.zeros((1, 1, 8, 64), np.float16)
+    with pytest.raises(TypeError, match="fp16 or bf16"):
+        attention(q.astype(np.float32), q.astype(np.float32), q.astype(np.float32),
+                  method="flash_wgmma")
+    with pytest.raises(ValueError, match="no dropout"):
+        attention(q, q, q, method="flash_wgmma", dropout_p=0.1)
+    with pytest.raises(TypeError, match="WgmmaConfig"):
+        attention(q, q, q, method="flash_wgmma", config=TcConfig())
+    with pytest.raises(ValueError, match="Bc must be 64 or 128"):
+        attention(q, q, q, method="flash_wgmma", config=WgmmaConfig(Bc=32))

@@ -136,7 +136,8 @@ def _array_cases(function, call, names=("q", "k", "v")):
 
 
 ATTENTION_CASES = []
-for _m in flashlesson.ATTENTION_METHODS:
+# (flash_wgmma takes fp16/bf16 with d = 64 or 128 only: its refusals are in test_attention_tc.py)
+for _m in (m for m in flashlesson.ATTENTION_METHODS if m != "flash_wgmma"):
     _call = (lambda m: lambda **kw: _attention(m, **kw))(_m)
     _fn = f"attention[{_m}]"
     ATTENTION_CASES += scalar_cases(_fn, _call, ["scale", "causal", "return_lse", "seed"]

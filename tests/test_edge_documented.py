@@ -112,7 +112,8 @@ def attention_oracle(nq, nk, d=8, method="flash", causal=False, pad=None, big=Fa
 
 
 ATTENTION = []
-for _m in flashlesson.ATTENTION_METHODS:
+# (flash_wgmma takes fp16/bf16 with d = 64 or 128 only: its empty problems are below)
+for _m in (m for m in flashlesson.ATTENTION_METHODS if m != "flash_wgmma"):
     for _shape in ((0, 1, 3, 4), (1, 0, 3, 4), (1, 1, 0, 4), (1, 1, 3, 0)):
         ATTENTION.append(Documented(f"attention[{_m}]", "empty-B{}-H{}-Nq{}-Nk{}".format(*_shape),
                                     attention_empty(_m, *_shape)))
@@ -147,8 +148,19 @@ def bf16_empty():
     assert isinstance(o, flashlesson.BFloat16) and o.shape == (0, 1, 2, 16) and lse.size == 0
 
 
+def wgmma_empty(nq, nk):
+    def check():
+        q, k = np.zeros((1, 2, nq, 64), np.float16), np.zeros((1, 2, nk, 64), np.float16)
+        o, lse = attention(q, k, k, method="flash_wgmma", return_lse=True)
+        assert o.dtype == np.float16 and o.shape == q.shape and lse.shape == (1, 2, nq)
+        assert np.all(o == 0) and np.all(np.isneginf(lse))     # a row with no key: 0, −inf
+    return check
+
+
 ATTENTION += [Documented("attention[flash_tc]", "fp16-empty", fp16_empty),
-              Documented("attention[flash_tc]", "bf16-empty", bf16_empty)]
+              Documented("attention[flash_tc]", "bf16-empty", bf16_empty),
+              Documented("attention[flash_wgmma]", "fp16-empty-Nq0", wgmma_empty(0, 3)),
+              Documented("attention[flash_wgmma]", "fp16-empty-Nk0", wgmma_empty(3, 0))]
 
 
 # ---------------------------------------------------------------------------------------------

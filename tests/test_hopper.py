@@ -167,6 +167,110 @@ def test_wgmma(rng, kind, N, ksteps, swizzle, zero_first):
                                   f"{bound[worst]:.2e} (largest error {err.max():.2e})")
 
 
+# --- the two forms of P·V: B N-major (imm-trans-b 1) and A from registers (RS) --------------
+def _read_b(smem, N, K, hypothesis):
+    """B[k, n] (K × N) as wgmma would read it from ``smem`` (the flat halves the kernel wrote)
+    under a hypothesis on the N-major no-swizzle layout, descriptor LBO = 16·N bytes, SBO =
+    128 bytes, k16 step s at 16·N·s halves. "ptx": the PTX ISA's canonical layout
+    ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO)) — n-blocks SBO apart, k-blocks LBO apart, a core
+    matrix's 16-byte rows one k each; "swapped": LBO and SBO exchanged; "kcore": core matrices
+    read K-major (16-byte rows one n each); "both". Returns None if it reads past the tile."""
+    lbo, sbo = 8 * N, 64                                       # in halves
+    if hypothesis in ("swapped", "both"):
+        lbo, sbo = sbo, lbo
+    k = np.arange(K)[:, None]
+    n = np.arange(N)[None, :]
+    s, kk = k // 16, k % 16
+    inner = (kk % 8) * 8 + n % 8 if hypothesis in ("ptx", "swapped") else (n % 8) * 8 + kk % 8
+    at = 16 * N * s + (n // 8) * sbo + (kk // 8) * lbo + inner
+    return None if at.max() >= smem.size else smem[at]
+
+
+def _wgmma_ab(rng, kind, N, ksteps, rs, trans_b):
+    K = 16 * ksteps
+    a = _as_bits(rng.standard_normal((64, K)).astype(np.float32), kind)
+    b = _as_bits(rng.standard_normal((K, N)).astype(np.float32), kind)
+    c = rng.standard_normal((64, N)).astype(np.float32)
+    d = np.full((64, N), np.nan, np.float32)
+    H.wgmma_ab_kernel(kind, N, ksteps, rs, trans_b)[1, 128](a, b, c, d)
+    return a, b, c, d
+
+
+def _within(d, A, B, C):
+    """(all within the bound of test_wgmma, the worst error as text)."""
+    want = A @ B + C
+    K = A.shape[1]
+    bound = (K + 1) * 2.0 ** -22 * (np.abs(A) @ np.abs(B) + np.abs(C))
+    err = np.abs(d - want)
+    worst = np.unravel_index(np.argmax(err - bound), err.shape)
+    return bool(np.all(err <= bound)), (f"error {err[worst]:.2e} at {worst}, bound there "
+                                        f"{bound[worst]:.2e}")
+
+
+@pytest.mark.parametrize("kind, N, ksteps", [("f16", 64, 2), ("bf16", 128, 4)])
+def test_wgmma_b_n_major(rng, kind, N, ksteps):
+    """B row-major (V[key][d]) in the N-major no-swizzle layout, imm-trans-b 1, A from shared
+    memory. On a mismatch the message says which reading of the layout the hardware did
+    (tests every hypothesis of ``_read_b`` against the same d): one GPU run tells."""
+    a, b, c, d = _wgmma_ab(rng, kind, N, ksteps, False, 1)
+    A, B = _from_bits(a, kind), _from_bits(b, kind)
+    assert not np.isnan(d).any(), "NaN: an element not written"
+    ok, text = _within(d, A, B, c.astype(np.float64))
+    if not ok:
+        smem = np.zeros(16 * ksteps * N, np.uint16)
+        kk, nn = np.meshgrid(np.arange(16 * ksteps), np.arange(N), indexing="ij")
+        smem[(kk // 8) * 8 * N + (nn // 8) * 64 + (kk % 8) * 8 + nn % 8] = b[kk, nn]
+        seen = [h for h in ("swapped", "kcore", "both")
+                if _read_b(smem, N, 16 * ksteps, h) is not None and
+                _within(d, A, _from_bits(_read_b(smem, N, 16 * ksteps, h), kind),
+                        c.astype(np.float64))[0]]
+        pytest.fail(f"N-major B: {text}; the hardware's reading matches: "
+                    f"{seen or 'none of swapped / kcore / both'}")
+
+
+def _regs_of(a, perm):
+    """The 64 × 16·s A a warpgroup means by the registers the kernel packs (register j holding
+    what the table says register perm[j] holds): the identity is the layout as written."""
+    out = np.zeros_like(a)
+    tid = np.arange(128)
+    w, g, t = tid // 32, (tid % 32) // 4, tid % 4
+    offs = ((0, 0), (8, 0), (0, 8), (8, 8))
+    for s in range(a.shape[1] // 16):
+        for j in range(4):
+            (dr, dk), (sr, sk) = offs[perm[j]], offs[j]
+            for e in range(2):
+                out[16 * w + g + dr, 16 * s + 2 * t + dk + e] = \
+                    a[16 * w + g + sr, 16 * s + 2 * t + sk + e]
+    return out
+
+
+@pytest.mark.parametrize("kind, N, ksteps, trans_b", [("f16", 64, 2, 0), ("bf16", 128, 2, 0),
+                                                      ("f16", 128, 4, 1), ("bf16", 64, 4, 1)])
+def test_wgmma_a_from_registers(rng, kind, N, ksteps, trans_b):
+    """The RS form: A as four words of half pairs per thread (mma.sync's A fragment on each
+    warp's 16 rows), B K-major or N-major (the latter: P·V). On a mismatch the message names
+    the register order (of the 24) the hardware's result matches, if any."""
+    import itertools
+    a, b, c, d = _wgmma_ab(rng, kind, N, ksteps, True, trans_b)
+    A, B = _from_bits(a, kind), _from_bits(b, kind)
+    assert not np.isnan(d).any(), "NaN: an element not written"
+    ok, text = _within(d, A, B, c.astype(np.float64))
+    if not ok:
+        seen = [p for p in itertools.permutations(range(4)) if p != (0, 1, 2, 3) and
+                _within(d, _from_bits(_regs_of(a, p), kind), B, c.astype(np.float64))[0]]
+        pytest.fail(f"RS (trans_b {trans_b}): {text}; register orders matching the result: "
+                    f"{seen or 'none'}")
+
+
+def test_cp_async_completes_on_the_mbarrier(rng):
+    src = rng.integers(0, 2**32, 3 * 256, dtype=np.uint32)
+    out = np.zeros((3, 256), np.uint32)
+    H.cp_async_mbarrier_kernel[1, 64](src, out)
+    want = src.reshape(3, 64, 4).copy()
+    want[:, 5] = 0                                  # thread 5's copies: the zero-fill form
+    np.testing.assert_array_equal(out.reshape(3, 64, 4), np.roll(want, -7, axis=1))
+
+
 # --- the simulator reports waits that can never end --------------------------------------------
 @cuda.jit
 def _missing_arrive_kernel(out):
@@ -241,6 +345,7 @@ PTX_SCRIPT = textwrap.dedent("""
 
     if not cuda.is_available():
         numba.cuda.dispatcher.get_current_device = Hopper
+    from kernels_numba import attention_wgmma as KW
     from kernels_numba import hopper as H
 
     def arr(dt, nd):
@@ -251,6 +356,14 @@ PTX_SCRIPT = textwrap.dedent("""
                       (arr(u16, 2),) * 2 + (arr(f32, 2),) * 2),
         "wgmma_bf16_sw128": (H.wgmma_kernel("bf16", 128, 4, H.SWIZZLE_128B).py_func,
                              (arr(u16, 2),) * 2 + (arr(f32, 2),) * 2),
+        "wgmma_tb": (H.wgmma_ab_kernel("f16", 64, 4, False, 1).py_func,
+                     (arr(u16, 2),) * 2 + (arr(f32, 2),) * 2),
+        "wgmma_rs_tb": (H.wgmma_ab_kernel("bf16", 128, 4, True, 1).py_func,
+                        (arr(u16, 2),) * 2 + (arr(f32, 2),) * 2),
+        "cp_async_mbar": (H.cp_async_mbarrier_kernel.py_func, (arr(u32, 1), arr(u32, 2))),
+        "flash_wgmma": (KW.flash_wgmma_kernel(128, 128, 2, 2, True, True, True, True).py_func,
+                        (arr(u32, 3),) * 4 + (arr(f32, 2), f32, i64, i64, i64,
+                                              arr(types.uint8, 2))),
         "mbarrier": (H.mbarrier_kernel.py_func, (arr(f32, 2), arr(f32, 2))),
         "bulk": (H.bulk_copy_kernel.py_func,
                  (arr(f32, 1), i64, i64, arr(f32, 2), arr(f32, 1), types.boolean)),
@@ -271,6 +384,13 @@ PTX_EXPECT = {
                   "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16",
                   "fence.proxy.async.shared::cta"],
     "wgmma_bf16_sw128": ["wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"],
+    "wgmma_tb": ["wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"],
+    "wgmma_rs_tb": ["wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"],
+    "cp_async_mbar": ["cp.async.mbarrier.arrive.noinc.shared::cta.b64",
+                      "cp.async.cg.shared.global"],
+    "flash_wgmma": ["wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 ",
+                    "cp.async.mbarrier.arrive.noinc.shared::cta.b64",
+                    "setmaxnreg.dec.sync.aligned.u32 56", "setmaxnreg.inc.sync.aligned.u32 224"],
     "mbarrier": ["mbarrier.init.shared::cta.b64", "mbarrier.arrive.shared::cta.b64",
                  "mbarrier.try_wait.parity.shared::cta.b64", "fence.mbarrier_init.release.cluster"],
     "bulk": ["mbarrier.arrive.expect_tx.shared::cta.b64",
@@ -315,14 +435,15 @@ def test_ptx_for_sm90a(tmp_path):
         assert ".target sm_90a" in ptx
         for w in wants:
             assert w in ptx, f"{name}: {w!r} not in its PTX"
-    for name in ("wgmma_f16", "wgmma_bf16_sw128"):     # (a report, not a check)
+    for name in ("wgmma_f16", "wgmma_bf16_sw128", "wgmma_tb", "wgmma_rs_tb"):   # (a report)
         local = ".local" in (tmp_path / f"{name}.ptx").read_text()
         print(f"{name}: the accumulator {'in local memory' if local else 'in registers'}")
     ptxas = _ptxas()
     if ptxas is None:
         return
     for name in PTX_EXPECT:
-        cap = ["-maxrregcount", "128"] if name == "setmaxnreg" else []   # as max_registers=128
+        cap = {"setmaxnreg": ["-maxrregcount", "128"],      # as their max_registers
+               "flash_wgmma": ["-maxrregcount", "168"]}.get(name, [])
         a = subprocess.run([ptxas, "-arch=sm_90a", "-v", *cap, str(tmp_path / f"{name}.ptx"),
                             "-o", str(tmp_path / f"{name}.cubin")], capture_output=True, text=True)
         assert a.returncode == 0, f"ptxas {name}: {a.stderr[-2000:]}"
@@ -332,7 +453,7 @@ def test_ptx_for_sm90a(tmp_path):
         print(f"ptxas {name}: {'; '.join(used)}")
     cuobjdump = shutil.which("cuobjdump")
     if cuobjdump:                       # the tensor-core instruction in the machine code
-        for name in ("wgmma_f16", "wgmma_bf16_sw128"):
+        for name in ("wgmma_f16", "wgmma_bf16_sw128", "wgmma_tb", "wgmma_rs_tb"):
             sass = subprocess.run([cuobjdump, "-sass", str(tmp_path / f"{name}.cubin")],
                                   capture_output=True, text=True).stdout
             n = sass.count("HGMMA")

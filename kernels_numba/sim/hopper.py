@@ -16,6 +16,9 @@ What is modelled, per simulated block (state kept on the simulator's BlockManage
   current phase's parity differs from p). A bulk copy is delivered (its bytes land in shared
   memory, complete_tx counts them) when a thread next waits on its mbarrier — the latest
   moment the GPU allows — so a kernel that reads before it waits sees the old contents.
+- **cp.async on an mbarrier**: ``cp_async_mbar_arrive`` takes the thread's cp.async copies
+  not yet landed (sim/vector.py holds them back) to the mbarrier; they land, and count one
+  arrival (noinc), when a thread next waits on it.
 - **Named barriers** 1-15 (0 is ``cuda.syncthreads()``'s): arrivals counted per id; a
   ``bar_sync`` returns once its id has counted ``nthreads`` arrivals (``bar_arrive`` counts
   without waiting).
@@ -23,7 +26,9 @@ What is modelled, per simulated block (state kept on the simulator's BlockManage
   the first a multiple of 4) hand in their accumulator fragments and the two descriptors;
   the 64×N×16 product is computed in NumPy (float64, one rounding to float32) and each thread
   gets its fragment back, in the layout drawn in ``kernels_numba/hopper.py``. The product is
-  computed at once (the GPU's asynchrony is not modelled); the protocol is checked per thread:
+  computed at once (the GPU's asynchrony is not modelled). The RS form takes A from the
+  128 threads' four registers each (decoded in the A-fragment layout), the _tb forms read B
+  N-major through the descriptor; the protocol is checked per thread:
   a ``wgmma_fence()`` must come before the first mma and again after every ``wait_group``.
 
 Errors, never hangs. A thread that waits (mbarrier, named barrier, warpgroup rendezvous)
@@ -50,6 +55,7 @@ import threading
 
 import numpy as np
 
+from .vector import land, take_pending
 from .warp import block_threads, current_thread, waits_in_warp_op
 
 POLL_S = 0.02           # first re-check of a waiting thread ...
@@ -76,6 +82,8 @@ class _MBarrier:
         self.tx = 0                 # transaction bytes still missing (expect_tx − complete_tx)
         self.phase = 0              # phases completed so far; current parity = phase & 1
         self.in_flight = []         # bulk copies not yet delivered: (dst bytes, offset, data)
+        self.cp_arrivals = []       # cp_async_mbar_arrive's: each a thread's cp.async copies,
+                                    # landing (then one arrival) when a thread waits here
 
     def counts(self):
         return (f"phase {self.phase} (parity {self.phase & 1}), {self.pending} of "
@@ -323,6 +331,10 @@ def _deliver(blk, mb):
             mb.tx -= data.size                  # complete_tx::bytes
         mb.in_flight = []
         _maybe_complete(blk, mb)
+    while mb.cp_arrivals:                       # each: its copies land, then one arrival
+        land(mb.cp_arrivals.pop(0))
+        mb.pending -= 1
+        _maybe_complete(blk, mb)
 
 
 def mbar_init(bars, i, count):
@@ -431,6 +443,19 @@ def bulk_copy_g2s(dst, di, src, si, nbytes, bars, bi):
         data = s.reshape(-1).view(np.uint8)[s_off:s_off + nbytes].copy()
         mb = _mbar(blk, bars, bi, op)
         mb.in_flight.append((u8, off, data))     # delivered when a thread waits on mb
+        _changed(blk)
+
+
+def cp_async_mbar_arrive(bars, i):
+    """cp.async.mbarrier.arrive.noinc: the thread's cp.async copies issued so far (held back by
+    sim/vector.py) go to the mbarrier; they land, and count one arrival, when a thread next
+    waits on it — the latest moment the GPU allows."""
+    op = "cp_async_mbar_arrive"
+    t = _thread(op)
+    blk = _block(t)
+    with blk.cond:
+        mb = _mbar(blk, bars, i, op)
+        mb.cp_arrivals.append(take_pending())
         _changed(blk)
 
 
@@ -549,13 +574,20 @@ def _decode(desc):
             "swizzle": (desc >> 62) & 3}
 
 
-def _operand(blk, desc, rows, kind, op, name):
-    """The rows × 16 K-major operand a descriptor describes, read from the shared window, as
-    float64 (the element bits decoded as fp16 or bf16)."""
+def _operand(blk, desc, rows, kind, op, name, n_major=False):
+    """The rows × 16 operand (row r: the 16 k-values of row r of A, or of column r of B) a
+    descriptor describes, read from the shared window, as float64 (the element bits decoded
+    as fp16 or bf16). K-major, or n_major (imm-trans-b 1: B's rows r in 16-byte runs of 8 for
+    one k, PTX ISA canonical layout ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO)), no swizzle only)."""
     d = _decode(desc)
     r = np.arange(rows)[:, None]
     k = np.arange(16)[None, :]
-    if d["swizzle"] == 0:               # core matrices: 8 rows × 16 bytes, rows 16 bytes apart
+    if n_major:
+        if d["swizzle"] != 0:
+            raise HopperSimError(f"{op}: {name}: an N-major operand with swizzle mode "
+                                 f"{d['swizzle']} is not modelled (no swizzle only)")
+        addr = d["start"] + (r // 8) * d["sbo"] + (r % 8) * 2 + (k % 8) * 16 + (k // 8) * d["lbo"]
+    elif d["swizzle"] == 0:             # core matrices: 8 rows × 16 bytes, rows 16 bytes apart
         addr = d["start"] + (r // 8) * d["sbo"] + (r % 8) * 16 + (k // 8) * d["lbo"] + (k % 8) * 2
     elif d["swizzle"] == 1:             # 128B: rows 128 bytes apart, 16-byte chunks XOR row % 8
         if d["base_offset"]:
@@ -578,28 +610,50 @@ def _operand(blk, desc, rows, kind, op, name):
     return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
-def _make_wgmma(kind, n):
-    name = f"wgmma_{kind}_n{n}"
+def _register_a(regs, kind):
+    """The 64 × 16 A of the RS form from the warpgroup's registers regs[tid] = (a0, a1, a2, a3),
+    per warp mma.sync's m16n8k16 A fragment (mma.py) on its 16 rows: a0 = A[16w + g, 2t : 2t+2],
+    a1 = A[16w + g + 8, 2t : 2t+2], a2 = A[16w + g, 2t+8 : 2t+10], a3 = A[16w + g + 8, …]."""
+    tid = np.arange(WARPGROUP)
+    w, g, t = tid // 32, (tid % 32) // 4, tid % 4
+    halves = np.zeros((64, 16), np.uint16)
+    regs = np.asarray(regs, np.uint64)
+    for j, (dr, dk) in enumerate(((0, 0), (8, 0), (0, 8), (8, 8))):
+        halves[16 * w + g + dr, 2 * t + dk] = regs[:, j] & 0xFFFF
+        halves[16 * w + g + dr, 2 * t + dk + 1] = regs[:, j] >> 16
+    if kind == "f16":
+        return halves.view(np.float16).astype(np.float64)
+    return (halves.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def _make_wgmma(kind, n, rs=False, trans_b=0):
+    name = f"wgmma_{kind}_n{n}" + ("_rs" if rs else "") + ("_tb" if trans_b else "")
     rows, cols = _fragment_index(n)
+    same = 6 if rs else 3               # the payload's fields all threads share: (a…, b, scale_d)
 
     def compute(blk, payloads):
         first = payloads[0]
-        odd = [i for i, p in enumerate(payloads) if p[:3] != first[:3]]
+        key = (lambda p: p[4:6]) if rs else (lambda p: p[:3])
+        odd = [i for i, p in enumerate(payloads) if key(p) != key(first)]
         if odd:
             return (f"{name}: the 128 threads of a warpgroup must pass the same descriptors and "
                     f"scale_d; {_ids_text(odd)} (of the warpgroup) passed "
-                    f"{payloads[odd[0]][:3]}, thread 0 {first[:3]}"), None
-        desc_a, desc_b, scale_d = first[:3]
-        A = _operand(blk, desc_a, 64, kind, name, "A")
-        Bt = _operand(blk, desc_b, n, kind, name, "B")      # B K-major: row j holds B[:, j]
+                    f"{key(payloads[odd[0]])}, thread 0 {key(first)}"), None
+        if rs:
+            A = _register_a([p[:4] for p in payloads], kind)
+            desc_b, scale_d = first[4:6]
+        else:
+            desc_a, desc_b, scale_d = first[:3]
+            A = _operand(blk, desc_a, 64, kind, name, "A")
+        Bt = _operand(blk, desc_b, n, kind, name, "B", bool(trans_b))   # row j holds B[:, j]
         D = A @ Bt.T
         if scale_d:
             C = np.zeros((64, n))
-            C[rows, cols] = np.array([p[3] for p in payloads], np.float64)
+            C[rows, cols] = np.array([p[same] for p in payloads], np.float64)
             D = D + C
         return None, D[rows, cols].astype(np.float32)
 
-    def twin(acc, desc_a, desc_b, scale_d):
+    def run(acc, head):
         t = _thread(name)
         st = _protocol(t)
         if not st["fenced"]:
@@ -611,9 +665,16 @@ def _make_wgmma(kind, n):
         if a.dtype != np.float32 or a.size != n // 2:
             raise HopperSimError(f"{_where(t, name)}: acc must be a float32 local array of "
                                  f"{n // 2} elements (N/2), got {a.dtype} × {a.size}")
-        payload = (int(desc_a), int(desc_b), bool(scale_d), a.copy())
-        a[:] = _warpgroup_collective(t, name, payload, compute)
+        a[:] = _warpgroup_collective(t, name, head + (a.copy(),), compute)
         st["uncommitted"] += 1
+
+    if rs:
+        def twin(acc, a0, a1, a2, a3, desc_b, scale_d):
+            run(acc, (int(a0) & 0xFFFFFFFF, int(a1) & 0xFFFFFFFF, int(a2) & 0xFFFFFFFF,
+                      int(a3) & 0xFFFFFFFF, int(desc_b), bool(scale_d)))
+    else:
+        def twin(acc, desc_a, desc_b, scale_d):
+            run(acc, (int(desc_a), int(desc_b), bool(scale_d)))
 
     twin.__name__ = name
     return twin
@@ -660,3 +721,7 @@ def _warpgroup_collective(t, op, payload, compute):
 for _kind in ("f16", "bf16"):
     for _n in (64, 128, 256):
         globals()[f"wgmma_{_kind}_n{_n}"] = _make_wgmma(_kind, _n)
+    for _n in (64, 128):
+        globals()[f"wgmma_{_kind}_n{_n}_tb"] = _make_wgmma(_kind, _n, False, 1)
+        globals()[f"wgmma_{_kind}_n{_n}_rs"] = _make_wgmma(_kind, _n, True, 0)
+        globals()[f"wgmma_{_kind}_n{_n}_rs_tb"] = _make_wgmma(_kind, _n, True, 1)

@@ -56,9 +56,21 @@ def cp_async4(dst, di, src, si, ok):
     _cp_async(dst, di, src, si, ok, 1)
 
 
-def cp_async_wait_all():
-    """Land this thread's copies."""
-    for dst, di, words, n in getattr(_pending, "copies", ()):
+def take_pending():
+    """This thread's cp.async copies not yet landed, taken from it: what an
+    ``cp_async_mbar_arrive`` (sim/hopper.py) hands to its mbarrier to land later."""
+    copies = getattr(_pending, "copies", [])
+    _pending.copies = []
+    return copies
+
+
+def land(copies):
+    """Copies taken by ``take_pending`` land in shared memory."""
+    for dst, di, words, n in copies:
         flat = dst.reshape(-1) if dst.ndim > 1 else dst
         flat[di:di + n] = 0 if words is None else words
-    _pending.copies = []
+
+
+def cp_async_wait_all():
+    """Land this thread's copies."""
+    land(take_pending())

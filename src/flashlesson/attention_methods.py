@@ -58,12 +58,19 @@ METHODS = {m.name: m for m in [
                     "attention_tc.flash_tc_kernel, attention_tc.flash_tf32x3_kernel",
                     "nothing (m, l, acc stay on chip)",
                     "lesson.tensor_core.flash_tc_kernel (fp16)"),
+    # §42–43 on Hopper (flashlesson.tc_methods.attention_wgmma): fp16/bf16, d = 64 or 128
+    AttentionMethod("flash_wgmma", "37, 42–43", "flash on Hopper's wgmma (FlashAttention-3's "
+                    "structure): S = QKᵀ from shared memory, PV with P in registers, K/V in a "
+                    "ring of stages on mbarriers, optionally a producer warpgroup",
+                    "attention_wgmma.flash_wgmma_kernel", "nothing (m, l, acc stay on chip)"),
 ]}
 CHOICES = tuple(METHODS)
 LESSON_METHODS = tuple(name for name, m in METHODS.items() if m.lesson_kernels != "—")
 # Methods that take every float32 option of ``attention`` (dropout, any d): the shared tests
 # run them all; "flash_tc" has its own (tests/test_attention_tc.py).
-FP32_METHODS = tuple(m for m in METHODS if m != "flash_tc")
+FP32_METHODS = tuple(m for m in METHODS if m not in ("flash_tc", "flash_wgmma"))
+# The tensor-core methods (fp16/bf16 in): tests/test_attention_tc.py runs each.
+TC_METHODS = ("flash_tc", "flash_wgmma")
 
 
 def operands(q, k, v):
@@ -132,7 +139,9 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
         in global memory); "flash_fa1" (§41, FlashAttention-1's loop order) and "flash_db"
         (§42, double-buffered K/V tiles) take a config too; "flash_tc" (§37, tensor cores,
         a ``TcConfig``) is where float16 and bf16 (``BFloat16``, torch bfloat16) inputs go by
-        themselves, and runs float32 inputs with 3xTF32 (see ``flashlesson.tc_methods``).
+        themselves, and runs float32 inputs with 3xTF32 (see ``flashlesson.tc_methods``);
+        "flash_wgmma" (§42–43 on Hopper's wgmma, fp16/bf16 with d = 64 or 128, a
+        ``WgmmaConfig``: stages of the K/V ring, a producer warpgroup).
     causal: mask keys after each query, aligned bottom-right when Nq ≠ Nk (query i sees key j
         iff j ≤ i + Nk − Nq, as flash-attn ≥ 2.1; torch SDPA's is_causal aligns top-left).
         Rows that see no key give O = 0 and LSE = −inf.
@@ -178,6 +187,16 @@ def _attention_call(q, k, v, causal, scale, key_padding_mask, dropout_p, seed, r
     if tier == "lesson" and tc_methods.low_precision(q) and method != "flash_tc":
         raise TypeError(f"q: tier 'lesson' of method {method!r} takes float32 inputs (fp16 "
                         "runs on method 'flash_tc', either tier; bf16 on its fast tier)")
+    if method == "flash_wgmma":                                 # §42–43 on Hopper
+        checks.integer(seed, "seed", 0, 2**64)
+        checks.tier(tier, method, LESSON_METHODS, "attention")
+        if config is not None and not isinstance(config, tc_methods.WgmmaConfig):
+            raise TypeError(f"config: method 'flash_wgmma' takes a WgmmaConfig, not a "
+                            f"{type(config).__name__}")
+        return tc_methods.attention_wgmma(q, k, v, causal=causal, scale=scale,
+                                          key_padding_mask=key_padding_mask,
+                                          dropout_p=dropout_p, return_lse=return_lse,
+                                          config=config)
     if method == "flash_tc" or tc_methods.low_precision(q):     # §37: tensor cores
         checks.integer(seed, "seed", 0, 2**64)      # (no dropout there, but a seed is a seed)
         if method not in ("flash", "flash_tc"):

@@ -39,7 +39,7 @@ from typing import Optional
 import numpy as np
 
 from .configs import BwdConfig, FlashConfig
-from .tc_methods import TcBwdConfig, TcConfig
+from .tc_methods import TcBwdConfig, TcConfig, WgmmaConfig
 
 SOFTMAX, FORWARD, BACKWARD = "softmax", "attention", "backward"
 UNITS = {SOFTMAX: "GB/s", FORWARD: "TFLOP/s", BACKWARD: "TFLOP/s"}
@@ -201,6 +201,24 @@ LADDERS = (
              {"method": "flash_tc"}, dtype="float32", versus="0f"),
         Step("0f", "(the lesson kernel of step tf32: ``lesson/attention.py``, CUDA cores)",
              LESSON, dtype="float32", versus=None),
+    )),
+    Ladder("attention_wgmma", FORWARD, DEFAULT_FP32, "float16", (
+        Step("0", "the lesson kernel of §37 (``lesson/tensor_core.py``), as in attention_tc's "
+             "ladder", {"method": "flash_tc", "tier": "lesson"}),
+        Step("1", "the mma.sync kernel (``attention_tc.py``, its default): where this file "
+             "starts", {"method": "flash_tc"}),
+        Step("2", "both products on wgmma (S: Q, K from shared memory; P·V: P in registers, V "
+             "N-major), 2 consumer warpgroups, Bc = 128, K/V through one stage on mbarriers: "
+             "load, wait, compute (STAGES = 1)",
+             {"method": "flash_wgmma",
+              "config": WgmmaConfig(Bc=128, CWG=2, STAGES=1, PRODUCER=False)}),
+        Step("3", "§42: two stages, the next tile's cp.async copies in flight during this "
+             "tile's wgmmas (every thread copies)",
+             {"method": "flash_wgmma",
+              "config": WgmmaConfig(Bc=128, CWG=2, STAGES=2, PRODUCER=False)}),
+        Step("4", "§43: a producer warpgroup that only copies (setmaxnreg: 56 registers for it, "
+             "224 for the consumers), consumers that only compute: ``WgmmaConfig()``",
+             {"method": "flash_wgmma", "config": WgmmaConfig()}),
     )),
     Ladder("attention_tc_backward", BACKWARD, DEFAULT_FP32, "float16", (
         Step("0", "the lesson kernels of §30 on CUDA cores, on float32 inputs of the same shape "

@@ -3,6 +3,10 @@
     flashlesson.attention(q, k, v, ...)                     fp16 / bf16 inputs come here by
                                                             themselves (method "flash")
     flashlesson.attention(q, k, v, ..., method="flash_tc")  also float32: 3xTF32 on tensor cores
+    flashlesson.attention(q, k, v, ..., method="flash_wgmma")  Hopper (sm_90a): §42–43 on
+                                                   wgmma, fp16/bf16, d = 64 or 128 (a
+                                                   ``WgmmaConfig``; not the default): below,
+                                                   kernels_numba/attention_wgmma.py
 
 Input formats:
 - float16 NumPy or device arrays → the fp16 kernel, O in float16.
@@ -26,6 +30,7 @@ import numpy as np
 from numba import cuda
 
 from kernels_numba import attention_tc as KT
+from kernels_numba import attention_wgmma as KW
 from kernels_numba.lesson import tensor_core as LT
 
 from . import checks, device
@@ -316,6 +321,117 @@ def _unwords(o3, shape, fmt, on_host):
         if type(out).__module__.startswith("torch"):
             return out                          # (torch.float16 or torch.bfloat16)
     return BFloat16(out) if fmt == "bf16" else out
+
+
+# ---------------------------------------------------------------------------------------------
+# §42–43 on Hopper: method "flash_wgmma" (kernels_numba/attention_wgmma.py)
+# ---------------------------------------------------------------------------------------------
+WGMMA_HEAD_DIMS = (64, 128)
+
+
+@dataclass(frozen=True)
+class WgmmaConfig:
+    """The wgmma kernel's compile-time variants: Bc keys per K/V tile (64 or 128), CWG consumer
+    warpgroups of 64 query rows (1 or 2: Br = 64·CWG), STAGES shared-memory stages of the K/V
+    ring (1: load, wait, compute; 2: §42, the next tile in flight), PRODUCER: one more
+    warpgroup that only copies (§43, needs STAGES ≥ 2 to overlap anything)."""
+    Bc: int = 128
+    CWG: int = 2
+    STAGES: int = 2
+    PRODUCER: bool = True
+
+    def __post_init__(self):
+        checks.config_fields(self)
+
+    def check(self, d):
+        if self.Bc not in (64, 128):
+            raise ValueError(f"config: Bc must be 64 or 128 (the wgmma's N), got {self.Bc}")
+        if self.CWG not in (1, 2):
+            raise ValueError(f"config: CWG must be 1 or 2 consumer warpgroups, got {self.CWG}")
+        if self.STAGES not in (1, 2, 3):
+            raise ValueError(f"config: STAGES must be 1, 2 or 3, got {self.STAGES}")
+        smem = KW.wgmma_smem_bytes(d, self.Bc, self.CWG, self.STAGES)
+        if not device.SIMULATOR and smem > max_shared_bytes():
+            raise ValueError(f"config: {smem} bytes of shared memory at d = {d} (Bc, CWG, "
+                             f"STAGES = {self.Bc}, {self.CWG}, {self.STAGES}); this GPU allows "
+                             f"{max_shared_bytes()}")
+
+    @property
+    def Br(self):
+        return 64 * self.CWG
+
+
+def default_wgmma_config(d):
+    """The simulator: the smallest block (one consumer warpgroup, Bc = 64, no producer). On the
+    GPU FlashAttention-3's shape: 2 consumer warpgroups, Bc = 128, 2 stages, a producer (not
+    yet measured: scripts/gpu_wgmma.sh times every variant)."""
+    if device.SIMULATOR:
+        return WgmmaConfig(Bc=64, CWG=1, STAGES=2, PRODUCER=False)
+    return WgmmaConfig()
+
+
+def attention_wgmma(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropout_p=0.0,
+                    return_lse=False, config=None):
+    """``attention(..., method="flash_wgmma")``: fp16 or bf16 (BFloat16, torch bfloat16) q, k, v
+    with d = 64 or 128, on Hopper's wgmma (sm_90a); outputs as method "flash_tc"."""
+    qo, fq = _operand(q, "q")
+    ko, fk = _operand(k, "k")
+    vo, fv = _operand(v, "v")
+    if fq == "tf32" or not (fq == fk == fv):
+        raise TypeError(f"q, k, v: method 'flash_wgmma' takes fp16 or bf16, all three the same; "
+                        f"got {fq}, {fk}, {fv} (float32: method 'flash_tc', 3xTF32)")
+    if not (qo.on_host == ko.on_host == vo.on_host):
+        raise TypeError("q, k, v: all three must be NumPy arrays or all three device arrays")
+    B, H, nq, nk, d = _shapes(qo, ko, vo)
+    if d not in WGMMA_HEAD_DIMS:
+        raise ValueError(f"q: method 'flash_wgmma' takes a head dimension of "
+                         f"{' or '.join(map(str, WGMMA_HEAD_DIMS))}; got d = {d}. Use method "
+                         "'flash_tc' (any d in 1 … 256)")
+    if B * H > 65535:
+        raise ValueError(f"q: B·H = {B * H} exceeds the 65535 blocks of a grid's y dimension")
+    if checks.probability(dropout_p, "dropout_p"):
+        raise ValueError("dropout_p: method 'flash_wgmma' has no dropout; use method 'flash' "
+                         "(float32) for dropout")
+    if not device.SIMULATOR:
+        cc = tuple(cuda.get_current_device().compute_capability)
+        if cc != (9, 0):
+            raise ValueError(f"method 'flash_wgmma' needs a Hopper GPU (sm_90a: wgmma, "
+                             f"mbarrier, setmaxnreg); this one is compute capability "
+                             f"{cc[0]}.{cc[1]}. Use method 'flash_tc'")
+    scale = checks.scale(scale, d)
+    causal = checks.flag(causal, "causal")
+    return_lse = checks.flag(return_lse, "return_lse")
+    kpm = checks.key_padding_mask(key_padding_mask, B, nk)
+    cfg = config or default_wgmma_config(d)
+    if not isinstance(cfg, WgmmaConfig):
+        raise TypeError(f"config: expected a WgmmaConfig for method 'flash_wgmma', got "
+                        f"{type(cfg).__name__}")
+    cfg.check(d)
+    if B * H * nq == 0 or nk == 0:      # empty: no launch; a row with no key gives 0, −inf
+        o = _filled((B, H, nq, d), fq, 0.0, qo.on_host, like=qo)
+        lse = checks.filled((B, H, nq), np.float32, -np.inf, qo.on_host, like=qo)
+        return (o, lse) if return_lse else o
+    with using(qo):
+        bh = B * H
+        word = np.uint32
+        q3, k3, v3 = (_words(x, (bh, x.shape[2], d // 2), word) for x in (qo, ko, vo))
+        o3 = empty((bh, nq, d), np.float16, bf16=fq == "bf16").view(word)
+        lse2 = empty((bh, nq), np.float32)
+        kernel = KW.flash_wgmma_kernel(d, cfg.Bc, cfg.CWG, cfg.STAGES, bool(cfg.PRODUCER),
+                                       causal, kpm is not None, fq == "bf16")
+        tiles = -(-nq // cfg.Br)
+        grid = (bh, tiles) if causal else (tiles, bh)
+        checks.grid(grid, f"q: {nq} queries in tiles of Br = {cfg.Br}"
+                    + (" (causal: query tiles on the grid's y axis)" if causal else ""))
+        launch(kernel, grid, 128 * (cfg.CWG + bool(cfg.PRODUCER)),
+               (q3, k3, v3, o3, lse2, np.float32(scale), nq, nk, H,
+                kpm if kpm is not None else dummy("mask")),
+               KW.wgmma_smem_bytes(d, cfg.Bc, cfg.CWG, cfg.STAGES))
+    o = _unwords(o3, (B, H, nq, d), fq, qo.on_host)
+    if not return_lse:
+        return o
+    return o, (lse2.copy_to_host().reshape((B, H, nq)) if qo.on_host else
+               result(lse2, (B, H, nq)))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,299 @@
+"""§42–43 on Hopper — FlashAttention-3's forward, step by step: both products on ``wgmma``, K/V
+tiles in a ring of shared-memory stages handed over by mbarriers, and (§43) a producer
+warpgroup that only copies.
+
+Menu
+| kernel                                          | what                                        |
+|-------------------------------------------------|---------------------------------------------|
+| ``flash_wgmma_kernel(D, Bc, CWG, STAGES=1,      | §37's loop with S = Q Kᵀ as wgmma (A = Q,   |
+|   PRODUCER=False, CAUSAL, PAD, BF16)``          | B = K, both from shared memory) and         |
+|                                                 | O += P V as wgmma with P from registers     |
+|                                                 | (RS) and V N-major (imm-trans-b 1); no      |
+|                                                 | overlap: load tile j, wait, compute         |
+| ``… STAGES=2``                                  | §42: tile j + 1's copies in flight during   |
+|                                                 | tile j's products (every thread copies)     |
+| ``… STAGES=2, PRODUCER=True``                   | §43: one more warpgroup that only copies    |
+|                                                 | (setmaxnreg.dec 56), consumers compute only |
+|                                                 | (setmaxnreg.inc 224 / 240 for CWG 2 / 1)    |
+
+Ladder (issue 13): from the lesson kernel to this file, step by step, at B4 H16 N1024 d64 float16
+unless a step says otherwise; TFLOP/s = 4·B·H·N²·d / time (half when causal); kernel-only CUDA-event
+medians; "× lesson" = the lesson kernel's time / the step's on the same inputs. ``flashlesson bench
+ladder --only attention_wgmma`` checks and times every step with a timed call, ``--write`` puts its
+numbers here; a step without one is historical (no longer separable in the code) and keeps the
+TFLOP/s recorded then.
+| step | what changed                                 | measured                     | timed call                     |
+|------|----------------------------------------------|------------------------------|--------------------------------|
+| 0    | the lesson kernel of §37                     | not measured yet             | method='flash_tc',             |
+|      | (``lesson/tensor_core.py``), as in           |                              | tier='lesson'                  |
+|      | attention_tc's ladder                        |                              |                                |
+| 1    | the mma.sync kernel (``attention_tc.py``,    | not measured yet             | method='flash_tc'              |
+|      | its default): where this file starts         |                              |                                |
+| 2    | both products on wgmma (S: Q, K from shared  | not measured yet             | method='flash_wgmma',          |
+|      | memory; P·V: P in registers, V N-major), 2   |                              | config=WgmmaConfig(Bc=128,     |
+|      | consumer warpgroups, Bc = 128, K/V through   |                              | CWG=2, STAGES=1,               |
+|      | one stage on mbarriers: load, wait, compute  |                              | PRODUCER=False)                |
+|      | (STAGES = 1)                                 |                              |                                |
+| 3    | §42: two stages, the next tile's cp.async    | not measured yet             | method='flash_wgmma',          |
+|      | copies in flight during this tile's wgmmas   |                              | config=WgmmaConfig(Bc=128,     |
+|      | (every thread copies)                        |                              | CWG=2, STAGES=2,               |
+|      |                                              |                              | PRODUCER=False)                |
+| 4    | §43: a producer warpgroup that only copies   | not measured yet             | method='flash_wgmma',          |
+|      | (setmaxnreg: 56 registers for it, 224 for    |                              | config=WgmmaConfig(Bc=128,     |
+|      | the consumers), consumers that only compute: |                              | CWG=2, STAGES=2,               |
+|      | ``WgmmaConfig()``                            |                              | PRODUCER=True)                 |
+
+The loop (per consumer warpgroup of 64 query rows; CWG = 1 or 2 of them, Br = 64·CWG)::
+
+    wait FULL[s]                     ← K_j, V_j have landed (mbarrier phase j // STAGES)
+    S = Qi Kjᵀ                       ← wgmma m64n{Bc}k16, D/16 steps, A = Q, B = K tiles (SS)
+    S = S·scale·log2e; mask          ← CUDA cores, as flash_tc (attention_tc.mask_scores_tc)
+    m, l, acc = online softmax       ← attention_tc.online_softmax_tc: the wgmma accumulator of a
+                                       warp is mma.sync's m16n8 C fragment repeated, so flash_tc's
+                                       quad-shuffle softmax runs on it unchanged
+    P → A fragments (registers)      ← attention_tc.pack_accumulators: 2 column blocks = 1 k16
+    acc += P Vj                      ← wgmma m64n{D}k16, Bc/16 steps, A = P (RS), B = V N-major
+    arrive EMPTY[s]                  ← the stage may be refilled
+    O = acc / l;  LSE = m·ln2 + ln l
+
+Who holds what. A thread of consumer warpgroup c (warp w of it, lane 4g + t) owns rows
+q0 + 64c + 16w + g and + 8, columns 8j + 2t, + 1 of S (Bc/2 floats) and of acc (D/2 floats).
+
+Shared memory (dynamic, ``wgmma_smem_bytes``), all in hopper.py's no-swizzle core matrices::
+
+    Q tile   Br × D, K-major (kmajor_index(r, k, Br)): LBO = 16·Br B, SBO = 128 B; warpgroup c's
+             rows start at element 512·c (64 rows = 8 row blocks of 64 halves)
+    stage s  K tile Bc × D, K-major (kmajor_index(key, k, Bc)): LBO = 16·Bc B, SBO = 128 B
+             V tile Bc × D, N-major (mnmajor_index(key, n, D)): LBO = 16·D B, SBO = 128 B
+    bars     FULL[s] (count: the copying threads), EMPTY[s] (count: the consumer threads)
+
+Each 16-byte piece of a row of Q, K or V (8 consecutive d of one row) is one 16-byte row of a
+core matrix in both layouts, so every copy is one ``cp.async`` of 16 bytes (vector.cp_async16),
+zero-filled (src-size 0, no global read) for keys past Nk and, PAD, padded keys; the copying
+thread then issues ``cp_async_mbar_arrive`` on FULL[s] (noinc: one of FULL's count, triggered
+when its copies have landed). Consumers wait on FULL[s], then ``fence.proxy.async`` (the copies
+are generic-proxy writes, wgmma reads through the async proxy), and arrive on EMPTY[s] once
+their wgmmas reading the stage are waited for.
+
+Tile j uses stage j % STAGES; FULL[s]'s phase n is tile n·STAGES + s, so tile j waits for
+parity (j // STAGES) & 1; the copier of tile i ≥ STAGES first waits on EMPTY[s] for parity
+(i // STAGES − 1) & 1 (tile i − STAGES consumed). Without a producer every thread copies:
+before its products of tile j it issues tile j + STAGES − 1's copies (STAGES = 1: tile j's
+own — load, wait, compute; STAGES = 2: the next tile's, in flight during this one's wgmmas,
+§42). With PRODUCER, warpgroup 0 runs the copy loop alone, up to STAGES tiles ahead (§43);
+the consumers never copy and need no barrier between themselves (the mbarriers are the only
+hand-off, so no named barrier is used); producer threads wait for their last copies before
+exiting. Masking, causal tiles and the epilogue are flash_tc's (bottom-right causal, padded
+keys zeros on chip, a row with no key: O = 0, LSE = −inf).
+
+Limits: fp16/bf16, d = D = 64 or 128 exactly (other d: method 'flash_tc'); Bc = 64 or 128;
+sm_90a (wgmma, setmaxnreg, mbarrier); every consumer warpgroup runs every tile of the block
+(wgmma is warpgroup-collective). Not tuned: no swizzle (the tensor core reads core matrices of
+128 contiguous bytes, conflict-free; a warp's cp.async writes are 4 runs of 128 bytes:
+``piece_of``), no intra-warpgroup overlap of softmax with the next S (FA3's ping-pong and
+2-stage softmax), one wgmma group waited for at once. The simulator runs it at tiny shapes (one block).
+
+How to run: ``attention(q16, k16, v16, method="flash_wgmma", config=WgmmaConfig(...))``,
+``pytest tests/test_attention_tc.py -k wgmma``, on the H200 ``bash scripts/gpu_wgmma.sh``.
+"""
+
+import math
+from functools import lru_cache
+
+from numba import cuda, float32, uint32, uint64
+
+from .attention import block_tile, kv_tiles
+from .attention_tc import LN2, LOG2E, QUAD, head_io, mask_scores_tc, online_softmax_tc, \
+    pack_accumulators, zeros
+from .hopper import SWIZZLE_NONE, WGMMA, WGMMA_RS_TB, cp_async_mbar_arrive, fence_mbarrier_init, \
+    fence_proxy_async, mbar_arrive, mbar_init, mbar_try_wait_parity, setmaxnreg_dec, \
+    setmaxnreg_inc, shared_addr, wgmma_commit_group, wgmma_desc, wgmma_fence, \
+    wgmma_fence_operand, wgmma_wait_group
+from .mma import pack_bf16, pack_f16
+from .reductions import NEG_INF, ZERO, lanes_sum, safe_reciprocal
+from .sim import gpu_options
+from .vector import cp_async16, cp_async_wait_all
+
+WARPGROUP = 128
+PRODUCER_REGS = 56          # setmaxnreg.dec of the producer warpgroup: ptxas allocates the code
+                            # after it within this (40: 40 bytes of spills at d = 128, 56: none)
+REG_CAP = 168               # max_registers of a PRODUCER kernel: ≤ 65536 / 384 threads, so the
+                            # block fits before setmaxnreg moves registers between warpgroups
+BUILT = {}                  # (factory, *arguments) → kernel, for resource reports
+
+
+def consumer_regs(CWG):
+    """setmaxnreg.inc of each consumer warpgroup: what the producer gave up, shared out
+    (128·(56 + CWG·n) ≤ 65536), a multiple of 8, at most 240."""
+    return min(240, (65536 // WARPGROUP - PRODUCER_REGS) // CWG // 8 * 8)
+
+
+def wgmma_smem_bytes(D, Bc, CWG, STAGES):
+    """Dynamic shared memory: the Q tile (64·CWG × D halves) and STAGES × (K, V) tiles."""
+    return 2 * (64 * CWG * D + STAGES * 2 * Bc * D)
+
+
+@lru_cache(maxsize=None)
+def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16):
+    """fp16 (BF16=False) or bf16 FlashAttention forward on wgmma; see the module menu."""
+    assert D in (64, 128) and Bc in (64, 128) and CWG in (1, 2) and STAGES >= 1
+    kind = "bf16" if BF16 else "f16"
+    mma_s = WGMMA[(kind, Bc)]               # S = Q Kᵀ: 64 × Bc, A and B from shared memory
+    mma_o = WGMMA_RS_TB[(kind, D)]          # acc += P V: 64 × D, A in registers, B N-major
+    Br = 64 * CWG
+    T = WARPGROUP * (CWG + (1 if PRODUCER else 0))
+    NL = WARPGROUP if PRODUCER else WARPGROUP * CWG     # threads that copy K/V
+    NC = WARPGROUP * CWG                                # consumer threads
+    NBARS = 2 * STAGES                                  # FULL[s], then EMPTY[s]
+    DW = D // 2                             # words (half pairs) of a row in global memory
+    PIECES = D // 8                         # 16-byte pieces of a row
+    QW = Br * DW                            # words of the Q tile; stage s follows at …
+    KVW = Bc * DW                           # … QW + 2·KVW·s: K tile, then V tile
+    SH, OH = Bc // 2, D // 2                # accumulator floats per thread: S, acc
+    NBS, NBO, KC2 = Bc // 8, D // 8, Bc // 16
+    PA = 4 * KC2                            # words of P as A fragments (4 per k16 step)
+    pack = pack_bf16 if BF16 else pack_f16
+    update = online_softmax_tc(NBS, NBO, 1)
+    mask = mask_scores_tc(NBS, CAUSAL, PAD, 1)
+    to_a = pack_accumulators(KC2, 1, NBS, BF16)
+    clear_acc = zeros(OH)
+    _, _, _, put_word = head_io(D, D)
+    GROW = consumer_regs(CWG)
+
+    @cuda.jit(device=True)
+    def piece_of(p):
+        """(row, piece c) of the p-th 16-byte copy of a tile: 8 consecutive p take 8 consecutive
+        rows, so a warp's 32 copies are 4 pieces (64 contiguous bytes) of 8 rows — whole 32-byte
+        sectors in global memory — and land as 4 runs of 128 contiguous bytes in shared memory,
+        the 4 wavefronts 512 bytes need (p → rows first, piece after, would put a warp's copies
+        16·Bc bytes apart: all in the same banks)."""
+        return 8 * (p // (8 * PIECES)) + p % 8, (p // 8) % PIECES
+
+    @cuda.jit(device=True)
+    def copy_tile(k, v, smem, bars, i, lt, bh, n_k, kpm, b_idx):
+        """Thread lt of the NL copiers: K and V rows of tile i into stage i % STAGES, by
+        cp.async (zeros past Nk / for padded keys), then its arrival on FULL (noinc)."""
+        s = i % STAGES
+        if i >= STAGES:                             # wait: tile i − STAGES left this stage
+            mbar_try_wait_parity(bars, STAGES + s, ((i // STAGES) - 1) & 1)
+        k_at = QW + 2 * KVW * s
+        v_at = k_at + KVW
+        for p in range(lt, Bc * PIECES, NL):
+            r, c = piece_of(p)                      # key row of the tile, piece c of it
+            key = i * Bc + r
+            ok = key < n_k and (not PAD or kpm[b_idx, key] != 0)
+            src = (bh * n_k + key) * DW + 4 * c if ok else 0
+            cp_async16(smem, k_at + 4 * (c * Bc + r), k, src, ok)       # kmajor_index / 2
+            cp_async16(smem, v_at + (r // 8) * (4 * D) + 32 * c + 4 * (r % 8), v, src, ok)
+        cp_async_mbar_arrive(bars, s)               # FULL[s]: once my copies have landed
+
+    @cuda.jit(**gpu_options(max_registers=REG_CAP) if PRODUCER else {})
+    def flash_wgmma(q, k, v, o, lse, scale, n_q, n_k, heads, kpm):
+        """q [BH, Nq, D/2], k, v [BH, Nk, D/2], o [BH, Nq, D/2]: uint32 words of two halves;
+        lse [BH, Nq] float32; kpm uint8 [B, Nk] (PAD)."""
+        bh, q0 = block_tile(CAUSAL, Br)
+        tid = cuda.threadIdx.x
+        smem = cuda.shared.array(0, uint32)         # Q | stage 0 (K, V) | stage 1 … (menu)
+        bars = cuda.shared.array(NBARS, uint64)     # FULL[0 …], EMPTY[0 …]
+        b_idx = bh // heads
+        offset = n_k - n_q                          # §34: query i sees key j iff j ≤ i + offset
+        n_tiles = kv_tiles(CAUSAL, q0, Br, Bc, n_q, n_k)
+
+        # Q tile, by every thread: cp.async, zeros past Nq (kmajor_index(r, 8c, Br) / 2)
+        for p in range(tid, Br * PIECES, T):
+            r, c = piece_of(p)
+            ok = q0 + r < n_q
+            cp_async16(smem, 4 * (c * Br + r), q, (bh * n_q + q0 + r) * DW + 4 * c if ok else 0,
+                       ok)
+        cp_async_wait_all()                         # my Q pieces have landed
+        fence_proxy_async()                         # … before wgmma's (async-proxy) reads
+        if tid == 0:
+            for s in range(STAGES):
+                mbar_init(bars, s, NL)              # FULL[s]: one arrival per copying thread
+                mbar_init(bars, STAGES + s, NC)     # EMPTY[s]: one per consumer thread
+            fence_mbarrier_init()
+        cuda.syncthreads()                          # wait: Q in shared memory, barriers ready
+
+        if PRODUCER and tid < WARPGROUP:            # (compile-time PRODUCER) §43: the copier
+            setmaxnreg_dec(PRODUCER_REGS)
+            for i in range(n_tiles):
+                copy_tile(k, v, smem, bars, i, tid, bh, n_k, kpm, b_idx)
+            cp_async_wait_all()                     # (no copy in flight when the thread exits)
+            return
+        if PRODUCER:
+            setmaxnreg_inc(GROW)
+
+        ct = tid - WARPGROUP if PRODUCER else tid   # consumer thread index, 0 … NC − 1
+        cw = ct // WARPGROUP                        # consumer warpgroup: rows 64·cw …
+        w = (ct % WARPGROUP) // 32
+        g = (ct % 32) // 4
+        t = ct % 4
+        r_lo = q0 + 64 * cw + 16 * w + g            # my rows: r_lo, r_lo + 8
+        scale2 = scale * LOG2E                      # S in base 2 (online_softmax_tc)
+        sacc = cuda.local.array(SH, float32)        # S, then P, of this tile
+        acc = cuda.local.array(OH, float32)         # un-normalized output (§32: acc)
+        pa = cuda.local.array(PA, uint32)           # P as A fragments of the RS wgmma
+        ml = cuda.local.array(4, float32)           # m of my 2 rows (base 2), then l
+        clear_acc(acc)
+        ml[0] = NEG_INF
+        ml[1] = NEG_INF
+        ml[2] = ZERO
+        ml[3] = ZERO
+        q_addr = shared_addr(smem, 256 * cw)        # warpgroup cw's 64 rows of Q
+
+        if not PRODUCER:                            # tiles 0 … STAGES − 2 before the loop
+            for i in range(min(STAGES - 1, n_tiles)):
+                copy_tile(k, v, smem, bars, i, ct, bh, n_k, kpm, b_idx)
+        for j in range(n_tiles):
+            if not PRODUCER and j + STAGES - 1 < n_tiles:
+                copy_tile(k, v, smem, bars, j + STAGES - 1, ct, bh, n_k, kpm, b_idx)
+            s = j % STAGES
+            k0 = j * Bc
+            mbar_try_wait_parity(bars, s, (j // STAGES) & 1)    # wait: K_j, V_j have landed
+            fence_proxy_async()                     # the copies (generic proxy) before wgmma
+            k_addr = shared_addr(smem, QW + 2 * KVW * s)
+            v_addr = shared_addr(smem, QW + 2 * KVW * s + KVW)
+
+            # S = Qi Kjᵀ: D/16 k16 steps (Q: 16·Br·ks halves on, K: 16·Bc·ks)
+            wgmma_fence_operand(sacc, SH)
+            wgmma_fence()                           # (sacc last read by to_a, before)
+            for ks in range(D // 16):
+                mma_s(sacc, wgmma_desc(q_addr + 32 * Br * ks, 16 * Br, 128, SWIZZLE_NONE),
+                      wgmma_desc(k_addr + 32 * Bc * ks, 16 * Bc, 128, SWIZZLE_NONE), ks > 0)
+            wgmma_commit_group()
+            wgmma_wait_group(0)                     # wait: S is in sacc
+            wgmma_fence_operand(sacc, SH)
+
+            for i in range(SH):
+                sacc[i] *= scale2                   # S = Qi Kjᵀ · scale · log2e
+            if PAD or k0 + Bc > n_k or (CAUSAL and k0 + Bc - 1 > q0 + offset):
+                mask(sacc, k0, r_lo, 2 * t, n_k, offset, kpm, b_idx)
+            update(sacc, acc, ml)                   # m, l; P = 2^(S − m); acc *= correction
+            to_a(sacc, pa)                          # P → A fragments (16-bit pairs)
+
+            # acc += P Vj: Bc/16 k16 steps (V: 16·D·ks halves on, N-major)
+            wgmma_fence_operand(acc, OH)
+            wgmma_fence()                           # acc's rescale above before the mmas
+            for ks in range(KC2):
+                mma_o(acc, pa[4 * ks], pa[4 * ks + 1], pa[4 * ks + 2], pa[4 * ks + 3],
+                      wgmma_desc(v_addr + 32 * D * ks, 16 * D, 128, SWIZZLE_NONE), True)
+            wgmma_commit_group()
+            wgmma_wait_group(0)                     # wait: acc updated, stage s read
+            wgmma_fence_operand(acc, OH)
+            mbar_arrive(bars, STAGES + s)           # EMPTY[s]: the stage may be refilled
+
+        # O = acc / l, LSE = m·ln2 + ln l (l: the quad's four partial sums added first)
+        for half in range(2):
+            row = r_lo + 8 * half
+            l_row = lanes_sum(ml[2 + half], QUAD)
+            if row < n_q:
+                inv_l = safe_reciprocal(l_row)      # a row that saw no key: O = 0
+                for nb in range(NBO):
+                    y = 4 * nb + 2 * half
+                    put_word(o, bh, row, 4 * nb + t, pack(acc[y] * inv_l, acc[y + 1] * inv_l))
+                if t == 0:
+                    lse[bh, row] = NEG_INF if l_row == ZERO else \
+                        ml[half] * LN2 + math.log(l_row)        # LSE = m·ln2 + ln l
+
+    BUILT[("flash_wgmma_kernel", D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16)] = flash_wgmma
+    return flash_wgmma
