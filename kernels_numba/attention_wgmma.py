@@ -16,7 +16,7 @@ Menu
 |                                                 | (setmaxnreg.dec 56), consumers compute only |
 |                                                 | (setmaxnreg.inc 224 / 240 for CWG 2 / 1)    |
 
-Ladder (issue 13): from the lesson kernel to this file, step by step, at B4 H16 N1024 d64 float16
+Ladder (issue 13): from the lesson kernel to this file, step by step, at B1 H16 N8192 d128 float16
 unless a step says otherwise; TFLOP/s = 4·B·H·N²·d / time (half when causal); kernel-only CUDA-event
 medians; "× lesson" = the lesson kernel's time / the step's on the same inputs. ``flashlesson bench
 ladder --only attention_wgmma`` checks and times every step with a timed call, ``--write`` puts its

@@ -30,7 +30,17 @@ WGMMA = {   # the ladder's steps (flashlesson/ladder.py, attention_wgmma)
 }
 
 
-def methods(torch):
+# --sweep: more shapes of the block and the ring (d = 64: the ladder's config loses to flash_tc)
+SWEEP = {
+    "wgmma Bc64 CWG2 ST2 P": WgmmaConfig(Bc=64, CWG=2, STAGES=2, PRODUCER=True),
+    "wgmma Bc64 CWG2 ST3 P": WgmmaConfig(Bc=64, CWG=2, STAGES=3, PRODUCER=True),
+    "wgmma Bc128 CWG1 ST2 P": WgmmaConfig(Bc=128, CWG=1, STAGES=2, PRODUCER=True),
+    "wgmma Bc128 CWG1 ST3 P": WgmmaConfig(Bc=128, CWG=1, STAGES=3, PRODUCER=True),
+    "wgmma Bc128 CWG2 ST3 P": WgmmaConfig(Bc=128, CWG=2, STAGES=3, PRODUCER=True),
+}
+
+
+def methods(torch, sweep=False):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     sdpa = torch.nn.functional.scaled_dot_product_attention
 
@@ -45,6 +55,8 @@ def methods(torch):
 
     out = {"torch sdpa flash": torch_flash, "flash_tc": ours("flash_tc", None)}
     out.update({name: ours("flash_wgmma", cfg) for name, cfg in WGMMA.items()})
+    if sweep:
+        out.update({name: ours("flash_wgmma", cfg) for name, cfg in SWEEP.items()})
     return out
 
 
@@ -57,14 +69,17 @@ def main():
     ap.add_argument("--json", default=None)
     ap.add_argument("--budget-s", type=float, default=150.0, help="stop starting new shapes "
                     "after this many seconds")
+    ap.add_argument("--sweep", action="store_true", help="also the configs of SWEEP")
+    ap.add_argument("--shapes", default=None, help="indices into SHAPES, e.g. 0,1")
     args = ap.parse_args()
+    shapes = SHAPES if args.shapes is None else [SHAPES[int(i)] for i in args.shapes.split(",")]
     torch = cuda_torch()
     if torch is None or flashlesson.SIMULATOR:
         raise SystemExit("gpu_wgmma.py needs a CUDA GPU and torch")
     start = time.time()
-    fns = methods(torch)
+    fns = methods(torch, args.sweep)
     rows = []
-    for (b, h, n, d) in SHAPES:
+    for (b, h, n, d) in shapes:
         for causal in (False, True):
             if time.time() - start > args.budget_s:
                 print(f"budget spent: B{b} H{h} N{n} d{d} causal={causal} skipped", flush=True)

@@ -6,6 +6,8 @@ Plan builds are counted in the simulator too (it launches through the same plan 
 Numba's simulated call); the fast path, torch tensors and graphs need the GPU.
 """
 
+import threading
+
 import numpy as np
 import pytest
 from numba import cuda
@@ -106,6 +108,49 @@ def test_fast_path_failure_falls_back_once(monkeypatch, capsys, rng):
     assert err.count("flashlesson: warning:") == 1 and "Numba's call" in err
     np.testing.assert_allclose(y1, softmax_stable(x.astype(np.float64)), rtol=1e-5, atol=1e-7)
     np.testing.assert_array_equal(y2, y1[:4])
+
+
+@gpu
+@pytest.mark.parametrize("plans", [True, False], ids=["replayed", "full path"])
+def test_a_fresh_thread_launches(monkeypatch, plans):
+    """A call made first on this thread, then on a thread that never used CUDA through Numba
+    (as torch's autograd runs a backward): the same result. Before the launch layer made the
+    context current per thread, the second raised CUDA_ERROR_INVALID_CONTEXT (the H200, in
+    ``flashlesson bench overhead``'s flashlesson.torch step)."""
+    torch = pytest.importorskip("torch")
+    from flashlesson import calls
+    monkeypatch.setattr(calls, "ENABLED", plans)
+    x = torch.randn(4, 300, device="cuda")
+    want = fl.softmax(x)
+    fl.softmax(x)                               # (plans: recorded, then replayed)
+    got = {}
+
+    def other():
+        try:
+            got["y"] = fl.softmax(x)
+            torch.cuda.synchronize()
+        except Exception as exc:                # noqa: BLE001 - reported below
+            got["error"] = exc
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join()
+    assert "error" not in got, got.get("error")
+    assert torch.equal(got["y"], want)
+
+
+@gpu
+def test_a_launch_error_keeps_the_fast_path(rng):
+    """A kernel whose first launch fails both ways (too many threads a block): the launch's
+    error raised, and the fast path still on for the next call."""
+    @cuda.jit
+    def fill(out):
+        out[cuda.grid(1)] = 1.0
+    out = DevArray.from_interface(cuda.device_array(4096, np.float32))
+    with pytest.raises(Exception):
+        launch.launch(fill, 1, 2048, (out,))
+    assert launch.fast_state() is None
+    launch.launch(fill, 4, 1024, (out,))
+    assert launch.fast_state() is None
 
 
 @gpu

@@ -202,7 +202,7 @@ LADDERS = (
         Step("0f", "(the lesson kernel of step tf32: ``lesson/attention.py``, CUDA cores)",
              LESSON, dtype="float32", versus=None),
     )),
-    Ladder("attention_wgmma", FORWARD, DEFAULT_FP32, "float16", (
+    Ladder("attention_wgmma", FORWARD, (1, 16, 8192, 128), "float16", (
         Step("0", "the lesson kernel of §37 (``lesson/tensor_core.py``), as in attention_tc's "
              "ladder", {"method": "flash_tc", "tier": "lesson"}),
         Step("1", "the mma.sync kernel (``attention_tc.py``, its default): where this file "

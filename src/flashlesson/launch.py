@@ -60,7 +60,6 @@ from numba import cuda
 from . import arrays, checks, device
 from .arrays import DevArray
 
-DEFAULT_SMEM = 48 * 1024
 _opted_in = {}
 
 # The fast path: on unless FLASHLESSON_FAST_LAUNCH=0 (tests switch it per test).
@@ -110,6 +109,21 @@ def _opt_in(kernel, args, nbytes):
     overload = next(iter(spec.overloads.values()))
     _set_max_shared(overload._codelibrary.get_cufunc(), nbytes)
     return spec
+
+
+# --- the context of a thread ------------------------------------------------------------------
+# The driver launches in the calling thread's current context. A thread that has not used CUDA
+# through Numba has none (torch's autograd runs a backward on its own thread): cuLaunchKernel
+# then answers CUDA_ERROR_INVALID_CONTEXT. Numba's current_context() makes the device's primary
+# context current on the thread; done once per thread.
+_THREAD = threading.local()
+
+
+def ensure_context():
+    """Make the device's context current on the calling thread, once per thread."""
+    if not getattr(_THREAD, "ready", False):
+        cuda.current_context()
+        _THREAD.ready = True
 
 
 # --- streams ---------------------------------------------------------------------------------
@@ -219,8 +233,8 @@ class Plan:
         if overload.debug or overload.cooperative or overload.extensions:
             raise _Unsupported("a debug, cooperative or extended kernel")
         cufunc = overload._codelibrary.get_cufunc()
-        if self.shared > DEFAULT_SMEM:
-            _set_max_shared(cufunc, self.shared)
+        if self.shared:                 # (static shared arrays count against 48 KB too:
+            _set_max_shared(cufunc, self.shared)    # opt in to the dynamic size every time)
         template, arrays, scalars = param_template(overload.argument_types, args)
         self.cu_kernel = cufunc.kernel
         self.config = LaunchConfig(grid=self.grid, block=self.block, shmem_size=self.shared)
@@ -242,6 +256,7 @@ class Plan:
                 _self_test()
             if _STATE["broken"] is None:
                 core_launch = _CORE["launch"] or _load_core_launch()
+                ensure_context()
                 try:
                     core_launch(_core_stream(stream), self.config, self.cu_kernel,
                                 *self.params(args))
@@ -250,7 +265,9 @@ class Plan:
                 except Exception as exc:        # noqa: BLE001 - said once, then Numba's call
                     if self.calls > 1:
                         raise                   # (it worked before: a real launch error)
-                    _disable(f"the first fast launch of {self.name} raised {exc!r}")
+                    self.numba_launch(args, stream)     # raises if the launch itself is wrong:
+                    _disable(f"the first fast launch of {self.name} raised {exc!r}")   # (the
+                    return                      # fast path stays on then; here only it failed)
         self.numba_launch(args, stream)
 
     def launch_params(self, params, stream):
@@ -258,6 +275,7 @@ class Plan:
         that has launched before, on a fast path that is still on)."""
         self.calls += 1
         STATS["fast"] += 1
+        ensure_context()
         (_CORE["launch"] or _load_core_launch())(_core_stream(stream), self.config,
                                                  self.cu_kernel, *params)
 
@@ -270,7 +288,7 @@ class Plan:
         kernel = self.numba_kernel
         if kernel is None:
             kernel = self.kernel
-            if self.shared > DEFAULT_SMEM:
+            if self.shared:
                 kernel = _opt_in(kernel, args, self.shared)
             self.numba_kernel = kernel
         kernel[self.grid, self.block, _core_stream(stream) if stream else 0,
