@@ -78,9 +78,13 @@ its first copy (never written again: the copies write d floats a row); V's colum
 only O columns that are never written out.
 
 Register budgets (§43). ``setmaxnreg`` acts per warpgroup and ptxas honours it only under a
-register cap, so the kernel is compiled with ``max_registers = REG_CAP`` and
-128·PRODUCER_REGS + TR·TC·CONSUMER_REGS = (128 + TR·TC)·REG_CAP: one consumer warpgroup 24 /
-232 under a cap of 128, two 24 / 240 under 168 (FlashAttention-3's numbers).
+register cap, so the kernel is compiled with ``max_registers = REG_CAP`` (ptxas then gives it
+exactly REG_CAP a thread) and 128·PRODUCER_REGS + TR·TC·CONSUMER_REGS = (128 + TR·TC)·REG_CAP:
+the block's pool is conserved (an ``inc`` beyond it would wait for ever). Two consumer
+warpgroups: 24 / 240 under a cap of 168 (FlashAttention-3's numbers). One: 40 / 248 under 144 —
+chosen with ptxas (CUDA 13.0, d = 64, 128 × 64 tiles, no GPU needed): spills of 172 bytes a
+thread at 24 / 232 under 128 (the producer's loop does not fit 24 registers), 32 at 40 / 248
+(§42's kernel, 255 registers and no cap, spills 48).
 
 Limits: d % 4 == 0 and 16-byte aligned q, k, v (the bulk copy moves 16-byte multiples between
 16-byte aligned addresses; the launcher refuses other d, naming them); head dimension ≤ D; TC a
@@ -112,7 +116,7 @@ BAR_FLOATS = 32                 # the mbarriers' space at the start of shared me
 Q_READY = 1                     # §43's named barrier: the consumers' Qi is in shared memory
 WARPGROUP = 128
 # §43's register budgets per consumer warpgroup count: (producer, consumer, the kernel's cap)
-REGISTER_SPLITS = {1: (24, 232, 128), 2: (24, 240, 168)}
+REGISTER_SPLITS = {1: (40, 248, 144), 2: (24, 240, 168)}
 
 
 def async_smem_floats(D, Br, Bc, STAGES):
@@ -202,6 +206,7 @@ def flash_async_kernel(D, Br, Bc, TR, TC, CAUSAL, KU=1, PAD=False, DROPOUT=False
     OFF_P = OFF_V + STAGES * VSZ
     assert OFF_P + Bc * QS == async_smem_floats(D, Br, Bc, STAGES)
     NB = max(DN, CN)
+    NA = 4 * RM                     # Qiᵀ operands: 4 columns of d × my RM rows
     CWARPS = TCOMP // 32            # consumer warps: EMPTY's arrival count
     assert TCOMP % 32 == 0 and 32 % TC == 0 and RM % 4 == 0 and CN % 4 == 0 and DN % 4 == 0
     assert RM * TR == Br and CN * TC == Bc and DN * TC == D and Bc % 4 == 0
@@ -301,7 +306,7 @@ def flash_async_kernel(D, Br, Bc, TR, TC, CAUSAL, KU=1, PAD=False, DROPOUT=False
         l = cuda.local.array(RM, float32)           # running row sum        (§32: l)
         acc = cuda.local.array((RM, DN), float32)   # un-normalized output   (§32: acc)
         s = cuda.local.array((RM, CN), float32)
-        a = cuda.local.array(4 * RM, float32)
+        a = cuda.local.array(NA, float32)
         b = cuda.local.array(NB, float32)
         zbits = cuda.local.array(RM, int64)
         for i in range(RM):

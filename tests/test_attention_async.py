@@ -138,10 +138,85 @@ def test_register_split_and_ring_sizes():
     """§43's register budgets conserve the block's pool and fit the SM's 64 K registers; the
     ring's shared memory at d = 64 with flash's tiles."""
     from kernels_numba.attention_async import async_smem_floats, register_split
-    assert register_split(128) == (24, 232, 128) and register_split(256) == (24, 240, 168)
+    assert register_split(128) == (40, 248, 144) and register_split(256) == (24, 240, 168)
     for consumers, (p, c, cap) in ((128, register_split(128)), (256, register_split(256))):
         assert 128 * p + consumers * c == (128 + consumers) * cap     # the pool is conserved
         assert (128 + consumers) * cap <= 65536
     # the ring at d = 64 with flash's tiles: 2 stages 135 KB, 4 stages 203 KB (≤ 227 KB)
     assert 4 * async_smem_floats(64, 128, 64, 2) == 135_296
     assert 4 * async_smem_floats(64, 128, 64, 4) <= 227 * 1024
+
+
+# --- the PTX for sm_90a: compiled and assembled without a GPU (NVVM and ptxas needed) --------
+PTX_SCRIPT = """
+import sys
+from numba import cuda, types
+import numba.cuda.dispatcher
+
+class Hopper:                       # device functions compile for the current device's cc:
+    compute_capability = (9, 0)     # without a GPU, say it is an H100/H200's
+
+if not cuda.is_available():
+    numba.cuda.dispatcher.get_current_device = Hopper
+from kernels_numba import attention_async as KAS
+
+arr = lambda dt, nd=1: types.Array(dt, nd, "C")
+f32, i64, u32 = types.float32, types.int64, types.uint32
+sig = (arr(f32),) * 5 + (f32, i64, i64, i64, i64, arr(types.uint8, 2), u32, u32, u32, f32)
+for name, producers, stages, causal in (("s42", 0, 2, True), ("s43", 1, 4, True)):
+    k = KAS.flash_async_kernel(64, 128, 64, 16, 8, causal, 2, True, True, producers, stages)
+    ptx, _ = cuda.compile_ptx(k.py_func, sig, cc=(9, 0, "a"))
+    open(f"{sys.argv[1]}/{name}.ptx", "w").write(ptx)
+"""
+
+
+def test_ptx_for_sm90a(tmp_path):
+    """§42 and §43 at d = 64 with flash's tiles (causal, padding, dropout: every path) compiled
+    with ``compile_ptx(cc=(9, 0, "a"))`` in a process without the simulator: the PTX holds the
+    bulk copies, the mbarrier protocol, §43's named barrier and setmaxnreg; where ptxas is
+    found, it assembles for sm_90a (§43 under its register cap) and says what spills."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from kernels_numba.attention_async import register_split
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+        load_nvidia_dynamic_lib("nvrtc")
+        load_nvidia_dynamic_lib("nvvm")
+    except Exception as e:              # (ImportError, DynamicLibNotFoundError)
+        pytest.skip(f"no NVVM here: {type(e).__name__}: {str(e)[:150]}")
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("NUMBA_ENABLE_CUDASIM", "FLASHLESSON_DEVICE")}
+    env["PYTHONPATH"] = os.pathsep.join([str(root), str(root / "src"),
+                                         env.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, "-c", PTX_SCRIPT, str(tmp_path)], cwd=root, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    s42, s43 = ((tmp_path / f"{n}.ptx").read_text() for n in ("s42", "s43"))
+    for ptx in (s42, s43):
+        assert ".target sm_90a" in ptx
+        for want in ("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes",
+                     "mbarrier.arrive.expect_tx.shared::cta.b64", "mbarrier.try_wait.parity",
+                     "mbarrier.init.shared::cta.b64", "fence.mbarrier_init"):
+            assert want in ptx
+    pregs, cregs, cap = register_split(128)
+    assert f"setmaxnreg.dec.sync.aligned.u32 {pregs}" in s43
+    assert f"setmaxnreg.inc.sync.aligned.u32 {cregs}" in s43 and "bar.sync %r" in s43
+    assert "setmaxnreg" not in s42
+    ptxas = shutil.which("ptxas")
+    if ptxas is None:
+        return
+    for name, cap_args in (("s42", []), ("s43", ["-maxrregcount", str(cap)])):
+        a = subprocess.run([ptxas, "-arch=sm_90a", "-v", *cap_args, str(tmp_path / f"{name}.ptx"),
+                            "-o", str(tmp_path / f"{name}.cubin")], capture_output=True, text=True)
+        assert a.returncode == 0, f"ptxas {name}: {a.stderr[-2000:]}"
+        assert "Performance Loss" not in a.stderr, a.stderr[-2000:]    # C7508: setmaxnreg ignored
+        used = [line.split(":", 1)[1].strip() for line in a.stderr.splitlines() if "Used" in line]
+        spills = [line.strip() for line in a.stderr.splitlines() if "spill" in line]
+        print(f"ptxas {name}: {'; '.join(used)}; {'; '.join(spills)}")
+        if name == "s43":               # ptxas gives the kernel its cap: the pool setmaxnreg splits
+            assert f"Used {cap} registers" in a.stderr
