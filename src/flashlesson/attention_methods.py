@@ -52,10 +52,9 @@ METHODS = {m.name: m for m in [
                     "attention_db.flash_db_kernel", "nothing (m, l, acc stay on chip)",
                     "lesson.loop_order.flash_double_buffer; §43: "
                     "lesson.loop_order.flash_producer_consumer"),
-    AttentionMethod("flash_async", "42–43", "flash_db's schedule on Hopper's machinery: K/V "
-                    "tiles copied by the copy engine (cp.async.bulk) into a ring of stages, "
-                    "FULL/EMPTY mbarriers, no block barrier in the loop; §43 (producers=1): a "
-                    "producer warpgroup, setmaxnreg; d % 4 == 0, sm_90a",
+    AttentionMethod("flash_async", "42–43", "flash_db on Hopper's machinery: K/V copied by "
+                    "cp.async.bulk into a ring of stages, FULL/EMPTY mbarriers; §43 "
+                    "(producers=1): a producer warpgroup, setmaxnreg (d % 4 == 0, sm_90a)",
                     "attention_async.flash_async_kernel", "nothing (m, l, acc stay on chip)"),
     # §37 (flashlesson.tc_methods): fp16/bf16 inputs choose it by themselves
     AttentionMethod("flash_tc", "37", "flash on tensor cores: S = QKᵀ and PV as mma.sync "
