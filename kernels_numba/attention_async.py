@@ -80,11 +80,12 @@ only O columns that are never written out.
 Register budgets (§43). ``setmaxnreg`` acts per warpgroup and ptxas honours it only under a
 register cap, so the kernel is compiled with ``max_registers = REG_CAP`` (ptxas then gives it
 exactly REG_CAP a thread) and 128·PRODUCER_REGS + TR·TC·CONSUMER_REGS = (128 + TR·TC)·REG_CAP:
-the block's pool is conserved (an ``inc`` beyond it would wait for ever). Two consumer
-warpgroups: 24 / 240 under a cap of 168 (FlashAttention-3's numbers). One: 40 / 248 under 144 —
-chosen with ptxas (CUDA 13.0, d = 64, 128 × 64 tiles, no GPU needed): spills of 172 bytes a
-thread at 24 / 232 under 128 (the producer's loop does not fit 24 registers), 32 at 40 / 248
-(§42's kernel, 255 registers and no cap, spills 48).
+the block's pool is conserved (an ``inc`` beyond it would wait for ever). Chosen with ptxas
+(CUDA 13.0, d = 64, no GPU needed; spills in bytes a thread): one consumer warpgroup (128 × 64
+tiles) 40 / 248 under a cap of 144 — 32 bytes, against 172 at 24 / 232 under 128 (the
+producer's loop does not fit in 24 registers; §42's kernel, 255 registers and no cap, spills
+48); two (256 × 64 tiles) 40 / 232 under 168 — 96 bytes, against 140 at FlashAttention-3's
+24 / 240.
 
 Limits: d % 4 == 0 and 16-byte aligned q, k, v (the bulk copy moves 16-byte multiples between
 16-byte aligned addresses; the launcher refuses other d, naming them); head dimension ≤ D; TC a
@@ -116,7 +117,7 @@ BAR_FLOATS = 32                 # the mbarriers' space at the start of shared me
 Q_READY = 1                     # §43's named barrier: the consumers' Qi is in shared memory
 WARPGROUP = 128
 # §43's register budgets per consumer warpgroup count: (producer, consumer, the kernel's cap)
-REGISTER_SPLITS = {1: (40, 248, 144), 2: (24, 240, 168)}
+REGISTER_SPLITS = {1: (40, 248, 144), 2: (40, 232, 168)}
 
 
 def async_smem_floats(D, Br, Bc, STAGES):
