@@ -13,11 +13,11 @@ export PYTHONPATH=/tmp/site:$PWD/src:$PWD PYTHONUNBUFFERED=1 FLASHLESSON_DEVICE=
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 start=$(date +%s)
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u +%FT%TZ; git log -1 --format=%h 2>/dev/null; } > "$OUT/gpu.txt" 2>&1
-timeout 55 python3 -m pytest -q -p no:cacheprovider -n 4 tests/test_attention_async.py > "$OUT/pytest_async.log" 2>&1
+timeout 45 python3 -m pytest -q -p no:cacheprovider -n 4 tests/test_attention_async.py > "$OUT/pytest_async.log" 2>&1
 rc_tests=$?
 echo "--- tests rc=$rc_tests ($(( $(date +%s) - start )) s)"; grep -E "FAILED|ERROR|ptxas|passed|failed" "$OUT/pytest_async.log" | head -20
 left=$((140 - $(date +%s) + start))
-timeout $(( left > 90 ? 65 : left - 25 )) python3 -m flashlesson bench ladder --only attention_db --json "$OUT/ladder_db.json" > "$OUT/ladder_db.log" 2>&1
+timeout $(( left > 95 ? 75 : left - 20 )) python3 -m flashlesson bench ladder --only attention_db --json "$OUT/ladder_db.json" > "$OUT/ladder_db.log" 2>&1
 rc_ladder=$?
 echo "--- ladder rc=$rc_ladder ($(( $(date +%s) - start )) s)"
 left=$((145 - $(date +%s) + start))
@@ -26,6 +26,6 @@ rc_sweep=$?
 echo "--- sweep rc=$rc_sweep ($(( $(date +%s) - start )) s)"
 cat "$OUT/gpu.txt"
 echo "=== ladder attention_db (B2 H16 N4096 d64 fp32)"; grep -E "^attention_db|FAILED" "$OUT/ladder_db.log" | cut -c1-150
-echo "=== flash_async variants"; tail -14 "$OUT/time_async.log"
+echo "=== flash_async variants"; tail -13 "$OUT/time_async.log"
 echo "wall $(( $(date +%s) - start )) s"
 [ "$rc_tests" = 0 ] && [ "$rc_ladder" = 0 ] && [ "$rc_sweep" = 0 ]
