@@ -31,7 +31,8 @@ The ring, tile j in stage s = j mod STAGES (phase n = j div STAGES of that stage
     issuer (§42: warp 0 of the consumers; §43: warp 0 of the producer warpgroup)
         wait EMPTY[s] parity (n − 1) & 1      (j ≥ STAGES: tile j − STAGES has been released)
         lane 0: arrive.expect_tx(FULL[s], 2 · rows · 4d bytes)
-        lanes:  one cp.async.bulk per K row and per V row of the tile → stage s,
+        lanes:  one cp.async.bulk per K row (and per V row; when d = D, V's rows are
+                contiguous on both sides: one copy of the whole tile) → stage s,
                 each completing its bytes on FULL[s]
     consumers, every warp
         wait FULL[s] parity n & 1             (the bytes of tile j have landed)
@@ -89,7 +90,7 @@ producer's loop does not fit in 24 registers; §42's kernel, 255 registers and n
 
 Limits: d % 4 == 0 and 16-byte aligned q, k, v (the bulk copy moves 16-byte multiples between
 16-byte aligned addresses; the launcher refuses other d, naming them); head dimension ≤ D; TC a
-power of 2 ≤ 32 and D % (4·TC) == 0 as in ``flash_forward_kernel``; §43: TR·TC a multiple of 128;
+power of 2 ≤ 32 and D % (4·TC) == 0 as in ``flash_forward_kernel``; §43: TR·TC = 128 or 256;
 STAGES 2 … 4, as shared memory allows; the padded layout only (no VARLEN); sm_90a on a GPU
 (``cp.async.bulk``, ``setmaxnreg``). Outputs as ``flash_forward_kernel``'s (O, LSE; −inf and
 O = 0 for a row that sees no key); causal aligned bottom-right.
@@ -238,16 +239,21 @@ def flash_async_kernel(D, Br, Bc, TR, TC, CAUSAL, KU=1, PAD=False, DROPOUT=False
     @cuda.jit(device=True)
     def issue(k, v, k_base, d, k0, n_k, smem, bars, st, lane):
         """Tile k0 … k0 + rows − 1 → stage st by one warp: lane 0 arms FULL[st] with the bytes,
-        each lane copies its rows (one bulk copy per K row, one per V row)."""
+        each lane copies its rows (one bulk copy per K row; V's rows too, unless d = D: then
+        the tile is contiguous in HBM and in the stage, and lane 0 copies it at once)."""
         rows = min(Bc, n_k - k0)
         row_bytes = 4 * d
         if lane == 0:
             mbar_arrive_expect_tx(bars, st, 2 * rows * row_bytes)   # FULL[st]: + bytes, arrive
+            if d == D:
+                bulk_copy_g2s(smem, OFF_V + st * VSZ, v, k_base + k0 * d, rows * row_bytes,
+                              bars, st)
         for r in range(lane, rows, 32):
             src = k_base + (k0 + r) * d
             slot = (r & 3) * (Bc // 4) + (r >> 2)
             bulk_copy_g2s(smem, OFF_K + st * KSZ + slot * KS, k, src, row_bytes, bars, st)
-            bulk_copy_g2s(smem, OFF_V + st * VSZ + r * D, v, src, row_bytes, bars, st)
+            if d < D:
+                bulk_copy_g2s(smem, OFF_V + st * VSZ + r * D, v, src, row_bytes, bars, st)
 
     @cuda.jit(**options)
     def flash_async(q, k, v, o, lse, scale, d, n_q, n_k, heads, kpm, seed_lo, seed_hi,

@@ -47,9 +47,10 @@ def _launch(q, k, v, causal, config, scale=None, **kw):
 # (B, H, Nq, Nk, d, causal): N = 1; N < a tile; N not a multiple of Bc (3 K/V tiles, the ring
 # of 2 wraps); causal with the last key a Q tile sees on a K/V tile's edge (row 15 sees key
 # 15 + 16 = 31, the last of tile 1); d = 12 < D = 16 (K's pad columns zeroed); Nq > Nk causal
-# (rows that see no key)
+# (rows that see no key); d = D: V's tile in one bulk copy (else one a row)
 SHAPES_42 = [(1, 1, 1, 1, 8, False), (1, 1, 5, 7, 8, True), (1, 2, 37, 45, 8, False),
-             (1, 1, 16, 32, 8, True), (1, 1, 37, 45, 12, True), (1, 1, 40, 21, 4, True)]
+             (1, 1, 16, 32, 8, True), (1, 1, 37, 45, 12, True), (1, 1, 40, 21, 4, True),
+             (1, 1, 37, 45, by_device(16, 32), False)]
 
 
 @pytest.mark.parametrize("shape", SHAPES_42, ids=str)
@@ -61,11 +62,11 @@ def test_double_buffer_on_mbarriers(shape, rng):
     check_attention(o, lse, *ref_attention(q, k, v, causal=causal), q, k, v)
 
 
-@pytest.mark.parametrize("stages", [2, 3])
-def test_producer_warpgroup(stages, rng):
+@pytest.mark.parametrize("stages,d", [(2, 8), (3, 32)])
+def test_producer_warpgroup(stages, d, rng):
     """§43: a producer warpgroup, 2 or 3 stages; 2 Q tiles, 4 K/V tiles (the last partial),
-    causal and not, Nq ≠ Nk."""
-    q, k, v = _qkv(rng, 1, 1, 70, 100, 8)
+    causal and not, Nq ≠ Nk; d = 8 < D = 32 (V by rows) and d = D (V's tile in one copy)."""
+    q, k, v = _qkv(rng, 1, 1, 70, 100, d)
     for causal in (False, True):
         o, lse = _launch(q, k, v, causal, WS, producers=1, stages=stages)
         check_attention(o, lse, *ref_attention(q, k, v, causal=causal), q, k, v)
