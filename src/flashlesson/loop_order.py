@@ -22,6 +22,8 @@ methods ``"flash_fa1"`` and ``"flash_db"`` of ``flashlesson.attention`` call the
   the others from ``flashlesson.traffic``.
 """
 
+from functools import lru_cache
+
 import numpy as np
 
 from kernels_numba import attention_async as KAS
@@ -156,6 +158,13 @@ def async_config(d, nq=None, bh=None, config=None, producers=0, stages=None):
     return cfg, stages
 
 
+@lru_cache(maxsize=None)
+def _compute_capability():
+    """The GPU's (major, minor), asked once (every launch checks it)."""
+    from numba import cuda
+    return tuple(cuda.get_current_device().compute_capability)
+
+
 def check_async(cfg, d, producers, stages, arrays):
     """Everything ``flash_async_kernel`` cannot run, refused with its reason."""
     if d % 4:
@@ -179,8 +188,7 @@ def check_async(cfg, d, producers, stages, arrays):
         raise ValueError(f"config {cfg}, stages = {stages}: {ASYNC} needs {need} bytes of "
                          f"shared memory for d = {d}; this device allows {max_shared_bytes()}")
     if not device.SIMULATOR:
-        from numba import cuda
-        cc = cuda.get_current_device().compute_capability
+        cc = _compute_capability()
         if cc < (9, 0):
             raise ValueError(f"method {ASYNC!r}: cp.async.bulk, mbarrier expect_tx and "
                              f"setmaxnreg need a Hopper GPU (sm_90a); this one is sm_{cc[0]}"
