@@ -63,8 +63,9 @@ Shared memory (dynamic, one allocation; float32 offsets; every piece 16-byte ali
 The K rows' slots. Thread tc's S columns are W·h + 4·tc + e (e < 4, W = 4·TC, as in every
 forward kernel here: the mask, the softmax and dropout's bits are flash_steps' own). S = Qi Kjᵀ
 reads K along the head dimension, 16 bytes (4 of d) a load, so a thread reads key rows 4·tc + e:
-with rows in key order, lanes tc and tc + 2 would be 4·(D + 4)·4 bytes apart, a multiple of 128
-when D % 8 == 0 (a 4-way bank conflict). The copy engine puts a row wherever it is told, so key
+with rows in key order, lanes tc and tc + 2 would be 8 rows = 8·(D + 4)·4 bytes apart, an odd
+multiple of 128 when D % 8 == 0 (lanes 0, 2, 4, 6 of a quarter-warp on the same banks: a 4-way
+conflict). The copy engine puts a row wherever it is told, so key
 r goes to slot (r mod 4)·Bc/4 + r div 4: for one (h, e) the TC lanes read slots c + tc,
 consecutive rows (D + 4)·4 bytes apart — 16-byte offsets of odd count: no conflict.
 
