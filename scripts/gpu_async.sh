@@ -25,7 +25,8 @@ timeout $(( left > 10 ? left : 10 )) python3 scripts/time_async.py --json "$OUT/
 rc_sweep=$?
 echo "--- sweep rc=$rc_sweep ($(( $(date +%s) - start )) s)"
 cat "$OUT/gpu.txt"
-echo "=== ladder attention_db (B2 H16 N4096 d64 fp32)"; grep -E "^attention_db|FAILED" "$OUT/ladder_db.log" | cut -c1-150
+echo "=== ladder attention_db (B2 H16 N4096 d64 fp32)"
+grep -E "^attention_db\.py" "$OUT/ladder_db.log" | cut -c1-160 || grep -E "^attention_db |Error" "$OUT/ladder_db.log" | cut -c1-160
 echo "=== flash_async variants"; tail -13 "$OUT/time_async.log"
 echo "wall $(( $(date +%s) - start )) s"
 [ "$rc_tests" = 0 ] && [ "$rc_ladder" = 0 ] && [ "$rc_sweep" = 0 ]
