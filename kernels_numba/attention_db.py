@@ -26,6 +26,18 @@ TFLOP/s recorded then.
 | 2    | producers = 1: one warp only loads (§43),    | H200, 2026-12-01: 6.06 ms,   | loop_order.launch_db(…,        |
 |      | against the lesson's §43 kernel (before:     | 22.7 TFLOP/s, 5.96× lesson   | producers=1)                   |
 |      | 22.9 TFLOP/s)                                | (step 0b)                    |                                |
+| 3    | §42 on Hopper's machinery                    | not measured yet             | method='flash_async'           |
+|      | (``attention_async.py``, method              |                              |                                |
+|      | ``flash_async``): K/V rows copied by the     |                              |                                |
+|      | copy engine (cp.async.bulk) into two stages, |                              |                                |
+|      | FULL/EMPTY mbarriers, warp 0 issues tile j+1 |                              |                                |
+|      | before tile j is computed; no block barrier  |                              |                                |
+|      | in the loop (Pᵀ stays within a warp)         |                              |                                |
+| 4    | §43 on Hopper's machinery (producers = 1): a | not measured yet             | loop_order.launch_async(…,     |
+|      | producer warpgroup whose warp 0 only issues  |                              | producers=1)                   |
+|      | the copies, up to 4 stages ahead; consumers  |                              |                                |
+|      | meet on a named barrier; setmaxnreg 40 / 248 |                              |                                |
+|      | registers (against the lesson's §43 kernel)  |                              |                                |
 | ref  | the single-buffered ``flash``                | H200, 2026-12-01: 4.37 ms,   | method='flash'                 |
 |      | (``attention.py``), for comparison (before:  | 31.4 TFLOP/s                 |                                |
 |      | 31.5 TFLOP/s)                                |                              |                                |
@@ -46,9 +58,11 @@ Kj (global → shared), computes S, waits for Vj, computes P Vj; while the loads
 FMA units idle, unless another block on the SM has work (occupancy). Hopper has hardware for the
 overlap — cp.async / TMA copies global → shared in the background, mbarriers signal their
 arrival — and FlashAttention-3 uses it with producer warps that only issue TMA copies. Numba's
-API has none of it (no cp.async, TMA, mbarrier, named barriers ``bar.sync id, count`` or
-``setmaxnreg``; cp.async as inline PTX: ``vector.cp_async16``, used by the tensor-core kernels),
-so this file does what plain loads and ``cuda.syncthreads()`` allow:
+own API has none of it (no cp.async, TMA, mbarrier, named barriers ``bar.sync id, count`` or
+``setmaxnreg``), but all of it is reached through inline PTX: ``vector.cp_async16`` (the
+tensor-core kernels' cp.async) and ``hopper.py`` (mbarriers, ``cp.async.bulk``, named barriers,
+``setmaxnreg``). ``attention_async.py`` rebuilds §42 and §43 on those (ladder steps 3 and 4).
+This file is the "before": what plain loads and ``cuda.syncthreads()`` allow:
 
 §42 (PRODUCERS = 0), tile j, buffers b = j mod 2 (Kᵀ, V and Pᵀ are all double-buffered)::
 
@@ -79,12 +93,13 @@ Bc·D/T floats per thread in registers, and shared memory grows from Qᵀ + Kᵀ
     V[1−b] ← V[j+1]                        acc += P V[b]               (step 7)
 
 The warp scheduler interleaves the producers' waits on memory with the consumers' FMAs, so the
-consumers never wait for a load unless the producers fall behind. What Numba cannot say: the
-barrier is the whole block's (no named barrier for "consumers only", no mbarrier for "this
-buffer is full" / "empty"), so producers and consumers march in lockstep, one tile per barrier;
-every warp gets the same registers (no setmaxnreg to give the producers' to the consumers), so
-the producers' registers are wasted; and the loads still pass through the producers' registers
-(no TMA). ``examples/s43_warp_specialization.py`` shows the variant against the oracle and, on a
+consumers never wait for a load unless the producers fall behind. What this kernel does not
+say (with ``cuda.syncthreads()`` alone it cannot): the barrier is the whole block's (no named
+barrier for "consumers only", no mbarrier for "this buffer is full" / "empty"), so producers and
+consumers march in lockstep, one tile per barrier; every warp gets the same registers (no
+setmaxnreg to give the producers' to the consumers), so the producers' registers are wasted; and
+the loads still pass through the producers' registers (no bulk copy). ``attention_async.py``
+says all four, through ``hopper.py``'s inline PTX. ``examples/s43_warp_specialization.py`` shows the variant against the oracle and, on a
 GPU, times it beside §42 and ``flash``.
 
 Thread layout, shared-memory layouts, masks, dropout and outputs: as ``flash_forward_kernel``

@@ -1,5 +1,6 @@
 """§41–43 on the GPU: FlashAttention-2's order (``flash``) vs FlashAttention-1's (``flash_fa1``),
-the double-buffered K/V variant (``flash_db``) and the producer/consumer one — checked, then timed.
+the double-buffered K/V variant (``flash_db``), the producer/consumer one, and both on Hopper's
+machinery (``flash_async``) — checked, then timed.
 
 For each shape (B2 H16 N4096 d64 and B1 H16 N8192 d128, the issue's) and causal mode, every
 variant is first checked against the float64 oracle (``reference.attention`` on head (0, 0), the
@@ -14,6 +15,9 @@ Variants (all with the forward kernel's default tiles, ``default_config``):
                                traffic — the gap to ``flash`` is the HBM round trips alone
 - ``flash_db``                 §42: next K/V tile prefetched through registers, one barrier a tile
 - ``flash_db (1 producer)``    §43: one extra warp loads, the others compute
+- ``flash_async``              §42 on mbarriers: bulk copies into two stages, warp 0 issues them
+- ``flash_async (warpgroup)``  §43 on mbarriers: a producer warpgroup, 2–4 stages, setmaxnreg
+                               (the launcher's default ring; in the simulator its default tiles)
 
 Output: a table on stdout; ``$OUT/bench_loop_order.json`` (or ``--out DIR``) with every row
 (times, TFLOP/s, relative errors, registers and local memory of the compiled kernels), the
@@ -36,7 +40,7 @@ import numpy as np
 SHAPES = ((2, 16, 4096, 64), (1, 16, 8192, 128))
 TINY_SHAPES = ((1, 2, 40, 8), (1, 1, 33, 16))
 VARIANTS = ("flash", "flash_fa1", "flash_fa1 (Q-tile grid)", "flash_db",
-            "flash_db (1 producer)")
+            "flash_db (1 producer)", "flash_async", "flash_async (warpgroup)")
 
 
 def parse():
@@ -95,11 +99,12 @@ def main():
             want = oracle(qh[:1, :1], kh[:1, :1], vh[:1, :1], causal=causal)[0][0, 0]
             flops = attention_flops(b, h, n, n, d, causal)
 
-            def launched(launch, **variant):
-                """A run of ``launch`` (launch_fa1: q_blocks=…, launch_db: producers=…)."""
+            def launched(launch, config=cfg, **variant):
+                """A run of ``launch`` (launch_fa1: q_blocks=…, launch_db and launch_async:
+                producers=…)."""
                 def run():
                     launch(*flat, o, lse, d=d, n_q=n, n_k=n, heads=h, bh=b * h, causal=causal,
-                           scale=d ** -0.5, config=cfg, **variant)
+                           scale=d ** -0.5, config=config, **variant)
                     return o
                 return run
 
@@ -111,7 +116,10 @@ def main():
 
             runs = {"flash": lambda: attention(q, k, v, causal=causal),
                     "flash_fa1": fa1(1), "flash_fa1 (Q-tile grid)": fa1(n_qt),
-                    "flash_db": db(0), "flash_db (1 producer)": db(1)}
+                    "flash_db": db(0), "flash_db (1 producer)": db(1),
+                    "flash_async": launched(loop_order.launch_async, producers=0),
+                    "flash_async (warpgroup)": launched(loop_order.launch_async, config=None,
+                                                        producers=1)}
             row = {"B": b, "H": h, "N": n, "d": d, "causal": causal,
                    "tiles": f"Br={cfg.Br} Bc={cfg.Bc} TR={cfg.TR} TC={cfg.TC}"}
             for name in VARIANTS:
@@ -143,6 +151,12 @@ def main():
                     "flash_db": resources(KDB.flash_db_kernel(*tiles, False, False, 0)),
                     "flash_db (1 producer)": resources(KDB.flash_db_kernel(*tiles, False, False,
                                                                            1))}
+                from kernels_numba import attention_async as KAS
+                for name, p in (("flash_async", 0), ("flash_async (warpgroup)", 1)):
+                    c, st = loop_order.async_config(d, n, b * h, cfg if p == 0 else None, p)
+                    row["resources"][name] = resources(KAS.flash_async_kernel(
+                        c.head_dim(d), c.Br, c.Bc, c.TR, c.TC, causal, c.KU, False, False, p,
+                        st))
             rows.append(row)
 
     from tabulate import tabulate

@@ -52,6 +52,10 @@ METHODS = {m.name: m for m in [
                     "attention_db.flash_db_kernel", "nothing (m, l, acc stay on chip)",
                     "lesson.loop_order.flash_double_buffer; §43: "
                     "lesson.loop_order.flash_producer_consumer"),
+    AttentionMethod("flash_async", "42–43", "flash_db on Hopper's machinery: K/V copied by "
+                    "cp.async.bulk into a ring of stages, FULL/EMPTY mbarriers; §43 "
+                    "(producers=1): a producer warpgroup, setmaxnreg (d % 4 == 0, sm_90a)",
+                    "attention_async.flash_async_kernel", "nothing (m, l, acc stay on chip)"),
     # §37 (flashlesson.tc_methods): fp16/bf16 inputs choose it by themselves
     AttentionMethod("flash_tc", "37", "flash on tensor cores: S = QKᵀ and PV as mma.sync "
                     "(fp16/bf16 in, fp32 accumulate; float32 in: 3xTF32), softmax on CUDA cores",
@@ -67,8 +71,9 @@ METHODS = {m.name: m for m in [
 CHOICES = tuple(METHODS)
 LESSON_METHODS = tuple(name for name, m in METHODS.items() if m.lesson_kernels != "—")
 # Methods that take every float32 option of ``attention`` (dropout, any d): the shared tests
-# run them all; "flash_tc" has its own (tests/test_attention_tc.py).
-FP32_METHODS = tuple(m for m in METHODS if m not in ("flash_tc", "flash_wgmma"))
+# run them all; "flash_tc" has its own (tests/test_attention_tc.py), and so have "flash_wgmma"
+# (fp16/bf16 only) and "flash_async" (d % 4 == 0 only: tests/test_attention_async.py).
+FP32_METHODS = tuple(m for m in METHODS if m not in ("flash_tc", "flash_wgmma", "flash_async"))
 # The tensor-core methods (fp16/bf16 in): tests/test_attention_tc.py runs each.
 TC_METHODS = ("flash_tc", "flash_wgmma")
 
@@ -337,7 +342,7 @@ def attention_trace(q, k, v, *, config, causal=False, scale=None, key_padding_ma
 
 
 # --- §41–42: the loop-order and double-buffer variants (flashlesson.loop_order) -------------
-_LOOP_ORDER_METHODS = ("flash_fa1", "flash_db")
+_LOOP_ORDER_METHODS = ("flash_fa1", "flash_db", "flash_async")
 
 
 def _loop_order(method, q3, k3, v3, o3, lse2, *, d, nq, nk, heads, bh, causal, scale, config,
@@ -345,7 +350,8 @@ def _loop_order(method, q3, k3, v3, o3, lse2, *, d, nq, nk, heads, bh, causal, s
     """Method "flash_fa1" (§41: FlashAttention-1's loop order) or "flash_db" (§42: K/V tiles
     double-buffered): the launchers of ``flashlesson.loop_order``, on flat arrays."""
     from . import loop_order
-    run = loop_order.launch_fa1 if method == "flash_fa1" else loop_order.launch_db
+    run = {"flash_fa1": loop_order.launch_fa1, "flash_db": loop_order.launch_db,
+           "flash_async": loop_order.launch_async}[method]
     run(q3.reshape(-1), k3.reshape(-1), v3.reshape(-1), o3.reshape(-1), lse2.reshape(-1),
         d=d, n_q=nq, n_k=nk, heads=heads, bh=bh, causal=causal, scale=scale, config=config,
         kpm=kpm, dropout=dropout)

@@ -271,6 +271,12 @@ def _cmd_traffic(args):
     if method not in choices:
         print(f"--method: expected one of {', '.join(choices)}; got {method!r}", file=sys.stderr)
         return 2
+    if method == "flash_async" and not args.model_only:
+        print("flashlesson traffic: the counter sees the element accesses of threads; "
+              "flash_async's K and V are read by the copy engine (cp.async.bulk), which it "
+              "cannot see: pass --model-only (the model is flash's: the same rows, copied)",
+              file=sys.stderr)
+        return 2
     if not args.model_only and not device.SIMULATOR:
         print("flashlesson traffic: the counter runs kernels in Numba's CUDA simulator and this "
               "process uses the GPU (FLASHLESSON_DEVICE=gpu?); unset it, or pass --model-only",

@@ -265,6 +265,15 @@ LADDERS = (
         Step("2", "producers = 1: one warp only loads (§43), against the lesson's §43 kernel "
              "(before: 22.9 TFLOP/s)", {"method": "flash_db", "producers": 1},
              call="loop_order.launch_db(…, producers=1)", versus="0b"),
+        Step("3", "§42 on Hopper's machinery (``attention_async.py``, method ``flash_async``): "
+             "K/V rows copied by the copy engine (cp.async.bulk) into two stages, FULL/EMPTY "
+             "mbarriers, warp 0 issues tile j+1 before tile j is computed; no block barrier in "
+             "the loop (Pᵀ stays within a warp)", {"method": "flash_async"}),
+        Step("4", "§43 on Hopper's machinery (producers = 1): a producer warpgroup whose warp 0 "
+             "only issues the copies, up to 4 stages ahead; consumers meet on a named barrier; "
+             "setmaxnreg 40 / 248 registers (against the lesson's §43 kernel)",
+             {"method": "flash_async", "producers": 1},
+             call="loop_order.launch_async(…, producers=1)", versus="0b"),
         Step("ref", "the single-buffered ``flash`` (``attention.py``), for comparison (before: "
              "31.5 TFLOP/s)", {"method": "flash"}, versus=None),
     )),
@@ -318,7 +327,8 @@ class Inputs:
 
 def _loop_order_call(kw, q, k, v, causal):
     """§41–43's variants that the public call does not reach (``q_blocks``, ``producers``):
-    ``flashlesson.loop_order``'s launchers on [B·H, N, d] views; returns (o, lse)."""
+    ``flashlesson.loop_order``'s launchers on [B·H, N, d] views (``producers`` with method
+    ``flash_async``: ``launch_async``); returns (o, lse)."""
     from . import loop_order
     from .arrays import empty, result
     B, H, nq, d = q.shape
@@ -334,10 +344,11 @@ def _loop_order_call(kw, q, k, v, causal):
         loop_order.launch_fa1(*(a.reshape(-1) for a in (q3, k3, v3, o3, lse2)), d=d, n_q=nq,
                               n_k=nk, heads=H, bh=bh, causal=causal, scale=scale,
                               q_blocks=-(-nq // cfg.Br))
-    else:
-        loop_order.launch_db(*(a.reshape(-1) for a in (q3, k3, v3, o3, lse2)), d=d, n_q=nq,
-                             n_k=nk, heads=H, bh=bh, causal=causal, scale=scale,
-                             producers=kw["producers"])
+    else:                               # §43: flash_db's producer warps or flash_async's
+        launch_ = loop_order.launch_async if kw.get("method") == loop_order.ASYNC else \
+            loop_order.launch_db
+        launch_(*(a.reshape(-1) for a in (q3, k3, v3, o3, lse2)), d=d, n_q=nq, n_k=nk,
+                heads=H, bh=bh, causal=causal, scale=scale, producers=kw["producers"])
     return result(o3, (B, H, nq, d)), result(lse2, (B, H, nq))
 
 

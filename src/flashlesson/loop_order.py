@@ -8,6 +8,11 @@ methods ``"flash_fa1"`` and ``"flash_db"`` of ``flashlesson.attention`` call the
   HBM), ``q_blocks`` blocks per head (1: the paper's one block per head; ⌈Nq/Br⌉: FA2's grid).
 - ``launch_db(…, producers=0)``: FA2's loop, next K/V tile prefetched (producers = 0: by every
   thread, through registers; producers = P: by P warps that only load).
+- ``launch_async(…, producers=0, stages=None)``: §42–43 on Hopper's machinery
+  (``kernels_numba/attention_async.py``, method ``"flash_async"``): K/V tiles copied by the
+  copy engine into a ring of stages, FULL/EMPTY mbarriers (producers = 0: warp 0 issues the
+  copies and computes; producers = 1: a producer warpgroup that only issues them, registers
+  moved to the consumers with setmaxnreg).
 - the lesson tier (``kernels_numba/lesson/loop_order.py``; ``attention(…, tier="lesson")``):
   ``launch_fa1_lesson`` (§41), ``launch_db_lesson(…, producers=0)`` (§42; producers = P: §43),
   on [B·H, N, d] arrays with a ``LessonConfig``; ``lesson_db_config(d)`` its default tiles.
@@ -17,14 +22,18 @@ methods ``"flash_fa1"`` and ``"flash_db"`` of ``flashlesson.attention`` call the
   the others from ``flashlesson.traffic``.
 """
 
+from functools import lru_cache
+
 import numpy as np
 
+from kernels_numba import attention_async as KAS
 from kernels_numba import attention_db as KDB
 from kernels_numba import attention_fa1 as KF1
 from kernels_numba.lesson import loop_order as LL
 
 from .arrays import empty
 from .checks import grid as check_grid
+from . import device
 from .configs import FlashConfig, LessonConfig, default_config, default_lesson_config
 from .io_model import Access, attention_traffic as _attention_traffic, \
     flash_attention_traffic
@@ -32,6 +41,7 @@ from .launch import aligned16 as _aligned16, dummy, launch, max_shared_bytes
 
 FA1 = "flash_fa1"
 DB = "flash_db"
+ASYNC = "flash_async"
 
 
 # When the forward kernel's default tiles do not fit the double buffers (d = 256: 366 KB):
@@ -112,6 +122,95 @@ def launch_db(q, k, v, o, lse, *, d, n_q, n_k, heads, bh, causal, scale, config=
     launch(kernel, (bh, tiles) if causal else (tiles, bh), cfg.threads + 32 * int(producers),
            (q, k, v, o, lse, np.float32(scale), d, n_q, n_k, heads, *_extras(kpm, dropout)),
            smem_bytes(DB, cfg, d))
+
+
+# ---------------------------------------------------------------------------------------------
+# §42–43 on Hopper's machinery (kernels_numba/attention_async.py)
+# ---------------------------------------------------------------------------------------------
+# §43 needs whole consumer warpgroups (setmaxnreg acts per warpgroup): in the simulator, whose
+# default tiles have one warp, these (128 consumer threads, several tiles at tiny shapes)
+ASYNC_SIM_WS = FlashConfig(Br=64, Bc=32, TR=16, TC=8)
+MAX_STAGES = 4
+
+
+def async_smem_bytes(cfg, d, stages):
+    """Dynamic shared memory per block of ``flash_async_kernel``, in bytes."""
+    return 4 * KAS.async_smem_floats(cfg.head_dim(d), cfg.Br, cfg.Bc, stages)
+
+
+def async_config(d, nq=None, bh=None, config=None, producers=0, stages=None):
+    """(config, stages) of ``flash_async``: ``config`` or flash's default tiles (§43 in the
+    simulator: ``ASYNC_SIM_WS``); stages: given, or 2 for §42 (double buffering) and for §43
+    the deepest ring of ≤ 4 stages that fits in shared memory (at d = 64 the ring does not
+    change how many blocks an SM holds: one from 2 stages on)."""
+    if config is None and producers and device.SIMULATOR:
+        cfg = ASYNC_SIM_WS
+    else:
+        cfg = config or default_config(d, nq, bh)
+    if not isinstance(cfg, FlashConfig):
+        raise TypeError(f"config: expected a FlashConfig, got {type(cfg).__name__}")
+    if stages is None:
+        stages = 2
+        if producers:
+            while stages < MAX_STAGES and \
+                    async_smem_bytes(cfg, d, stages + 1) <= max_shared_bytes():
+                stages += 1
+    return cfg, stages
+
+
+@lru_cache(maxsize=None)
+def _compute_capability():
+    """The GPU's (major, minor), asked once (every launch checks it)."""
+    from numba import cuda
+    return tuple(cuda.get_current_device().compute_capability)
+
+
+def check_async(cfg, d, producers, stages, arrays):
+    """Everything ``flash_async_kernel`` cannot run, refused with its reason."""
+    if d % 4:
+        raise ValueError(f"d: method {ASYNC!r} copies K/V rows with cp.async.bulk, which moves "
+                         f"multiples of 16 bytes: d must be a multiple of 4, got d = {d} "
+                         "(other d: method 'flash_db' or 'flash')")
+    if not _aligned16(*arrays):
+        raise ValueError(f"q, k, v: method {ASYNC!r} needs 16-byte aligned data (cp.async.bulk's "
+                         "addresses); a view into a bigger tensor may not be: pass a copy")
+    if isinstance(producers, bool) or producers not in (0, 1):
+        raise ValueError(f"producers: method {ASYNC!r} takes 0 (§42: warp 0 issues the copies) "
+                         f"or 1 (§43: one producer warpgroup), got {producers!r}")
+    if isinstance(stages, bool) or not isinstance(stages, (int, np.integer)) or \
+            not 2 <= stages <= MAX_STAGES:
+        raise ValueError(f"stages: expected an int from 2 to {MAX_STAGES}, got {stages!r}")
+    cfg.check(d)
+    if producers:
+        KAS.register_split(cfg.threads)         # (raises: whole warpgroups only)
+    need = async_smem_bytes(cfg, d, stages)
+    if need > max_shared_bytes():
+        raise ValueError(f"config {cfg}, stages = {stages}: {ASYNC} needs {need} bytes of "
+                         f"shared memory for d = {d}; this device allows {max_shared_bytes()}")
+    if not device.SIMULATOR:
+        cc = _compute_capability()
+        if cc < (9, 0):
+            raise ValueError(f"method {ASYNC!r}: cp.async.bulk, mbarrier expect_tx and "
+                             f"setmaxnreg need a Hopper GPU (sm_90a); this one is sm_{cc[0]}"
+                             f"{cc[1]}")
+
+
+def launch_async(q, k, v, o, lse, *, d, n_q, n_k, heads, bh, causal, scale, config=None,
+                 kpm=None, dropout=None, producers=0, stages=None):
+    """§42 (producers = 0) / §43 (producers = 1): FA2's loop with K/V tiles in a ring of
+    ``stages`` shared buffers filled by bulk copies, on flat padded arrays (as
+    ``launch_db``); grid as ``flash``; block TR·TC threads (+ 128 with the producer
+    warpgroup)."""
+    cfg, stages = async_config(d, n_q, bh, config, producers, stages)
+    check_async(cfg, d, producers, stages, (q, k, v))
+    kernel = KAS.flash_async_kernel(cfg.head_dim(d), cfg.Br, cfg.Bc, cfg.TR, cfg.TC,
+                                    bool(causal), cfg.KU, kpm is not None, dropout is not None,
+                                    int(producers), int(stages))
+    tiles = -(-n_q // cfg.Br)
+    launch(kernel, (bh, tiles) if causal else (tiles, bh),
+           cfg.threads + KAS.WARPGROUP * int(producers),
+           (q, k, v, o, lse, np.float32(scale), d, n_q, n_k, heads, *_extras(kpm, dropout)),
+           async_smem_bytes(cfg, d, stages))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,11 +344,14 @@ def attention_traffic(B, H, nq, nk, d, method="flash", causal=False, config=None
     """The model of ``attention(…, method=method)`` for every registered method (called as
     ``flashlesson.traffic.attention_traffic``; key padding is modelled for naive and flash
     only)."""
-    if method in (FA1, DB):
+    if method in (FA1, DB, ASYNC):
         if key_padding_mask is not None:
             raise ValueError(f"method {method!r}: the IO model has no key padding mask")
         if method == FA1:
             return fa1_attention_traffic(B, H, nq, nk, d, causal, config)
+        if method == ASYNC:         # (the copies stop at Nk: flash's loads, from the copy engine)
+            return flash_attention_traffic(B, H, nq, nk, d, causal,
+                                           async_config(d, nq, B * H, config)[0])
         return db_attention_traffic(B, H, nq, nk, d, causal, config)
     if key_padding_mask is None:
         return _attention_traffic(B, H, nq, nk, d, method, causal, config, return_lse)
@@ -265,6 +367,7 @@ def fa1_vs_fa2_bytes(B, H, n, d, causal=False, config=None):
                                                 config_for(d, n, B * H, config))))
 
 
-__all__ = ["launch_fa1", "launch_db", "fa1_steps", "fa1_attention_traffic",
+__all__ = ["launch_fa1", "launch_db", "launch_async", "async_config", "async_smem_bytes",
+           "ASYNC", "fa1_steps", "fa1_attention_traffic",
            "db_attention_traffic", "attention_traffic", "fa1_vs_fa2_bytes", "config_for",
            "check_config", "smem_bytes", "FA1", "DB"]
