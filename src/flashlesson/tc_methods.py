@@ -337,7 +337,7 @@ class WgmmaConfig:
     warpgroup that only copies (§43, needs STAGES ≥ 2 to overlap anything)."""
     Bc: int = 128
     CWG: int = 2
-    STAGES: int = 2
+    STAGES: int = 3
     PRODUCER: bool = True
 
     def __post_init__(self):
@@ -363,11 +363,37 @@ class WgmmaConfig:
 
 def default_wgmma_config(d):
     """The simulator: the smallest block (one consumer warpgroup, Bc = 64, no producer). On the
-    GPU FlashAttention-3's shape: 2 consumer warpgroups, Bc = 128, 2 stages, a producer (not
-    yet measured: scripts/gpu_wgmma.sh times every variant)."""
+    GPU: 2 consumer warpgroups, Bc = 128, 3 stages, a producer — the fastest of the eight
+    configurations ``scripts/gpu_wgmma.py --sweep`` timed on the H200 (2026-12-01,
+    docs/logs/gpu_wgmma_h200.log) at all six shapes (d = 64 and 128, causal and not), 2–10 %
+    ahead of 2 stages."""
     if device.SIMULATOR:
         return WgmmaConfig(Bc=64, CWG=1, STAGES=2, PRODUCER=False)
     return WgmmaConfig()
+
+
+_CC = []
+
+
+def wgmma_is_default(q, k, causal, dropout_p):
+    """Whether ``attention(q, k, v)`` with the default method ("flash") runs "flash_wgmma"
+    rather than "flash_tc": fp16/bf16 inputs on a Hopper GPU (compute capability 9.0, not the
+    simulator), d = 64 or 128, no dropout — except d = 64 without a causal mask over fewer
+    than 2048 keys, where the mma.sync kernel stays ahead. Measured on the H200, 2026-12-01
+    (kernel-only TFLOP/s, flash_wgmma's default against flash_tc): B4 H16 N1024 d64 203 / 226,
+    causal 152 / 143; B2 H16 N4096 d64 269 / 258, causal 248 / 225; B1 H16 N8192 d128
+    317 / 268, causal 312 / 251."""
+    if device.SIMULATOR or dropout_p or not low_precision(q):
+        return False
+    try:
+        d, nk = int(q.shape[-1]), int(k.shape[-2])
+    except (AttributeError, IndexError, TypeError):
+        return False                            # (the full path names what is wrong)
+    if d not in WGMMA_HEAD_DIMS or (d == 64 and causal is not True and nk < 2048):
+        return False
+    if not _CC:
+        _CC.append(tuple(cuda.get_current_device().compute_capability))
+    return _CC[0] == (9, 0)
 
 
 def attention_wgmma(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropout_p=0.0,
