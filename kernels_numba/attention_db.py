@@ -10,34 +10,39 @@ numbers here; a step without one is historical (no longer separable in the code)
 TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
-| 0    | the lesson kernel of §42                     | H200, 2026-12-01: 16.2 ms,   | method='flash_db',             |
-|      | (``lesson/loop_order.py``'s                  | 8.49 TFLOP/s                 | tier='lesson'                  |
+| 0    | the lesson kernel of §42                     | H200, 2026-12-01: 15.9 ms,   | method='flash_db',             |
+|      | (``lesson/loop_order.py``'s                  | 8.63 TFLOP/s                 | tier='lesson'                  |
 |      | ``flash_double_buffer``): one thread a row,  |                              |                                |
 |      | the next tile's loads written straight into  |                              |                                |
 |      | the other buffer                             |                              |                                |
-| 0b   | the lesson kernel of §43                     | H200, 2026-12-01: 36.1 ms,   | loop_order.launch_db_lesson(…, |
-|      | (``flash_producer_consumer``): one warp that | 3.81 TFLOP/s                 | producers=1)                   |
+| 0b   | the lesson kernel of §43                     | H200, 2026-12-01: 35.3 ms,   | loop_order.launch_db_lesson(…, |
+|      | (``flash_producer_consumer``): one warp that | 3.9 TFLOP/s                  | producers=1)                   |
 |      | only loads                                   |                              |                                |
 | 1    | this file, producers = 0: the next K/V tile  | H200, 2026-12-01: 7.25 ms,   | method='flash_db'              |
-|      | through registers, two buffers, one barrier  | 19 TFLOP/s, 2.23× lesson     |                                |
+|      | through registers, two buffers, one barrier  | 19 TFLOP/s, 2.20× lesson     |                                |
 |      | a tile (before: 19.0 TFLOP/s, slower than    |                              |                                |
 |      | flash: double the shared memory, fewer       |                              |                                |
 |      | blocks per SM)                               |                              |                                |
-| 2    | producers = 1: one warp only loads (§43),    | H200, 2026-12-01: 6.06 ms,   | loop_order.launch_db(…,        |
-|      | against the lesson's §43 kernel (before:     | 22.7 TFLOP/s, 5.96× lesson   | producers=1)                   |
+| 2    | producers = 1: one warp only loads (§43),    | H200, 2026-12-01: 6.02 ms,   | loop_order.launch_db(…,        |
+|      | against the lesson's §43 kernel (before:     | 22.8 TFLOP/s, 5.87× lesson   | producers=1)                   |
 |      | 22.9 TFLOP/s)                                | (step 0b)                    |                                |
-| 3    | §42 on Hopper's machinery                    | not measured yet             | method='flash_async'           |
-|      | (``attention_async.py``, method              |                              |                                |
+| 3    | §42 on Hopper's machinery                    | H200, 2026-12-01: 4.41 ms,   | method='flash_async'           |
+|      | (``attention_async.py``, method              | 31.2 TFLOP/s, 3.62× lesson   |                                |
 |      | ``flash_async``): K/V rows copied by the     |                              |                                |
 |      | copy engine (cp.async.bulk) into two stages, |                              |                                |
 |      | FULL/EMPTY mbarriers, warp 0 issues tile j+1 |                              |                                |
 |      | before tile j is computed; no block barrier  |                              |                                |
-|      | in the loop (Pᵀ stays within a warp)         |                              |                                |
-| 4    | §43 on Hopper's machinery (producers = 1): a | not measured yet             | loop_order.launch_async(…,     |
-|      | producer warpgroup whose warp 0 only issues  |                              | producers=1)                   |
-|      | the copies, up to 4 stages ahead; consumers  |                              |                                |
-|      | meet on a named barrier; setmaxnreg 40 / 248 |                              |                                |
-|      | registers (against the lesson's §43 kernel)  |                              |                                |
+|      | in the loop (Pᵀ stays within a warp); Bc =   |                              |                                |
+|      | 32, so that two blocks share an SM (Bc = 64: |                              |                                |
+|      | 21.6 TFLOP/s, one block)                     |                              |                                |
+| 4    | §43 on Hopper's machinery (producers = 1): a | H200, 2026-12-01: 3.87 ms,   | loop_order.launch_async(…,     |
+|      | producer warpgroup whose warp 0 only issues  | 35.5 TFLOP/s, 9.12× lesson   | producers=1)                   |
+|      | the copies into two stages; two consumer     | (step 0b)                    |                                |
+|      | warpgroups (Br = 256) meet on a named        |                              |                                |
+|      | barrier; setmaxnreg 40 / 232 registers (one  |                              |                                |
+|      | consumer warpgroup, 40 / 248: 27.0 TFLOP/s   |                              |                                |
+|      | at 2–4 stages); against the lesson's §43     |                              |                                |
+|      | kernel                                       |                              |                                |
 | ref  | the single-buffered ``flash``                | H200, 2026-12-01: 4.37 ms,   | method='flash'                 |
 |      | (``attention.py``), for comparison (before:  | 31.4 TFLOP/s                 |                                |
 |      | 31.5 TFLOP/s)                                |                              |                                |

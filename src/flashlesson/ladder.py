@@ -272,10 +272,12 @@ LADDERS = (
         Step("3", "§42 on Hopper's machinery (``attention_async.py``, method ``flash_async``): "
              "K/V rows copied by the copy engine (cp.async.bulk) into two stages, FULL/EMPTY "
              "mbarriers, warp 0 issues tile j+1 before tile j is computed; no block barrier in "
-             "the loop (Pᵀ stays within a warp)", {"method": "flash_async"}),
+             "the loop (Pᵀ stays within a warp); Bc = 32, so that two blocks share an SM (Bc = "
+             "64: 21.6 TFLOP/s, one block)", {"method": "flash_async"}),
         Step("4", "§43 on Hopper's machinery (producers = 1): a producer warpgroup whose warp 0 "
-             "only issues the copies, up to 4 stages ahead; consumers meet on a named barrier; "
-             "setmaxnreg 40 / 248 registers (against the lesson's §43 kernel)",
+             "only issues the copies into two stages; two consumer warpgroups (Br = 256) meet "
+             "on a named barrier; setmaxnreg 40 / 232 registers (one consumer warpgroup, 40 / "
+             "248: 27.0 TFLOP/s at 2–4 stages); against the lesson's §43 kernel",
              {"method": "flash_async", "producers": 1},
              call="loop_order.launch_async(…, producers=1)", versus="0b"),
         Step("ref", "the single-buffered ``flash`` (``attention.py``), for comparison (before: "

@@ -140,7 +140,8 @@ def async_smem_bytes(cfg, d, stages):
 
 def async_config(d, nq=None, bh=None, config=None, producers=0, stages=None):
     """(config, stages) of ``flash_async``: ``config`` or flash's default tiles (§43 in the
-    simulator: ``ASYNC_SIM_WS``); stages: given, or 2 for §42 (double buffering) and for §43
+    simulator: ``ASYNC_SIM_WS``; on the GPU at d ≤ 64 ``measured_async_config``, 2 stages
+    unless given); stages: given, or 2 for §42 (double buffering) and for §43
     the deepest ring of ≤ 4 stages that fits in shared memory (at d = 64 the ring does not
     change how many blocks an SM holds: one from 2 stages on)."""
     if config is None and producers and device.SIMULATOR:
@@ -149,6 +150,11 @@ def async_config(d, nq=None, bh=None, config=None, producers=0, stages=None):
         cfg = config or default_config(d, nq, bh)
     if not isinstance(cfg, FlashConfig):
         raise TypeError(f"config: expected a FlashConfig, got {type(cfg).__name__}")
+    if config is None and not device.SIMULATOR and d <= 64:
+        pick = measured_async_config(cfg, producers)
+        if pick.threads + 128 * bool(producers) <= 1024 and \
+                async_smem_bytes(pick, d, 2) <= max_shared_bytes():
+            return pick, 2 if stages is None else stages
     if stages is None:
         stages = 2
         if producers:
@@ -156,6 +162,17 @@ def async_config(d, nq=None, bh=None, config=None, producers=0, stages=None):
                     async_smem_bytes(cfg, d, stages + 1) <= max_shared_bytes():
                 stages += 1
     return cfg, stages
+
+
+def measured_async_config(cfg, producers):
+    """flash_async's tiles on the GPU at d ≤ 64, from flash's default ``cfg``: what
+    ``scripts/time_async.py`` measured fastest on the H200 (2026-12-01, B2 H16 N4096 d64 fp32,
+    docs/logs/gpu_async_h200.log; flash 31.4 TFLOP/s). §42: Bc = 32, so that two blocks fit on
+    an SM (31.2 TFLOP/s; Bc = 64: 21.6, one block). §43: two consumer warpgroups (Br and TR
+    doubled: 35.5 TFLOP/s, 1.13× flash; one: 27.0, at 2, 3 or 4 stages alike)."""
+    if producers:
+        return FlashConfig(2 * cfg.Br, cfg.Bc, 2 * cfg.TR, cfg.TC, cfg.KU, cfg.GROUP)
+    return FlashConfig(cfg.Br, 32, cfg.TR, cfg.TC, cfg.KU, cfg.GROUP)
 
 
 @lru_cache(maxsize=None)
