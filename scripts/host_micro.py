@@ -134,6 +134,17 @@ def launches():
         row(f"launch.Packed, driver {name} (pointer slot written, cuLaunchKernel)",
             lambda: packed(where, ptrs, 0))
     launch.set_driver("ctypes")
+    for cufunction in (False, True):            # the kernel named by CUkernel or CUfunction
+        launch.CUFUNCTION = cufunction
+        p2 = launch.packed(plan, params)
+        other.zero_()
+        rc = p2(where, [other.data_ptr()], 0)
+        torch.cuda.synchronize()
+        print(f"CUFUNCTION={cufunction}: rc {rc} ok: {torch.equal(other, a * 0.5 + 7)}",
+              flush=True)
+        row(f"launch.Packed, kernel as {'CUfunction' if cufunction else 'CUkernel'}",
+            lambda: p2(where, ptrs, 0))
+    launch.CUFUNCTION = True
     torch.cuda.synchronize()
     s = torch.cuda.Stream()
     other.zero_()

@@ -9,7 +9,8 @@ Without ``--real`` the library's **GPU code path** runs (not the simulator's: nu
 imported with ``NUMBA_ENABLE_CUDASIM=0`` before flashlesson, so ``device.SIMULATOR`` is False)
 with everything that touches the driver replaced by fakes, for profiling only:
 
-- ``cuda.core.launch`` → a no-op; ``launch._core_stream`` → the handle itself; the one-time
+- ``cuda.core.launch`` → a no-op; ``launch._core_stream`` → the handle itself;
+  ``launch.ensure_context`` → a no-op; the one-time
   self-test of the fast path is skipped;
 - ``Plan._build_fast`` → the real parameter template (``launch.param_template``) built from the
   argument types Numba infers (``typeof_pyval``) instead of a compiled overload's, with a dummy
@@ -209,6 +210,7 @@ def _install_fake_torch():
         return Tensor(shape, dtype or torch.float32, requires_grad=requires_grad)
 
     torch.empty = empty
+    torch.empty_like = lambda t: Tensor(tuple(t.shape), t.dtype)
     torch.randn = empty
     torch.full = lambda shape, value, dtype=None, device=None: empty(shape, dtype=dtype)
     torch.randint = lambda lo, hi, shape, device=None: empty(shape, dtype=torch.int64)
@@ -291,6 +293,7 @@ def _fake_driver():
     if hasattr(launch, "_CORE"):                # (the launch layer's cached cuda.core.launch)
         launch._CORE["launch"] = core_launch
     launch._core_stream = lambda handle: handle
+    launch.ensure_context = lambda: None        # (no driver: no thread's context to make current)
     launch._STATE["self_tested"] = True
 
     def build_fast(self, args):
@@ -480,6 +483,12 @@ def _logged(fn):
         t = empty(*shape, **kw)
         allocs.append((t.data_ptr(), t.numel() * t.element_size()))
         return t
+    empty_like = torch.empty_like
+
+    def logged_empty_like(t0, **kw):            # (replays: an output shaped like an input)
+        t = empty_like(t0, **kw)
+        allocs.append((t.data_ptr(), t.numel() * t.element_size()))
+        return t
     device_array = numba.cuda.device_array
 
     def logged_device_array(*a, **kw):          # (the naive methods' scratch arrays)
@@ -487,10 +496,12 @@ def _logged(fn):
         allocs.append((arr.ptr, arr.dtype.itemsize * int(np.prod(arr.shape))))
         return arr
     torch.empty, numba.cuda.device_array = logged_empty, logged_device_array
+    torch.empty_like = logged_empty_like
     try:
         result = fn()
     finally:
         torch.empty, numba.cuda.device_array = empty, device_array
+        torch.empty_like = empty_like
         FAKE["calls"]["log"] = None
 
     def where(v):

@@ -177,7 +177,7 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
                    key_padding_mask is None, method, config, tier)
             plan = calls.lookup(key)
             if plan is not None:
-                return plan(ptrs)
+                return plan(ptrs, tensors)
             return calls.run(key, tensors, lambda: _attention_call(
                 q, k, v, causal, scale, key_padding_mask, dropout_p, seed, return_lse, method,
                 config, tier))

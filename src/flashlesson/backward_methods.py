@@ -129,7 +129,7 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
                    method, config, tier)
             plan = calls.lookup(key)
             if plan is not None:
-                return plan(ptrs)
+                return plan(ptrs, tensors)
             return calls.run(key, tensors, lambda: _backward_call(
                 do, q, k, v, o, lse, causal, scale, key_padding_mask, dropout_p, seed, method,
                 config, tier))

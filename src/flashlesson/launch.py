@@ -378,6 +378,27 @@ def set_driver(name):
     DRIVER, _CU["launch"] = name, None
 
 
+# A packed launch names its kernel by the CUfunction of the current context (asked once,
+# cuKernelGetFunction), so that cuLaunchKernel need not look it up from the CUkernel on every
+# launch; FLASHLESSON_CUFUNCTION=0 passes the CUkernel's handle instead (both are valid).
+CUFUNCTION = os.environ.get("FLASHLESSON_CUFUNCTION", "1").strip() != "0"
+
+
+def function_handle(kernel):
+    """The handle a packed launch passes for cuda.core's ``kernel``: its CUfunction in the
+    current context where ``CUFUNCTION`` and the driver give one, else its CUkernel's."""
+    handle = int(kernel.handle)
+    if CUFUNCTION:
+        try:
+            from cuda.bindings import driver as drv
+            err, func = drv.cuKernelGetFunction(drv.CUkernel(handle))
+            if int(err) == 0 and int(func):
+                return int(func)
+        except Exception:                       # noqa: BLE001 - the CUkernel works as well
+            pass
+    return handle
+
+
 class Packed:
     """One launch of a fast plan with its parameters packed once: an 8-byte slot per kernel
     parameter and the ``void*`` array ``cuLaunchKernel``'s ``kernelParams`` points to. A call
@@ -395,7 +416,7 @@ class Packed:
         base = ctypes.addressof(self.slots)
         self.argv = (ctypes.c_void_p * n)(*(base + 8 * j for j in range(n)))
         self.addr = ctypes.addressof(self.argv)
-        self.func = int(plan.cu_kernel.handle)
+        self.func = function_handle(plan.cu_kernel)
         self.dims = (plan.grid + (1, 1))[:3] + (plan.block + (1, 1))[:3] + (plan.shared,)
         self.plan, self.lock = plan, threading.Lock()
 

@@ -277,7 +277,7 @@ def softmax(x, *, method=AUTO, out=None, threads=None, tier="fast"):
             key = ("softmax", facts, method, threads, type(threads), tier)
             plan = calls.lookup(key)
             if plan is not None:
-                return plan(ptrs)
+                return plan(ptrs, (x,))
             return calls.run(key, (x,), lambda: _softmax(x, method, out, threads, tier))
     return _softmax(x, method, out, threads, tier)
 
