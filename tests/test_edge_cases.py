@@ -14,6 +14,7 @@ from edge_table import COUNTS, Refuse, check_refusal, label, params
 from numba import cuda
 
 import flashlesson
+from flashlesson.attention_methods import FLOAT32_METHODS
 from flashlesson import (BwdConfig, FlashConfig, LinearConfig, TcBwdConfig, TcConfig, attention,
                          attention_backward, dropout_keep_mask, linear_attention,
                          merge_attention, softmax, varlen_attention, varlen_attention_backward)
@@ -137,7 +138,7 @@ def _array_cases(function, call, names=("q", "k", "v")):
 
 ATTENTION_CASES = []
 # (flash_wgmma takes fp16/bf16 with d = 64 or 128 only: its refusals are in test_attention_tc.py)
-for _m in (m for m in flashlesson.ATTENTION_METHODS if m != "flash_wgmma"):
+for _m in FLOAT32_METHODS:
     _call = (lambda m: lambda **kw: _attention(m, **kw))(_m)
     _fn = f"attention[{_m}]"
     ATTENTION_CASES += scalar_cases(_fn, _call, ["scale", "causal", "return_lse", "seed"]

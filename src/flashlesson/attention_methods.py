@@ -76,6 +76,8 @@ LESSON_METHODS = tuple(name for name, m in METHODS.items() if m.lesson_kernels !
 FP32_METHODS = tuple(m for m in METHODS if m not in ("flash_tc", "flash_wgmma", "flash_async"))
 # The tensor-core methods (fp16/bf16 in): tests/test_attention_tc.py runs each.
 TC_METHODS = ("flash_tc", "flash_wgmma")
+# Every method that takes float32 inputs (all but wgmma's, fp16/bf16 only).
+FLOAT32_METHODS = tuple(m for m in METHODS if m != "flash_wgmma")
 
 
 def operands(q, k, v):
