@@ -102,17 +102,17 @@ How to run: ``flashlesson.attention(q, k, v, method="flash_async")`` (§42);
 ``bash scripts/gpu_async.sh``.
 """
 
-import math
 from functools import lru_cache
 
 from numba import cuda, float32, int64, uint64
 
 from .attention import block_tile, kv_tiles
-from .flash_steps import keep_bits, online_softmax, p_store, pv_product, score_mask
+from .flash_steps import keep_bits, o_lse_store, online_softmax, p_store, pv_product, \
+    score_mask
 from .hopper import bar_sync, bulk_copy_g2s, fence_mbarrier_init, mbar_arrive, \
     mbar_arrive_expect_tx, mbar_init, mbar_try_wait_parity, setmaxnreg_dec, setmaxnreg_inc
 from .jit import gpu_options, pure_device
-from .reductions import NEG_INF, ZERO, safe_reciprocal
+from .reductions import NEG_INF, ZERO
 from .vector import load4
 
 BAR_FLOATS = 32                 # the mbarriers' space at the start of shared memory (128 bytes)
@@ -229,6 +229,7 @@ def flash_async_kernel(D, Br, Bc, TR, TC, CAUSAL, KU=1, PAD=False, DROPOUT=False
     softmax = online_softmax(RM, CN, DN, TC)
     bits = keep_bits(RM, CN, W)
     store_p = p_store(RM, CN, W, QS, DROPOUT)
+    write_o = o_lse_store(RM, DN, W)
 
     @cuda.jit(device=True)
     def zero_k_pads(smem, d, lane):
@@ -354,15 +355,6 @@ def flash_async_kernel(D, Br, Bc, TR, TC, CAUSAL, KU=1, PAD=False, DROPOUT=False
                 mbar_arrive(bars, STAGES + st)      # EMPTY[st]: this warp is done with it
 
         # O = acc / l, LSE = m + log l: the only writes to global memory (§24)
-        for i in range(RM):
-            row = q0 + r0 + i
-            if row < n_q:
-                inv_l = safe_reciprocal(l[i])
-                for c in range(DN):
-                    col = W * (c // 4) + 4 * tc + (c & 3)
-                    if col < d:
-                        o[q_base + row * d + col] = acc[i, c] * inv_l
-                if tc == 0:
-                    lse[bh * n_q + row] = NEG_INF if l[i] == ZERO else m[i] + math.log(l[i])
+        write_o(o, lse, acc, m, l, q_base, bh * n_q, q0, r0, tc, n_q, d)
 
     return flash_async

@@ -117,15 +117,14 @@ form through ``flashlesson.loop_order.launch_db(…, producers=P)``; ``flashless
 ``section 43``; ``pytest tests/test_loop_order.py``; ``python3 scripts/bench_loop_order.py``.
 """
 
-import math
 from functools import lru_cache
 
 from numba import cuda, float32, int64
 
 from .attention import block_tile, kv_tiles
-from .flash_steps import keep_bits, online_softmax, p_store, pv_product, qk_product, \
-    score_mask, tile_prefetcher
-from .reductions import NEG_INF, ONE, ZERO, safe_reciprocal
+from .flash_steps import keep_bits, o_lse_store, online_softmax, p_store, pv_product, \
+    qk_product, score_mask, tile_prefetcher
+from .reductions import NEG_INF, ONE, ZERO
 from .tiles import tile_loader
 
 
@@ -173,6 +172,7 @@ def flash_db_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, PAD=False, DROPO
     softmax = online_softmax(RM, CN, DN, TC)
     bits = keep_bits(RM, CN, W)
     store_p = p_store(RM, CN, W, QS, DROPOUT)
+    write_o = o_lse_store(RM, DN, W)
 
     @cuda.jit
     def flash_db(q, k, v, o, lse, scale, d, n_q, n_k, heads, kpm, seed_lo, seed_hi,
@@ -259,15 +259,6 @@ def flash_db_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, PAD=False, DROPO
 
         # O = acc / l, LSE = m + log l: the only writes to global memory (§24)
         if not producer:
-            for i in range(RM):
-                row = q0 + r0 + i
-                if row < n_q:
-                    inv_l = safe_reciprocal(l[i])
-                    for c in range(DN):
-                        col = W * (c // 4) + 4 * tc + (c & 3)
-                        if col < d:
-                            o[q_base + row * d + col] = acc[i, c] * inv_l
-                    if tc == 0:
-                        lse[bh * n_q + row] = NEG_INF if l[i] == ZERO else m[i] + math.log(l[i])
+            write_o(o, lse, acc, m, l, q_base, bh * n_q, q0, r0, tc, n_q, d)
 
     return flash_db

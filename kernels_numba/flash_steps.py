@@ -30,6 +30,8 @@ constant, the loops unroll and the local arrays they fill stay in registers)
   §36, which of my P entries dropout keeps, as bits
 - ``p_store(RM, CN, W, QS, DROPOUT)`` → ``store(Pt, s, zbits, r0, tc, inv_keep)``: Pᵀ (∘ Z) into
   shared memory for the P Vj product
+- ``o_lse_store(RM, DN, W)`` → ``store(o, lse, acc, m, l, q_base, lse_base, q0, r0, tc, n_q,
+  d)``: O = acc / l and LSE = m + log l of my rows, the loop's only global writes (§24)
 - ``tile_prefetcher(ROWS, D, T, STRIDE, TRANSPOSE, VEC)`` → (``fetch``, ``put``, REGS): the two
   halves of ``tiles.tile_loader``, apart: ``fetch(src, base, row_stride, row0, n, d, regs)``
   issues a thread's global loads of a tile into ``regs`` (REGS floats, registers) and
@@ -38,13 +40,15 @@ constant, the loops unroll and the local arrays they fill stay in registers)
 All but ``tile_prefetcher`` use no ``cuda.*`` (``pure_device``: plain Python in the simulator).
 """
 
+import math
 from functools import lru_cache
 
 from numba import cuda
 
 from .jit import pure_device
 from .philox import dropout_words
-from .reductions import NEG_INF, ZERO, fast_exp, lanes_max, lanes_sum, safe_max
+from .reductions import NEG_INF, ZERO, fast_exp, lanes_max, lanes_sum, safe_max, \
+    safe_reciprocal
 from .vector import load4, store4
 
 
@@ -175,6 +179,28 @@ def p_store(RM, CN, W, QS, DROPOUT):
                 if DROPOUT:
                     p_ij = p_ij * inv_keep if (zbits[i] >> jj) & 1 else ZERO
                 Pt[(W * (jj // 4) + 4 * tc + (jj & 3)) * QS + r0 + i] = p_ij
+
+    return store
+
+
+@lru_cache(maxsize=None)
+def o_lse_store(RM, DN, W):
+    """The end of the loop (§24): O = acc / l and LSE = m + log l, the only writes to global
+    memory — o[q_base + row·d + col], lse[lse_base + row] for my rows below n_q (a row that saw
+    no key: O = 0, LSE = −inf)."""
+
+    @pure_device
+    def store(o, lse, acc, m, l, q_base, lse_base, q0, r0, tc, n_q, d):
+        for i in range(RM):
+            row = q0 + r0 + i
+            if row < n_q:
+                inv_l = safe_reciprocal(l[i])
+                for c in range(DN):
+                    col = W * (c // 4) + 4 * tc + (c & 3)
+                    if col < d:
+                        o[q_base + row * d + col] = acc[i, c] * inv_l
+                if tc == 0:
+                    lse[lse_base + row] = NEG_INF if l[i] == ZERO else m[i] + math.log(l[i])
 
     return store
 
