@@ -587,6 +587,17 @@ def cp_async_mbar_arrive(typingctx, bars, i):
 # ---------------------------------------------------------------------------------------------
 # Test kernels (tests/test_hopper.py): each helper in a kernel of its own
 # ---------------------------------------------------------------------------------------------
+@pure_device
+def acc_to_matrix(d, acc, w, g, t, n):
+    """The test kernels' readout: the thread's part of a 64 × n wgmma accumulator into the
+    matrix d, by the layout drawn in the menu (warp w, g = lane // 4, t = lane % 4)."""
+    for j in range(n // 8):
+        d[16 * w + g, 8 * j + 2 * t] = acc[4 * j]
+        d[16 * w + g, 8 * j + 2 * t + 1] = acc[4 * j + 1]
+        d[16 * w + g + 8, 8 * j + 2 * t] = acc[4 * j + 2]
+        d[16 * w + g + 8, 8 * j + 2 * t + 1] = acc[4 * j + 3]
+
+
 def wgmma_kernel(kind, N, KSTEPS, swizzle=SWIZZLE_NONE, zero_first=False):
     """A kernel d[64, N] = a[64, K] @ bt[N, K]ᵀ + c (K = 16·KSTEPS) for one warpgroup (128
     threads): a and bt hold fp16 or bf16 bits (uint16), c and d float32. The threads store
@@ -641,11 +652,7 @@ def wgmma_kernel(kind, N, KSTEPS, swizzle=SWIZZLE_NONE, zero_first=False):
         wgmma_commit_group()        # the KSTEPS mmas: one group
         wgmma_wait_group(0)         # wait: no group pending, acc holds the result
         wgmma_fence_operand(acc, H)
-        for j in range(N // 8):
-            d[16 * w + g, 8 * j + 2 * t] = acc[4 * j]
-            d[16 * w + g, 8 * j + 2 * t + 1] = acc[4 * j + 1]
-            d[16 * w + g + 8, 8 * j + 2 * t] = acc[4 * j + 2]
-            d[16 * w + g + 8, 8 * j + 2 * t + 1] = acc[4 * j + 3]
+        acc_to_matrix(d, acc, w, g, t, N)
     return kernel
 
 
@@ -710,11 +717,7 @@ def wgmma_ab_kernel(kind, N, KSTEPS, rs=False, trans_b=0):
         wgmma_commit_group()        # the KSTEPS mmas: one group
         wgmma_wait_group(0)         # wait: acc holds the result (and ra may be reused)
         wgmma_fence_operand(acc, H)
-        for j in range(N // 8):
-            d[16 * w + g, 8 * j + 2 * t] = acc[4 * j]
-            d[16 * w + g, 8 * j + 2 * t + 1] = acc[4 * j + 1]
-            d[16 * w + g + 8, 8 * j + 2 * t] = acc[4 * j + 2]
-            d[16 * w + g + 8, 8 * j + 2 * t + 1] = acc[4 * j + 3]
+        acc_to_matrix(d, acc, w, g, t, N)
     return kernel
 
 

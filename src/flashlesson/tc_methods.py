@@ -188,6 +188,15 @@ def _shapes(qo, ko, vo):
     return B, H, nq, nk, d
 
 
+def _empty_result(qo, fmt, shape, return_lse):
+    """The result of a forward with nothing to compute (no rows, or no key): O = 0 of ``shape``
+    in the inputs' format, LSE = −inf (a row that sees no key)."""
+    o = _filled(shape, fmt, 0.0, qo.on_host, like=qo)
+    if not return_lse:
+        return o
+    return o, checks.filled(shape[:3], np.float32, -np.inf, qo.on_host, like=qo)
+
+
 def _filled(shape, fmt, value, on_host, like=None):
     """A result of an empty problem in the inputs' format (fp16, BFloat16 bits, float32; a
     torch tensor of that dtype when ``like`` holds one)."""
@@ -243,9 +252,7 @@ def attention_tc(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dr
                         f"{type(cfg).__name__}")
     cfg.check(tf32)
     if B * H * nq == 0 or nk == 0:      # empty: no launch; a row with no key gives 0, −inf
-        o = _filled((B, H, nq, d), fq, 0.0, qo.on_host, like=qo)
-        lse = checks.filled((B, H, nq), np.float32, -np.inf, qo.on_host, like=qo)
-        return (o, lse) if return_lse else o
+        return _empty_result(qo, fq, (B, H, nq, d), return_lse)
     with using(qo):                     # torch in: torch's stream, torch.empty
         o3, lse2 = _forward_tc(qo, ko, vo, fq, B, H, nq, nk, d, cfg, causal, scale, kpm, tf32,
                                 tier)
@@ -434,9 +441,7 @@ def attention_wgmma(q, k, v, *, causal=False, scale=None, key_padding_mask=None,
                         f"{type(cfg).__name__}")
     cfg.check(d)
     if B * H * nq == 0 or nk == 0:      # empty: no launch; a row with no key gives 0, −inf
-        o = _filled((B, H, nq, d), fq, 0.0, qo.on_host, like=qo)
-        lse = checks.filled((B, H, nq), np.float32, -np.inf, qo.on_host, like=qo)
-        return (o, lse) if return_lse else o
+        return _empty_result(qo, fq, (B, H, nq, d), return_lse)
     with using(qo):
         bh = B * H
         word = np.uint32
