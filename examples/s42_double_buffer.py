@@ -132,31 +132,27 @@ def main(verbose=True):
     cases = ([(1, 1, 40, 50, 16), (1, 1, 7, 70, 5)] if flashlesson.SIMULATOR else
              [(2, 8, 1024, 1024, 64), (1, 4, 500, 2000, 128)])
     table = []
-    for b, h, nq, nk, d in cases:
+
+    def check_method(method, b, h, nq, nk, d, label=""):
+        """``method`` on fresh inputs (row 0 of Q × 30: scores near ±100), causal and not,
+        against the float64 oracle; its checks and table rows."""
         q, k, v = attention_inputs(rng, b, h, nq, nk, d)
         q[..., 0, :] *= 30                      # one row of scores near ±100
         for causal in (False, True):
-            o, lse = flashlesson.attention(q, k, v, causal=causal, method="flash_db",
+            o, lse = flashlesson.attention(q, k, v, causal=causal, method=method,
                                            return_lse=True)
-            shape = f"B={b} H={h} Nq={nq} Nk={nk} d={d}{', causal' if causal else ''}"
-            (c, cl), _, _ = attention_check("42", TOPIC, "flash_db", o, lse, q, k, v,
+            shape = f"{label}B={b} H={h} Nq={nq} Nk={nk} d={d}{', causal' if causal else ''}"
+            (c, cl), _, _ = attention_check("42", TOPIC, method, o, lse, q, k, v,
                                             causal=causal, note=shape)
-            checks += [c, cl]
+            checks.extend([c, cl])
             table.append([shape, f"{c.max_err:.1e}", f"{cl.max_err:.1e}",
                           "yes" if c.passed and cl.passed else "NO"])
+
+    for case in cases:
+        check_method("flash_db", *case)
     # flash_async (d % 4 == 0: the bulk copy moves 16-byte rows), the same oracle
-    b, h, nq, nk, d = (1, 1, 40, 50, 16) if flashlesson.SIMULATOR else (2, 8, 1000, 1500, 64)
-    q, k, v = attention_inputs(rng, b, h, nq, nk, d)
-    q[..., 0, :] *= 30
-    for causal in (False, True):
-        o, lse = flashlesson.attention(q, k, v, causal=causal, method="flash_async",
-                                       return_lse=True)
-        shape = f"flash_async: B={b} H={h} Nq={nq} Nk={nk} d={d}{', causal' if causal else ''}"
-        (c, cl), _, _ = attention_check("42", TOPIC, "flash_async", o, lse, q, k, v,
-                                        causal=causal, note=shape)
-        checks += [c, cl]
-        table.append([shape, f"{c.max_err:.1e}", f"{cl.max_err:.1e}",
-                      "yes" if c.passed and cl.passed else "NO"])
+    check_method("flash_async", *((1, 1, 40, 50, 16) if flashlesson.SIMULATOR else
+                                  (2, 8, 1000, 1500, 64)), label="flash_async: ")
     if verbose:
         print(f"\nrandom inputs (row 0 of Q × 30): seed {seed}; bounds from "
               "flashlesson.tolerance.attention_tol")
