@@ -1,0 +1,160 @@
+"""§30 on Hopper's wgmma: ``attention_backward(..., method="flash_wgmma")`` against the float64
+oracle (kernels_numba/attention_wgmma_backward.py).
+
+The error model is flash_tc's backward (tests/test_attention_tc_backward.py: conftest's
+check_tc_grads — flashlesson.tolerance.backward_tol of each gradient's largest value; on the
+GPU also 2× torch SDPA's own backward error plus its rounding slack). O and LSE come from the
+float64 oracle's forward, O rounded to the inputs' format (the backward only reads them: D =
+rowsum(dO∘O) and P = exp(S − LSE)); that keeps the simulator from running a forward kernel a
+case. Outputs are poisoned (NaN) before the kernels run, so an element not written fails.
+
+Simulator (one or two blocks of 64 rows a kernel; ~15 s in all): N not a multiple of the tile
+and N < tile, N = 1, causal with the first and the last visible key of the rows on tile edges,
+key padding with NaN in the padded keys' K and V rows, bf16, d = 128, two consumer warpgroups,
+one and three stages, tiles of 128; two runs bitwise equal; the refusals.
+"""
+
+import numpy as np
+import pytest
+from conftest import SIM, by_device, check_tc_grads, tc_inputs, torch_grad_errors
+from numba import cuda
+
+import reference
+from flashlesson import BFloat16, TcBwdConfig, WgmmaBwdConfig, attention_backward
+from flashlesson.backward_methods import FLOAT32_METHODS, METHODS
+from reference import attention_backward as ref_backward
+
+
+def _forward(q64, k64, v64, fmt, **kw):
+    """O (in the inputs' format) and LSE (float32) from the float64 oracle."""
+    o, lse = reference.attention(q64, k64, v64, **kw)
+    o16 = o.astype(np.float16) if fmt == "f16" else BFloat16.from_float32(o.astype(np.float32))
+    return o16, lse.astype(np.float32)
+
+
+def _run(rng, shape, fmt, causal=False, config=None):
+    (q, k, v, do), (q64, k64, v64, do64) = tc_inputs(rng, *shape, fmt)
+    o, lse = _forward(q64, k64, v64, fmt, causal=causal)
+    grads = attention_backward(do, q, k, v, o, lse, causal=causal, method="flash_wgmma",
+                               config=config)
+    assert all(g.shape == x.shape for g, x in zip(grads, (q, k, v)))
+    refs = ref_backward(do64, q64, k64, v64, causal=causal)
+    check_tc_grads(grads, refs, fmt, q64, k64,
+                   torch_grad_errors(q64, k64, v64, do64, causal, refs, fmt))
+    return grads
+
+
+# (fmt, causal, (B, H, Nq, Nk, d), config). Simulator: the default (one warpgroup, tiles of
+# 64, two stages) on Nq < 64 < Nk (two K/V tiles for dQ, two key blocks for dK/dV, the second
+# partial); causal with Nk − Nq = 64: row 0's last key is 64, the first key of tile 1, the
+# last row's is Nk − 1 (bf16); N = 1; d = 128 with two warpgroups, one stage, Bq = 128; three
+# stages with a ring that wraps (three tiles). GPU: flash-attn's awkward lengths, both
+# dtypes, causal and not, both head dims, the default and the ladder's variants.
+CASES = by_device(
+    [("f16", False, (1, 1, 21, 70, 64), None),
+     ("bf16", True, (1, 1, 17, 81, 64), None),
+     ("f16", True, (1, 1, 1, 1, 64), None),
+     ("bf16", False, (1, 1, 9, 40, 128), WgmmaBwdConfig(Bq=128, Bk=64, CWG=2, STAGES=1)),
+     ("f16", True, (1, 1, 13, 140, 64), WgmmaBwdConfig(Bq=64, Bk=64, CWG=1, STAGES=3))],
+    [(fmt, causal, shape, None) for fmt in ("f16", "bf16") for causal in (False, True)
+     for shape in ((2, 3, 100, 100, 64), (1, 2, 257, 130, 128), (1, 2, 77, 300, 64),
+                   (1, 2, 1031, 517, 128), (1, 1, 1, 1, 64), (2, 2, 1000, 1000, 128))]
+    + [("f16", causal, (1, 2, 333, 301, d), cfg) for causal in (False, True) for d in (64, 128)
+       for cfg in (WgmmaBwdConfig(64, 64, 2, 1), WgmmaBwdConfig(128, 128, 1, 3),
+                   WgmmaBwdConfig(64, 128, 2, 3), WgmmaBwdConfig(128, 64, 1, 2))])
+
+
+@pytest.mark.parametrize("fmt, causal, shape, config", CASES,
+                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else
+                         f"cfg{x.Bq}-{x.Bk}-{x.CWG}-{x.STAGES}" if isinstance(x, WgmmaBwdConfig)
+                         else str(x))
+def test_matches_oracle(rng, fmt, causal, shape, config):
+    _run(rng, shape, fmt, causal, config)
+
+
+def test_padding_with_nan_in_masked_rows(rng):
+    """Key padding with NaN in the padded keys' K and V rows (zeros on chip by cp.async's
+    zero-fill: no NaN reaches a product), a batch row that sees no key (dq = 0), padded keys
+    dk = dv = 0 exactly."""
+    B, H, nq, nk, d = by_device((2, 1, 9, 70, 64), (3, 4, 300, 257, 128))
+    (q, k, v, do), (q64, k64, v64, do64) = tc_inputs(rng, B, H, nq, nk, d, "f16")
+    kpm = rng.random((B, nk)) > 0.4
+    kpm[0] = False                                  # batch row 0 sees no key
+    k_bad, v_bad = k.copy(), v.copy()
+    for x in (k_bad, v_bad):                        # NaN, +inf, −inf in padded rows
+        x.swapaxes(1, 2)[~kpm] = np.array([np.nan, np.inf, -np.inf] * d, np.float16)[:d]
+    o, lse = _forward(q64, k64, v64, "f16", key_padding_mask=kpm)
+    dq, dk, dv = attention_backward(do, q, k_bad, v_bad, o, lse, key_padding_mask=kpm,
+                                    method="flash_wgmma")
+    refs = ref_backward(do64, q64, k64, v64, key_padding_mask=kpm)
+    check_tc_grads((dq, dk, dv), refs, "f16", q64, k64)
+    assert np.all(dq[0] == 0)
+    assert np.all(dk.swapaxes(1, 2)[~kpm] == 0) and np.all(dv.swapaxes(1, 2)[~kpm] == 0)
+
+
+def test_bitwise_identical_runs(rng):
+    (q, k, v, do), (q64, k64, v64, _) = tc_inputs(
+        rng, *by_device((1, 1, 5, 70, 64), (2, 4, 1000, 1000, 128)), "f16")
+    o, lse = _forward(q64, k64, v64, "f16", causal=True)
+    dev = [cuda.to_device(a) for a in (do, q, k, v, o, lse)]
+    first = [g.copy_to_host() for g in attention_backward(*dev, causal=True,
+                                                          method="flash_wgmma")]
+    for _ in range(by_device(1, 9)):
+        again = attention_backward(*dev, causal=True, method="flash_wgmma")
+        for a, b in zip(first, again):
+            np.testing.assert_array_equal(a.view(np.uint16), b.copy_to_host().view(np.uint16))
+
+
+def test_refusals(rng):
+    """Opt-in and limited: named in the registry, not taken by float32 suites; d other than 64
+    and 128, float32, dropout, another config type, bad config fields: refused, naming the
+    argument and where to go instead."""
+    assert "flash_wgmma" in METHODS and "flash_wgmma" not in FLOAT32_METHODS
+    q = np.zeros((1, 1, 8, 80), np.float16)
+    lse = np.zeros((1, 1, 8), np.float32)
+    with pytest.raises(ValueError, match="q: method 'flash_wgmma' \\(backward\\) takes a head "
+                       "dimension of 64 or 128; got d = 80. Use method 'flash_tc'"):
+        attention_backward(q, q, q, q, q, lse, method="flash_wgmma")
+    q = np.zeros((1, 1, 8, 64), np.float16)
+    f = q.astype(np.float32)
+    with pytest.raises(TypeError, match="method 'flash_wgmma' takes fp16 or bf16"):
+        attention_backward(f, f, f, f, f, lse, method="flash_wgmma")
+    with pytest.raises(ValueError, match="dropout_p: .*no dropout"):
+        attention_backward(q, q, q, q, q, lse, method="flash_wgmma", dropout_p=0.1)
+    with pytest.raises(TypeError, match="config: method 'flash_wgmma' takes a WgmmaBwdConfig"):
+        attention_backward(q, q, q, q, q, lse, method="flash_wgmma", config=TcBwdConfig())
+    with pytest.raises(ValueError, match="config: Bq must be 64 or 128"):
+        attention_backward(q, q, q, q, q, lse, method="flash_wgmma",
+                           config=WgmmaBwdConfig(Bq=32))
+    with pytest.raises(ValueError, match="config: STAGES must be 1, 2 or 3"):
+        attention_backward(q, q, q, q, q, lse, method="flash_wgmma",
+                           config=WgmmaBwdConfig(STAGES=4))
+    with pytest.raises(ValueError, match="tier"):
+        attention_backward(q, q, q, q, q, lse, method="flash_wgmma", tier="lesson")
+    empty = np.zeros((1, 1, 0, 64), np.float16)     # empty: zeros, no launch
+    grads = attention_backward(empty, empty, q, q, empty, np.zeros((1, 1, 0), np.float32),
+                               method="flash_wgmma")
+    assert [g.shape for g in grads] == [empty.shape, q.shape, q.shape]
+    assert np.all(grads[1] == 0) and np.all(grads[2] == 0)
+
+
+@pytest.mark.skipif(SIM, reason="a GPU that is not Hopper: refused (the simulator passes)")
+def test_refuses_a_gpu_that_is_not_hopper(rng):
+    cc = tuple(cuda.get_current_device().compute_capability)
+    if cc == (9, 0):
+        pytest.skip("this GPU is Hopper")
+    q = np.zeros((1, 1, 8, 64), np.float16)
+    with pytest.raises(ValueError, match="needs a Hopper GPU"):
+        attention_backward(q, q, q, q, q, np.zeros((1, 1, 8), np.float32), method="flash_wgmma")
+
+
+def test_default_stays_flash_tc(rng):
+    """Opt-in: fp16 inputs without a method run flash_tc's backward, bitwise (GPU: one shape
+    where flash_wgmma would be the forward's default)."""
+    shape = by_device((1, 1, 5, 9, 64), (1, 2, 130, 256, 128))
+    (q, k, v, do), (q64, k64, v64, _) = tc_inputs(rng, *shape, "f16")
+    o, lse = _forward(q64, k64, v64, "f16")
+    default = attention_backward(do, q, k, v, o, lse)
+    tc = attention_backward(do, q, k, v, o, lse, method="flash_tc")
+    for a, b in zip(default, tc):
+        np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16))
