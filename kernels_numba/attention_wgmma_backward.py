@@ -15,23 +15,29 @@ Menu
 |   CAUSAL, PAD, BF16)``                            | of Bk streamed: S = Q Kᵀ, dP = dO Vᵀ      |
 |                                                   | (SS), dQ += dS K (RS, B N-major)          |
 
-Ladder: ``flashlesson.ladder``'s ``attention_wgmma_backward`` (B1 H16 N8192 d128 float16,
-TFLOP/s = 10·B·H·N²·d / time, half when causal: 2.5 × the forward's 4·B·H·N²·d);
-``flashlesson bench ladder --only attention_wgmma_backward`` checks and times each step.
+Ladder (issue 13): from the lesson kernel to this file, step by step, at B1 H16 N8192 d128 float16
+unless a step says otherwise; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's); kernel-only
+CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same inputs.
+``flashlesson bench ladder --only attention_wgmma_backward`` checks and times every step with a
+timed call, ``--write`` puts its numbers here; a step without one is historical (no longer separable
+in the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
 | 0    | the lesson kernels of §30 on CUDA cores, on  | not measured yet             | tier='lesson'                  |
 |      | float32 inputs of the same shape (there is   |                              |                                |
 |      | no lesson tensor-core backward) (float32)    |                              |                                |
-| 1    | the mma.sync backward (``flash_tc``, its     | not measured yet             | method='flash_tc'              |
-|      | default): where this file starts             |                              |                                |
-| 2    | every product on wgmma, Q/dO (K/V) tiles     | not measured yet             | method='flash_wgmma',          |
-|      | through one stage on mbarriers: load, wait,  |                              | config=WgmmaBwdConfig(Bq=64,   |
-|      | compute (STAGES = 1), 2 consumer             |                              | Bk=64, CWG=2, STAGES=1)        |
-|      | warpgroups                                   |                              |                                |
+| 1    | the mma.sync backward                        | not measured yet             | method='flash_tc'              |
+|      | (``attention_tc_backward.py``, the default   |                              |                                |
+|      | for fp16/bf16): where this file starts       |                              |                                |
+| 2    | every product on wgmma (Sᵀ, dPᵀ / S, dP from | not measured yet             | method='flash_wgmma',          |
+|      | shared memory; dV, dK / dQ with Pᵀ, dSᵀ / dS |                              | config=WgmmaBwdConfig(Bq=64,   |
+|      | in registers and B N-major), 2 consumer      |                              | Bk=64, CWG=2, STAGES=1)        |
+|      | warpgroups, tiles of 64 through one stage on |                              |                                |
+|      | mbarriers: load, wait, compute (STAGES = 1)  |                              |                                |
 | 3    | two stages: the next tile's cp.async copies  | not measured yet             | method='flash_wgmma',          |
-|      | in flight during this tile's wgmmas (the     |                              | config=WgmmaBwdConfig(Bq=64,   |
-|      | default, ``WgmmaBwdConfig()``)               |                              | Bk=64, CWG=2, STAGES=2)        |
+|      | in flight during this tile's wgmmas; the     |                              | config=WgmmaBwdConfig(Bq=64,   |
+|      | method's default (``WgmmaBwdConfig()``),     |                              | Bk=64, CWG=2, STAGES=2)        |
+|      | opt-in                                       |                              |                                |
 
 The dK/dV kernel (keys as rows, as flash_tc's: Pᵀ and dSᵀ leave their wgmmas in the
 accumulator layout, which is the A-fragment layout of the next product, so they never touch
