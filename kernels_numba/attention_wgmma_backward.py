@@ -167,6 +167,7 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16):
     TW = Bq * D // 2                        # words of a Qi or dOi tile
     STAGE = 2 * TW + 2 * Bq                 # [Qi | dOi | LSE_i | D_i]
     RING = 2 * OWN                          # stage s at RING + STAGE·s
+    NBARS = 2 * STAGES                      # FULL[s], then EMPTY[s]
     SH, OH = Bq // 2, D // 2                # accumulator floats per thread: Sᵀ (dPᵀ), dK (dV)
     NBQ, KC2, KC = Bq // 8, Bq // 16, D // 16
     PA = 4 * KC2                            # words of Pᵀ (dSᵀ) as A fragments
@@ -206,7 +207,7 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16):
         bh, k0, tid, g, t, key_lo = lane_rows(Bk, CAUSAL, True)     # my keys: key_lo, + 8
         smem = cuda.shared.array(0, uint32)     # K | V | stage 0 | stage 1 … (menu)
         fsm = cuda.shared.array(0, float32)     # (the same memory as float32: LSE_i, D_i)
-        bars = cuda.shared.array(2 * STAGES, uint64)    # FULL[0 …], EMPTY[0 …]
+        bars = cuda.shared.array(NBARS, uint64)         # FULL[0 …], EMPTY[0 …]
         b_idx = bh // heads
         offset = n_k - n_q                      # §34: query i sees key j iff j ≤ i + offset
         cw = tid // WARPGROUP                   # my warpgroup: keys k0 + 64·cw …
@@ -309,6 +310,7 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16):
     TW = Bk * D // 2                        # words of a Kj or Vj tile
     STAGE = 2 * TW                          # [Kj | Vj]
     RING = 2 * OWN
+    NBARS = 2 * STAGES
     SH, OH = Bk // 2, D // 2
     NBK, KC2, KC = Bk // 8, Bk // 16, D // 16
     PA = 4 * KC2
@@ -336,7 +338,7 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16):
         """As the dK/dV kernel's arguments; dq [BH, Nq, D/2] words."""
         bh, q0, tid, g, t, r_lo = lane_rows(Bq, CAUSAL, False)    # my rows: r_lo, r_lo + 8
         smem = cuda.shared.array(0, uint32)     # Q | dO | stage 0 | stage 1 … (menu)
-        bars = cuda.shared.array(2 * STAGES, uint64)
+        bars = cuda.shared.array(NBARS, uint64)
         b_idx = bh // heads
         offset = n_k - n_q
         cw = tid // WARPGROUP
