@@ -8,10 +8,10 @@ float64 oracle's forward, O rounded to the inputs' format (the backward only rea
 rowsum(dO∘O) and P = exp(S − LSE)); that keeps the simulator from running a forward kernel a
 case. Outputs are poisoned (NaN) before the kernels run, so an element not written fails.
 
-Simulator (one or two blocks of 64 rows a kernel; ~15 s in all): N not a multiple of the tile
-and N < tile, N = 1, causal with the first and the last visible key of the rows on tile edges,
-key padding with NaN in the padded keys' K and V rows, bf16, d = 128, two consumer warpgroups,
-one and three stages, tiles of 128; two runs bitwise equal; the refusals.
+Simulator (one to four blocks a kernel, ~20 s in all): N not a multiple of the tile and N <
+tile, N = 1, causal with the last visible key of a row on a tile edge, key padding with NaN in
+the padded keys' K and V rows, bf16, d = 128, two consumer warpgroups, one and two stages,
+tiles of 128; the refusals. GPU: more shapes and variants, and ten runs bitwise equal.
 """
 
 import numpy as np
@@ -44,24 +44,30 @@ def _run(rng, shape, fmt, causal=False, config=None):
     return grads
 
 
-# (fmt, causal, (B, H, Nq, Nk, d), config). Simulator: the default (one warpgroup, tiles of
-# 64, two stages) on Nq < 64 < Nk (two K/V tiles for dQ, two key blocks for dK/dV, the second
-# partial); causal with Nk − Nq = 64: row 0's last key is 64, the first key of tile 1, the
-# last row's is Nk − 1 (bf16); N = 1; d = 128 with two warpgroups, one stage, Bq = 128; three
-# stages with a ring that wraps (three tiles). GPU: flash-attn's awkward lengths, both
-# dtypes, causal and not, both head dims, the default and the ladder's variants.
+# (fmt, causal, (B, H, Nq, Nk, d), config). Simulator (each block-tile of 128 threads costs
+# about a second there): causal bf16 at 81 × 81 with the default (one warpgroup, tiles of 64,
+# two stages) — two key blocks and two query blocks, 2 + 1 Q tiles and 1 + 2 K/V tiles (the
+# tiles past the diagonal skipped), row 63's last key the last of tile 0, row 64's the first of
+# tile 1; N = 1; d = 128 with two consumer warpgroups (warpgroup 1 holds keys 64–69 of the
+# dK/dV block and no query of the dQ block), Bq = 128, one stage with two K/V tiles (the ring
+# wraps: EMPTY waited for). GPU: flash-attn's awkward lengths, both dtypes, causal and not,
+# both head dims, the default and other variants (three stages among them).
 CASES = by_device(
-    [("f16", False, (1, 1, 21, 70, 64), None),
-     ("bf16", True, (1, 1, 17, 81, 64), None),
-     ("f16", True, (1, 1, 1, 1, 64), None),
-     ("bf16", False, (1, 1, 9, 40, 128), WgmmaBwdConfig(Bq=128, Bk=64, CWG=2, STAGES=1)),
-     ("f16", True, (1, 1, 13, 140, 64), WgmmaBwdConfig(Bq=64, Bk=64, CWG=1, STAGES=3))],
+    [("bf16", True, (1, 1, 81, 81, 64), None),
+     ("f16", False, (1, 1, 1, 1, 64), None),
+     ("f16", False, (1, 1, 9, 70, 128), WgmmaBwdConfig(Bq=128, Bk=64, CWG=2, STAGES=1))],
     [(fmt, causal, shape, None) for fmt in ("f16", "bf16") for causal in (False, True)
      for shape in ((2, 3, 100, 100, 64), (1, 2, 257, 130, 128), (1, 2, 77, 300, 64),
                    (1, 2, 1031, 517, 128), (1, 1, 1, 1, 64), (2, 2, 1000, 1000, 128))]
-    + [("f16", causal, (1, 2, 333, 301, d), cfg) for causal in (False, True) for d in (64, 128)
-       for cfg in (WgmmaBwdConfig(64, 64, 2, 1), WgmmaBwdConfig(128, 128, 1, 3),
-                   WgmmaBwdConfig(64, 128, 2, 3), WgmmaBwdConfig(128, 64, 1, 2))])
+    + [("f16", causal, (1, 2, 333, 301, d), cfg)
+       for causal, d, cfg in ((False, 64, WgmmaBwdConfig(64, 64, 2, 1)),
+                              (True, 128, WgmmaBwdConfig(64, 64, 2, 1)),
+                              (True, 64, WgmmaBwdConfig(128, 128, 1, 3)),
+                              (False, 128, WgmmaBwdConfig(128, 128, 1, 3)),
+                              (False, 64, WgmmaBwdConfig(64, 128, 2, 3)),
+                              (True, 128, WgmmaBwdConfig(64, 128, 2, 3)),
+                              (True, 64, WgmmaBwdConfig(128, 64, 1, 2)),
+                              (False, 128, WgmmaBwdConfig(128, 64, 1, 2)))])
 
 
 @pytest.mark.parametrize("fmt, causal, shape, config", CASES,
@@ -76,7 +82,7 @@ def test_padding_with_nan_in_masked_rows(rng):
     """Key padding with NaN in the padded keys' K and V rows (zeros on chip by cp.async's
     zero-fill: no NaN reaches a product), a batch row that sees no key (dq = 0), padded keys
     dk = dv = 0 exactly."""
-    B, H, nq, nk, d = by_device((2, 1, 9, 70, 64), (3, 4, 300, 257, 128))
+    B, H, nq, nk, d = by_device((2, 1, 9, 40, 64), (3, 4, 300, 257, 128))
     (q, k, v, do), (q64, k64, v64, do64) = tc_inputs(rng, B, H, nq, nk, d, "f16")
     kpm = rng.random((B, nk)) > 0.4
     kpm[0] = False                                  # batch row 0 sees no key
@@ -92,14 +98,15 @@ def test_padding_with_nan_in_masked_rows(rng):
     assert np.all(dk.swapaxes(1, 2)[~kpm] == 0) and np.all(dv.swapaxes(1, 2)[~kpm] == 0)
 
 
+@pytest.mark.skipif(SIM, reason="the simulator computes each wgmma at once in NumPy: nothing "
+                    "there could vary; ten runs on the GPU")
 def test_bitwise_identical_runs(rng):
-    (q, k, v, do), (q64, k64, v64, _) = tc_inputs(
-        rng, *by_device((1, 1, 5, 70, 64), (2, 4, 1000, 1000, 128)), "f16")
+    (q, k, v, do), (q64, k64, v64, _) = tc_inputs(rng, 2, 4, 1000, 1000, 128, "f16")
     o, lse = _forward(q64, k64, v64, "f16", causal=True)
     dev = [cuda.to_device(a) for a in (do, q, k, v, o, lse)]
     first = [g.copy_to_host() for g in attention_backward(*dev, causal=True,
                                                           method="flash_wgmma")]
-    for _ in range(by_device(1, 9)):
+    for _ in range(9):
         again = attention_backward(*dev, causal=True, method="flash_wgmma")
         for a, b in zip(first, again):
             np.testing.assert_array_equal(a.view(np.uint16), b.copy_to_host().view(np.uint16))
