@@ -107,10 +107,18 @@ enters a product, the dK/dV kernel writes dk = dv = 0 for padded keys, and the d
 dS = 0 where it masks a score. The documented exception is flash_tc's: on a causal diagonal
 tile, a key hidden from some rows but seen by others is in the tile, and 0·NaN = NaN in dS·K.
 
-Limits: fp16/bf16, d = D = 64 or 128 exactly (other d: method 'flash_tc'); Bq, Bk = 64 or 128;
-CWG = 1 or 2; sm_90a (wgmma, mbarrier). No producer warpgroup (every thread copies), no
-swizzle, one wgmma group waited for at once, no dropout, no varlen. The simulator runs it at
-tiny shapes (one or two blocks; the products computed at once, not asynchronously).
+Limits: fp16/bf16, d = D = 64 or 128 exactly (other d: method 'flash_tc'); Bq, Bk = 64 or 128
+(not Bq = 128 at d = 128: below); CWG = 1 or 2; sm_90a (wgmma, mbarrier). No producer
+warpgroup (every thread copies), no swizzle, one wgmma group waited for at once (the CUDA-core
+work of a tile does not overlap its products), no dropout, no varlen. The simulator runs it at
+tiny shapes (one to four blocks; the products computed at once, not asynchronously).
+
+Registers (2026-12-01, CUDA 13.5's NVVM and ptxas, sm_90a, no GPU run yet): the dK/dV kernel
+holds Sᵀ, dPᵀ (Bq/2 floats each) and dK, dV (D/2 each) a thread — 192 at d = 128, Bq = 64: 255
+registers with 8–56 bytes of spills (the default); 202–225, none, at d = 64, Bq = 64; 255 with
+48–112 bytes at d = 64, Bq = 128; Bq = 128 at d = 128 (256 floats) spills 200–900 bytes and
+ptxas serializes the wgmmas (C7512), so ``WgmmaBwdConfig`` refuses it. The dQ kernel: 168–194
+registers at d = 128, Bk = 64, 246–255 at Bk = 128, no spills.
 
 How to run: ``attention_backward(do, q, k, v, o, lse, method="flash_wgmma",
 config=WgmmaBwdConfig(...))`` on fp16/bf16 inputs; ``pytest tests/test_attention_wgmma_backward.py``;

@@ -647,7 +647,7 @@ def _backward_tc(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, sca
 class WgmmaBwdConfig:
     """The wgmma backward's compile-time variants: Bq queries per streamed Q/dO tile of the
     dK/dV kernel and Bk keys per streamed K/V tile of the dQ kernel (64 or 128: the wgmma's
-    N), CWG consumer warpgroups of 64 rows a block in both kernels (1 or 2), STAGES
+    N; Bq = 128 not at d = 128: too many registers), CWG consumer warpgroups of 64 rows a block in both kernels (1 or 2), STAGES
     shared-memory stages of each kernel's ring (1: load, wait, compute; 2 or 3: the next
     tiles in flight)."""
     Bq: int = 64
@@ -666,6 +666,11 @@ class WgmmaBwdConfig:
             raise ValueError(f"config: CWG must be 1 or 2 consumer warpgroups, got {self.CWG}")
         if self.STAGES not in (1, 2, 3):
             raise ValueError(f"config: STAGES must be 1, 2 or 3, got {self.STAGES}")
+        if self.Bq == 128 and d == 128:     # ptxas (CUDA 13.5, sm_90a): 255 registers, 200–900
+            raise ValueError(             # bytes of spills, the wgmmas serialized (C7512)
+                "config: Bq = 128 at d = 128 needs 256 accumulator floats a thread in the dK/dV "
+                "kernel (Sᵀ and dPᵀ 64 each, dK and dV 64 each), more than its 255 registers; "
+                "take Bq = 64")
         smem = max(KWB.wgmma_bwd_smem_bytes(d, self.Bq, self.CWG, self.STAGES, True),
                    KWB.wgmma_bwd_smem_bytes(d, self.Bk, self.CWG, self.STAGES, False))
         if not device.SIMULATOR and smem > max_shared_bytes():
