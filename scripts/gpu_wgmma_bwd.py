@@ -95,6 +95,14 @@ def main():
     fns = methods(torch, args.ladder)
     warm(fns, shapes, torch)
     print(f"compiled in {time.time() - start:.0f} s", flush=True)
+    from kernels_numba.attention_wgmma import BUILT
+    for key, kern in BUILT.items():         # the wgmma kernels' registers and spills
+        try:
+            print(f"{key}: {kern.get_regs_per_thread()} registers, "
+                  f"{kern.get_local_mem_per_thread()} bytes of local memory a thread",
+                  flush=True)
+        except Exception as exc:            # (a report only)
+            print(f"{key}: {type(exc).__name__}: {exc}", flush=True)
     if args.wait_for:
         while not os.path.exists(args.wait_for):
             time.sleep(0.5)
