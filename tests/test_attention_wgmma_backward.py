@@ -65,7 +65,7 @@ CASES = by_device(
                               (True, 64, WgmmaBwdConfig(128, 128, 1, 3)),
                               (False, 128, WgmmaBwdConfig(64, 128, 1, 3)),
                               (False, 64, WgmmaBwdConfig(64, 128, 2, 3)),
-                              (True, 128, WgmmaBwdConfig(64, 128, 2, 3)),
+                              (True, 128, WgmmaBwdConfig(64, 128, 2, 2)),
                               (True, 64, WgmmaBwdConfig(128, 64, 2, 2)),
                               (False, 128, WgmmaBwdConfig(64, 64, 1, 2)))])
 
