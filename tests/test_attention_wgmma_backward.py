@@ -25,6 +25,29 @@ from flashlesson.backward_methods import FLOAT32_METHODS, METHODS
 from reference import attention_backward as ref_backward
 
 
+@pytest.mark.parametrize("kind, N", by_device([("bf16", 128)], [("f16", 64), ("bf16", 128)]))
+def test_one_tile_two_readings(rng, kind, N):
+    """The layout fact the kernels stand on, alone: a tile stored K-major by its rows (as Q and
+    K lie for Sᵀ = K Qᵀ) read N-major by the descriptor LBO = 128 bytes, SBO = 16·rows bytes,
+    is the B of dK += dSᵀ Q (hopper.wgmma_ab_kernel's b_rows, A from registers): d = a·b + c
+    within float32 accumulation's bound. If this fails on the GPU, every dK, dV, dQ does."""
+    from kernels_numba import hopper as H
+    K = 64
+    bits = {"f16": lambda x: x.astype(np.float16).view(np.uint16),
+            "bf16": lambda x: BFloat16.from_float32(x).bits}[kind]
+    a = bits(rng.standard_normal((64, K)).astype(np.float32))
+    b = bits(rng.standard_normal((K, N)).astype(np.float32))
+    c = rng.standard_normal((64, N)).astype(np.float32)
+    d = np.full((64, N), np.nan, np.float32)
+    H.wgmma_ab_kernel(kind, N, K // 16, True, 1, b_rows=True)[1, 128](a, b, c, d)
+    value = {"f16": lambda x: x.view(np.float16).astype(np.float64),
+             "bf16": lambda x: BFloat16(x).to_float32().astype(np.float64)}[kind]
+    A, B = value(a), value(b)
+    err = np.abs(d - (A @ B + c))
+    assert np.all(err <= (K + 1) * 2.0 ** -22 * (np.abs(A) @ np.abs(B) + np.abs(c))), \
+        f"N-major reading of a row tile: error up to {err.max():.2e}"
+
+
 def _forward(q64, k64, v64, fmt, **kw):
     """O (in the inputs' format) and LSE (float32) from the float64 oracle."""
     o, lse = reference.attention(q64, k64, v64, **kw)
