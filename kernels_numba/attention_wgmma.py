@@ -138,6 +138,43 @@ def wgmma_smem_bytes(D, Bc, CWG, STAGES):
 
 
 @lru_cache(maxsize=None)
+def piece_order(D):
+    """piece_of(p) → (row, piece c) of the p-th 16-byte copy of a tile with rows of D halves
+    (D/8 pieces a row): 8 consecutive p take 8 consecutive rows, so a warp's 32 copies are 4
+    pieces (64 contiguous bytes) of 8 rows — whole 32-byte sectors in global memory — and land
+    as 4 runs of 128 contiguous bytes in shared memory (K-major or N-major core matrices), the
+    4 wavefronts 512 bytes need (p → rows first, piece after, would put a warp's copies 16·Bc
+    bytes apart: all in the same banks). Tiles of a multiple of 8 rows."""
+    PIECES = D // 8
+
+    @cuda.jit(device=True)
+    def piece_of(p):
+        return 8 * (p // (8 * PIECES)) + p % 8, (p // 8) % PIECES
+    return piece_of
+
+
+@lru_cache(maxsize=None)
+def kmajor_rows(D, R, NL, PAD=False):
+    """copy(x, smem, at, lt, bh, n, r0, kpm, b_idx): thread lt of NL copiers starts the
+    cp.async copies of rows r0 … r0 + R − 1 of x[bh] (x [BH, n, D/2] words) into smem from word
+    ``at`` on, K-major (hopper.kmajor_index(r, k, R): LBO = 16·R bytes, SBO = 128 bytes), zeros
+    (no global read) for rows ≥ n and, PAD, rows whose kpm[b_idx, row] is 0. Nothing waits:
+    the caller follows with cp_async_wait_all or cp_async_mbar_arrive. R a multiple of 8."""
+    piece_of = piece_order(D)
+    DW, PIECES = D // 2, D // 8
+
+    @cuda.jit(device=True)
+    def copy(x, smem, at, lt, bh, n, r0, kpm, b_idx):
+        for p in range(lt, R * PIECES, NL):
+            r, c = piece_of(p)                      # row r of the tile, piece c (8 halves)
+            row = r0 + r
+            ok = row < n and (not PAD or kpm[b_idx, row] != 0)
+            cp_async16(smem, at + 4 * (c * R + r), x, (bh * n + row) * DW + 4 * c if ok else 0,
+                       ok)                          # kmajor_index(r, 8c, R) / 2
+    return copy
+
+
+@lru_cache(maxsize=None)
 def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16):
     """fp16 (BF16=False) or bf16 FlashAttention forward on wgmma; see the module menu."""
     assert D in (64, 128) and Bc in (64, 128) and CWG in (1, 2) and STAGES >= 1
@@ -164,14 +201,7 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16):
     _, _, _, put_word = head_io(D, D)
     GROW = consumer_regs(CWG)
 
-    @cuda.jit(device=True)
-    def piece_of(p):
-        """(row, piece c) of the p-th 16-byte copy of a tile: 8 consecutive p take 8 consecutive
-        rows, so a warp's 32 copies are 4 pieces (64 contiguous bytes) of 8 rows — whole 32-byte
-        sectors in global memory — and land as 4 runs of 128 contiguous bytes in shared memory,
-        the 4 wavefronts 512 bytes need (p → rows first, piece after, would put a warp's copies
-        16·Bc bytes apart: all in the same banks)."""
-        return 8 * (p // (8 * PIECES)) + p % 8, (p // 8) % PIECES
+    piece_of = piece_order(D)
 
     @cuda.jit(device=True)
     def copy_tile(k, v, smem, bars, i, lt, bh, n_k, kpm, b_idx):

@@ -656,7 +656,7 @@ def wgmma_kernel(kind, N, KSTEPS, swizzle=SWIZZLE_NONE, zero_first=False):
     return kernel
 
 
-def wgmma_ab_kernel(kind, N, KSTEPS, rs=False, trans_b=0):
+def wgmma_ab_kernel(kind, N, KSTEPS, rs=False, trans_b=0, b_rows=False):
     """A kernel d[64, N] = a[64, K] @ b[K, N] + c (K = 16·KSTEPS) for one warpgroup, where b is
     row-major (as V[key][d] is) — the two forms the P·V product of FlashAttention-3 needs,
     each testable alone:
@@ -669,7 +669,14 @@ def wgmma_ab_kernel(kind, N, KSTEPS, rs=False, trans_b=0):
                global memory in the A-fragment layout (mma.sync's m16n8k16 on its warp's 16
                rows) — no shared memory for A.
 
+    b_rows (with trans_b 1): b stored instead as a K-major tile of its K rows
+               (kmajor_index(k, n, K), as a K or Q tile lies for S = Q Kᵀ) and read N-major
+               through LBO = 128 bytes (k-blocks), SBO = 16·K bytes (n-blocks), the k16 step s
+               at byte 256·s: the wgmma backward's second reading of one tile
+               (attention_wgmma_backward.py, "one tile, two readings").
+
     c is loaded into the accumulators; d is written from them (hopper.py's table)."""
+    assert not b_rows or trans_b
     if rs and trans_b:
         mma = WGMMA_RS_TB[(kind, N)]
     elif rs:
@@ -691,7 +698,8 @@ def wgmma_ab_kernel(kind, N, KSTEPS, rs=False, trans_b=0):
                 sA[kmajor_index(e // K, e % K, 64)] = a[e // K, e % K]
         for e in range(tid, B_SIZE, 128):
             k, n = e // N, e % N
-            sB[mnmajor_index(k, n, N) if trans_b else kmajor_index(n, k, N)] = b[k, n]
+            sB[kmajor_index(k, n, K) if b_rows else
+               mnmajor_index(k, n, N) if trans_b else kmajor_index(n, k, N)] = b[k, n]
         fence_proxy_async()         # these st.shared before wgmma's (async-proxy) reads
         cuda.syncthreads()          # wait: the tiles are in shared memory
         w, g, t = tid // 32, (tid % 32) // 4, tid % 4
@@ -705,7 +713,8 @@ def wgmma_ab_kernel(kind, N, KSTEPS, rs=False, trans_b=0):
         wgmma_fence_operand(acc, H)
         wgmma_fence()               # the accumulator writes above before the mmas
         for s in range(KSTEPS):
-            db = wgmma_desc(shared_addr(sB, 16 * N * s), 16 * N, 128, SWIZZLE_NONE)
+            db = wgmma_desc(shared_addr(sB, 128 * s), 128, 16 * K, SWIZZLE_NONE) if b_rows \
+                else wgmma_desc(shared_addr(sB, 16 * N * s), 16 * N, 128, SWIZZLE_NONE)
             if rs:                  # a0 = A[g, 2t : 2t+2], a1 = A[g+8, …], a2, a3: k + 8
                 for j in range(4):
                     r, k = 16 * w + g + 8 * (j & 1), 16 * s + 2 * t + 8 * (j >> 1)

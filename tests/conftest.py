@@ -13,6 +13,7 @@ import pytest
 import flashlesson  # noqa: F401 - must come before numba.cuda: it picks the device
 import flashlesson.arrays
 from flashlesson.tolerance import AttentionTol, attention_tol, backward_tol
+from flashlesson.tc_methods import BFloat16
 
 # Every result array the library allocates starts full of NaN (or 0xAB bytes): an element a
 # kernel does not write fails the comparison with the oracle.
@@ -116,6 +117,76 @@ def check_grads(grads, refs, q, k, *, scale=None, dtype="float32", rel=None):
         assert err <= rel, f"{name}: relative error {err:.2e} > {rel:.1e} (the model's bound)"
     print("relative errors dq, dk, dv:", " ".join(f"{e:.1e}" for e in errs), f"bound {rel:.1e}")
     return errs
+
+
+# --- the fp16/bf16 backwards (tests/test_attention_tc_backward.py, test_attention_wgmma_backward.py)
+def tc_inputs(rng, B, H, nq, nk, d, fmt):
+    """(q, k, v, do) as fp16 arrays or BFloat16s from standard normals, and the same values
+    as float64 (the oracle's inputs)."""
+    x = [rng.standard_normal((B, H, n, d)).astype(np.float32) for n in (nq, nk, nk, nq)]
+    if fmt == "f16":
+        q, k, v, do = (a.astype(np.float16) for a in x)
+        return (q, k, v, do), [a.astype(np.float64) for a in (q, k, v, do)]
+    b = [BFloat16.from_float32(a) for a in x]
+    return b, [a.to_float32().astype(np.float64) for a in b]
+
+
+def as_f64(g):
+    return (g.to_float32() if isinstance(g, BFloat16) else np.asarray(g)).astype(np.float64)
+
+
+def torch_grad_errors(q64, k64, v64, do64, causal, refs, fmt):
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    nq, nk = q64.shape[2], k64.shape[2]
+    mask = None
+    if causal and nq != nk:                    # bottom-right, as flashlesson's causal (torch's
+        i = torch.arange(nq, device="cuda")[:, None]        # is_causal aligns top-left)
+        mask = torch.arange(nk, device="cuda")[None, :] <= i + nk - nq
+        if not mask.any(dim=1).all():
+            return None                        # torch gives NaN rows where we give zeros
+    dt = torch.float16 if fmt == "f16" else torch.bfloat16
+    t = [torch.tensor(a, device="cuda").to(dt).requires_grad_(True) for a in (q64, k64, v64)]
+    o = torch.nn.functional.scaled_dot_product_attention(
+        *t, attn_mask=mask, is_causal=causal and mask is None)
+    grads = torch.autograd.grad(o, t, torch.tensor(do64, device="cuda").to(dt))
+    errs = [float(np.max(np.abs(g.double().cpu().numpy() - r))) for g, r in zip(grads, refs)]
+    # flash-attn's slack for the final rounding (its hopper/test_flash_attn.py): twice the
+    # rounding error of r + 0.3 − 0.3 done in the 16-bit dtype, about one 16-bit ulp of
+    # max|r| + 0.3. Both results are rounded to fp16/bf16 once at the end, and the maxima of
+    # such roundings can land an ulp or two apart between two correct kernels (H200,
+    # 2026-12-01: dv 5.6e-4 vs torch's 2.4e-4, fp16 d = 111; dq 4.1e-3 vs 1.9e-3, bf16 d = 59;
+    # both 113×203 causal, one case of 64 each, the bare 2× rule failing)
+    slack = []
+    for r in refs:
+        r16 = torch.tensor(r, device="cuda").to(dt)
+        slack.append(2 * float(((r16 + 0.3) - 0.3 - r16).abs().max()))
+    return errs, slack
+
+
+def check_tc_grads(grads, refs, fmt, q64, k64, torch_errs=None):
+    """The tensor-core backward's bar (tests/test_attention_tc_backward.py's menu): relative to
+    each gradient's largest value, flashlesson.tolerance.backward_tol of fmt; no NaN; on the
+    GPU also 2× torch SDPA's own error plus its rounding slack (torch_errs)."""
+    bound = backward_tol(q64, k64, dtype=fmt)
+    # a gradient that vanishes analytically (one key: dS = P(dP − D) = 0) is measured against
+    # 1e-3 of the problem's largest gradient, as conftest.check_grads does, not against ~0
+    floor = 1e-3 * max(np.max(np.abs(r), initial=0.0) for r in refs)
+    for name, g, r, i in zip(("dq", "dk", "dv"), grads, refs, range(3)):
+        g = as_f64(g)
+        assert g.shape == r.shape and not np.isnan(g).any(), f"{name}: NaN (unwritten?)"
+        err = np.max(np.abs(g - r))
+        rel = err / max(np.max(np.abs(r)), floor, 1e-30)
+        assert rel <= bound, f"{name}: relative error {rel:.2e} > the model's {bound:.1e}"
+        if torch_errs is not None:
+            # flash-attn's rule: 2× torch's own error in the same dtype, plus its rounding slack
+            errs, slack = torch_errs
+            assert err <= 2 * errs[i] + slack[i], \
+                f"{name}: error {err:.2e} > 2 × torch's {errs[i]:.2e} + {slack[i]:.1e}"
 
 
 def pytest_report_header(config):

@@ -9,11 +9,10 @@ float32 model) of each gradient's largest value; on the GPU also no more than 2�
 
 import numpy as np
 import pytest
-from conftest import by_device, check_grads
+from conftest import by_device, check_grads, check_tc_grads, tc_inputs, torch_grad_errors
 from numba import cuda
 
-from flashlesson import BFloat16, TcBwdConfig, TcConfig, attention, attention_backward
-from flashlesson.tolerance import backward_tol
+from flashlesson import TcBwdConfig, TcConfig, attention, attention_backward
 from reference import attention_backward as ref_backward
 
 # Simulator: Nq < Nk (2 Q tiles × 3 K tiles, both partial, causal skips a Q tile for the last
@@ -25,79 +24,15 @@ SHAPES = by_device(
      (1, 1, 1000, 1000, 64), (1, 2, 200, 65, 256)])
 
 
-def _inputs(rng, B, H, nq, nk, d, fmt):
-    x = [rng.standard_normal((B, H, n, d)).astype(np.float32) for n in (nq, nk, nk, nq)]
-    if fmt == "f16":
-        q, k, v, do = (a.astype(np.float16) for a in x)
-        return (q, k, v, do), [a.astype(np.float64) for a in (q, k, v, do)]
-    b = [BFloat16.from_float32(a) for a in x]
-    return b, [a.to_float32().astype(np.float64) for a in b]
-
-
-def _f64(g):
-    return (g.to_float32() if isinstance(g, BFloat16) else np.asarray(g)).astype(np.float64)
-
-
-def _torch_errors(q64, k64, v64, do64, causal, refs, fmt):
-    try:
-        import torch
-    except ImportError:
-        return None
-    if not torch.cuda.is_available():
-        return None
-    nq, nk = q64.shape[2], k64.shape[2]
-    mask = None
-    if causal and nq != nk:                    # bottom-right, as flashlesson's causal (torch's
-        i = torch.arange(nq, device="cuda")[:, None]        # is_causal aligns top-left)
-        mask = torch.arange(nk, device="cuda")[None, :] <= i + nk - nq
-        if not mask.any(dim=1).all():
-            return None                        # torch gives NaN rows where we give zeros
-    dt = torch.float16 if fmt == "f16" else torch.bfloat16
-    t = [torch.tensor(a, device="cuda").to(dt).requires_grad_(True) for a in (q64, k64, v64)]
-    o = torch.nn.functional.scaled_dot_product_attention(
-        *t, attn_mask=mask, is_causal=causal and mask is None)
-    grads = torch.autograd.grad(o, t, torch.tensor(do64, device="cuda").to(dt))
-    errs = [float(np.max(np.abs(g.double().cpu().numpy() - r))) for g, r in zip(grads, refs)]
-    # flash-attn's slack for the final rounding (its hopper/test_flash_attn.py): twice the
-    # rounding error of r + 0.3 − 0.3 done in the 16-bit dtype, about one 16-bit ulp of
-    # max|r| + 0.3. Both results are rounded to fp16/bf16 once at the end, and the maxima of
-    # such roundings can land an ulp or two apart between two correct kernels (H200,
-    # 2026-12-01: dv 5.6e-4 vs torch's 2.4e-4, fp16 d = 111; dq 4.1e-3 vs 1.9e-3, bf16 d = 59;
-    # both 113×203 causal, one case of 64 each, the bare 2× rule failing)
-    slack = []
-    for r in refs:
-        r16 = torch.tensor(r, device="cuda").to(dt)
-        slack.append(2 * float(((r16 + 0.3) - 0.3 - r16).abs().max()))
-    return errs, slack
-
-
-def _check(grads, refs, fmt, q64, k64, torch_errs=None):
-    bound = backward_tol(q64, k64, dtype=fmt)
-    # a gradient that vanishes analytically (one key: dS = P(dP − D) = 0) is measured against
-    # 1e-3 of the problem's largest gradient, as conftest.check_grads does, not against ~0
-    floor = 1e-3 * max(np.max(np.abs(r), initial=0.0) for r in refs)
-    for name, g, r, i in zip(("dq", "dk", "dv"), grads, refs, range(3)):
-        g = _f64(g)
-        assert g.shape == r.shape and not np.isnan(g).any(), f"{name}: NaN (unwritten?)"
-        err = np.max(np.abs(g - r))
-        rel = err / max(np.max(np.abs(r)), floor, 1e-30)
-        assert rel <= bound, f"{name}: relative error {rel:.2e} > the model's {bound:.1e}"
-        if torch_errs is not None:
-            # flash-attn's rule: 2× torch's own error in the same dtype, plus its rounding slack
-            errs, slack = torch_errs
-            assert err <= 2 * errs[i] + slack[i], \
-                f"{name}: error {err:.2e} > 2 × torch's {errs[i]:.2e} + {slack[i]:.1e}"
-
-
 @pytest.mark.parametrize("fmt", ["f16", "bf16"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_matches_oracle(rng, shape, causal, fmt):
-    (q, k, v, do), (q64, k64, v64, do64) = _inputs(rng, *shape, fmt)
+    (q, k, v, do), (q64, k64, v64, do64) = tc_inputs(rng, *shape, fmt)
     o, lse = attention(q, k, v, causal=causal, return_lse=True)
     grads = attention_backward(do, q, k, v, o, lse, causal=causal)
     refs = ref_backward(do64, q64, k64, v64, causal=causal)
-    _check(grads, refs, fmt, q64, k64, _torch_errors(q64, k64, v64, do64, causal, refs, fmt))
+    check_tc_grads(grads, refs, fmt, q64, k64, torch_grad_errors(q64, k64, v64, do64, causal, refs, fmt))
 
 
 # Head dims that are not multiples of 16 (test_attention_tc.ODD_HEAD_DIMS: D = d padded to 16
@@ -118,12 +53,12 @@ ODD_HEAD_DIMS = by_device(
 def test_head_dims_not_a_multiple_of_16(rng, fmt, d, causal, shape, config):
     """dq, dk, dv against the oracle (and 2× torch's error on the GPU), each poisoned first:
     a column < d not written is NaN, a write past d lands in the next row."""
-    (q, k, v, do), (q64, k64, v64, do64) = _inputs(rng, *shape, d, fmt)
+    (q, k, v, do), (q64, k64, v64, do64) = tc_inputs(rng, *shape, d, fmt)
     o, lse = attention(q, k, v, causal=causal, return_lse=True)
     grads = attention_backward(do, q, k, v, o, lse, causal=causal, config=config)
     assert all(g.shape == x.shape for g, x in zip(grads, (q, k, v)))
     refs = ref_backward(do64, q64, k64, v64, causal=causal)
-    _check(grads, refs, fmt, q64, k64, _torch_errors(q64, k64, v64, do64, causal, refs, fmt))
+    check_tc_grads(grads, refs, fmt, q64, k64, torch_grad_errors(q64, k64, v64, do64, causal, refs, fmt))
 
 
 # tiles and warps of the two kernels (TcBwdConfig): several warps per block, tiles that do not
@@ -140,10 +75,10 @@ CONFIGS = by_device([TcBwdConfig(32, 2, 16, 2), TcBwdConfig(16, 1, 32, 2),
 @pytest.mark.parametrize("config", CONFIGS, ids=str)
 def test_configs(rng, config, causal):
     shape = by_device((1, 1, 45, 37, 16), (2, 2, 333, 301, 64))
-    (q, k, v, do), (q64, k64, v64, do64) = _inputs(rng, *shape, "f16")
+    (q, k, v, do), (q64, k64, v64, do64) = tc_inputs(rng, *shape, "f16")
     o, lse = attention(q, k, v, causal=causal, return_lse=True)
     grads = attention_backward(do, q, k, v, o, lse, causal=causal, config=config)
-    _check(grads, ref_backward(do64, q64, k64, v64, causal=causal), "f16", q64, k64)
+    check_tc_grads(grads, ref_backward(do64, q64, k64, v64, causal=causal), "f16", q64, k64)
 
 
 @pytest.mark.parametrize("asy", [False, True])
@@ -152,20 +87,20 @@ def test_padding_and_fully_masked_rows(rng, asy):
     # (simulator: 17 keys are two K/V tiles of 16, the second holding one key)
     B, H, nq, nk, d = by_device((2, 1, 19, 17, 48 if asy else 16),
                                 (3, 4, 300, 257, 80 if asy else 64))
-    (q, k, v, do), (q64, k64, v64, do64) = _inputs(rng, B, H, nq, nk, d, "f16")
+    (q, k, v, do), (q64, k64, v64, do64) = tc_inputs(rng, B, H, nq, nk, d, "f16")
     kpm = rng.random((B, nk)) > 0.4
     kpm[0] = False                             # batch row 0 sees no key: zero gradients
     o, lse = attention(q, k, v, key_padding_mask=kpm, return_lse=True)
     cfg = TcBwdConfig(*by_device((16, 1, 16, 1), (32, 4, 32, 4)), True, True) if asy else None
     dq, dk, dv = attention_backward(do, q, k, v, o, lse, key_padding_mask=kpm, config=cfg)
-    _check((dq, dk, dv), ref_backward(do64, q64, k64, v64, key_padding_mask=kpm), "f16", q64,
+    check_tc_grads((dq, dk, dv), ref_backward(do64, q64, k64, v64, key_padding_mask=kpm), "f16", q64,
            k64)
     assert np.all(dq[0] == 0)                 # and padded keys get no gradient:
     assert np.all(dk.swapaxes(1, 2)[~kpm] == 0) and np.all(dv.swapaxes(1, 2)[~kpm] == 0)
 
 
 def test_bitwise_identical_runs(rng):
-    (q, k, v, do), _ = _inputs(rng, *by_device((1, 1, 33, 40, 16), (2, 4, 1000, 1000, 64)),
+    (q, k, v, do), _ = tc_inputs(rng, *by_device((1, 1, 33, 40, 16), (2, 4, 1000, 1000, 64)),
                                "f16")
     dev = [cuda.to_device(a) for a in (q, k, v, do)]
     o, lse = attention(*dev[:3], causal=True, return_lse=True)
@@ -196,7 +131,7 @@ def test_default_configs_fit_the_device(monkeypatch, limit_kb):
             assert (f.Bc, f.WARPS, b.Bk, b.Q_WARPS) == (128, 8, 64, 8)
 
 
-def test_bad_inputs(rng):
+def test_badtc_inputs(rng):
     q = rng.standard_normal((1, 1, 8, 16)).astype(np.float16)
     o, lse = attention(q, q, q, return_lse=True)
     with pytest.raises(TypeError, match="all five"):
@@ -292,12 +227,12 @@ def test_very_negative_scores(rng, fmt, config, causal):
     refs = ref_backward(*(a.astype(np.float64) for a in (x[3], *x[:3])), causal=causal)
     q64, k64 = (a.astype(np.float64) for a in x[:2])
     if fmt == "f16":
-        _check(grads, refs, fmt, q64, k64)
+        check_tc_grads(grads, refs, fmt, q64, k64)
     else:   # (the exponent (S − LSE)·log2e is a difference of two numbers near 369, each
         check_grads(grads, refs, q64, k64, dtype="tf32")  # rounded to float32: the A term)
 
 
-def test_tf32x3_bad_inputs(rng):
+def test_tf32x3_badtc_inputs(rng):
     q = rng.standard_normal((1, 1, 8, 12)).astype(np.float32)
     o, lse = attention(q, q, q, return_lse=True)
     with pytest.raises(ValueError, match="multiple of 8 .*3xTF32"):

@@ -346,6 +346,7 @@ PTX_SCRIPT = textwrap.dedent("""
     if not cuda.is_available():
         numba.cuda.dispatcher.get_current_device = Hopper
     from kernels_numba import attention_wgmma as KW
+    from kernels_numba import attention_wgmma_backward as KWB
     from kernels_numba import hopper as H
 
     def arr(dt, nd):
@@ -364,6 +365,12 @@ PTX_SCRIPT = textwrap.dedent("""
         "flash_wgmma": (KW.flash_wgmma_kernel(128, 128, 2, 2, True, True, True, True).py_func,
                         (arr(u32, 3),) * 4 + (arr(f32, 2), f32, i64, i64, i64,
                                               arr(types.uint8, 2))),
+        "wgmma_bwd_dkdv": (KWB.wgmma_bwd_dkdv_kernel(128, 64, 2, 2, True, True, True).py_func,
+                           (arr(u32, 3),) * 4 + (arr(f32, 2),) * 2 + (arr(u32, 3),) * 2
+                           + (f32, i64, i64, i64, arr(types.uint8, 2))),
+        "wgmma_bwd_dq": (KWB.wgmma_bwd_dq_kernel(128, 64, 2, 2, True, True, True).py_func,
+                         (arr(u32, 3),) * 4 + (arr(f32, 2),) * 2 + (arr(u32, 3),)
+                         + (f32, i64, i64, i64, arr(types.uint8, 2))),
         "mbarrier": (H.mbarrier_kernel.py_func, (arr(f32, 2), arr(f32, 2))),
         "bulk": (H.bulk_copy_kernel.py_func,
                  (arr(f32, 1), i64, i64, arr(f32, 2), arr(f32, 1), types.boolean)),
@@ -391,6 +398,12 @@ PTX_EXPECT = {
     "flash_wgmma": ["wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 ",
                     "cp.async.mbarrier.arrive.noinc.shared::cta.b64",
                     "setmaxnreg.dec.sync.aligned.u32 56", "setmaxnreg.inc.sync.aligned.u32 224"],
+    "wgmma_bwd_dkdv": ["wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 ",
+                       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 ",
+                       "cp.async.mbarrier.arrive.noinc.shared::cta.b64"],
+    "wgmma_bwd_dq": ["wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 ",
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 ",
+                     "cp.async.mbarrier.arrive.noinc.shared::cta.b64"],
     "mbarrier": ["mbarrier.init.shared::cta.b64", "mbarrier.arrive.shared::cta.b64",
                  "mbarrier.try_wait.parity.shared::cta.b64", "fence.mbarrier_init.release.cluster"],
     "bulk": ["mbarrier.arrive.expect_tx.shared::cta.b64",

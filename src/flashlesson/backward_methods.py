@@ -44,6 +44,12 @@ METHODS = {m.name: m for m in [
                     "attention_tc_backward.flash_tc_bwd_dkdv_kernel, flash_tc_bwd_dq_kernel, "
                     "attention_tf32x3_backward.flash_tf32x3_bwd_dkdv_kernel, "
                     "flash_tf32x3_bwd_dq_kernel", "D [B·H, Nq] (nothing N × N)"),
+    AttentionMethod("flash_wgmma", "30, 37, 42", "the flash backward on Hopper's wgmma: Sᵀ = "
+                    "KQᵀ, dPᵀ = VdOᵀ from shared memory, dV += PᵀdO and dK += dSᵀQ with Pᵀ, "
+                    "dSᵀ in registers; Q/dO and K/V tiles in a ring of stages on mbarriers; "
+                    "fp16/bf16, d = 64 or 128, opt-in (not the default)",
+                    "attention_wgmma_backward.wgmma_bwd_dkdv_kernel, wgmma_bwd_dq_kernel",
+                    "D [B·H, Nq] (nothing N × N)"),
 ]}
 CHOICES = tuple(METHODS)
 # The methods with a lesson-tier kernel (``tier="lesson"``), read from the registry.
@@ -64,7 +70,10 @@ def lesson_tiles(d):
 LESSON_STATIC_SHARED = 48 * 1024        # bytes of static shared memory a block may declare
 # The float32 CUDA-core methods: tests/test_attention_backward.py runs them all (any d, dropout);
 # "flash_tc" has its own (tests/test_attention_tc_backward.py).
-FP32_METHODS = tuple(m for m in METHODS if m != "flash_tc")
+FP32_METHODS = tuple(m for m in METHODS if m not in ("flash_tc", "flash_wgmma"))
+# The methods that take float32 inputs (the edge suites loop over them): all but flash_wgmma
+# (fp16/bf16 only: tests/test_attention_wgmma_backward.py)
+FLOAT32_METHODS = tuple(m for m in METHODS if m != "flash_wgmma")
 
 
 def _same_side(op, qo):
@@ -98,9 +107,10 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
     method: "flash" (§30: S and P recomputed tile by tile, nothing N × N stored), "naive"
         (§31: P = exp(S − LSE) and dP/dS stored in global memory, GEMM launches) or
         "flash_tc" (§37: the flash backward on tensor cores; float32 inputs run 3xTF32 there,
-        no dropout).
-    config: a ``BwdConfig`` for method "flash", a ``TcBwdConfig`` for "flash_tc"; default per
-        head dim.
+        no dropout) or "flash_wgmma" (the same on Hopper's wgmma: fp16/bf16, d = 64 or 128,
+        no dropout; opt-in — fp16/bf16 inputs run "flash_tc" unless asked).
+    config: a ``BwdConfig`` for method "flash", a ``TcBwdConfig`` for "flash_tc", a
+        ``WgmmaBwdConfig`` for "flash_wgmma"; default per head dim.
     tier: "fast" (the tuned kernels, the default) or "lesson" (method "flash" only: the three
         plain kernels of ``kernels_numba/lesson/backward.py``, float32, no dropout, no config;
         checked by the same tests and oracles).
@@ -146,6 +156,15 @@ def _backward_call(do, q, k, v, o, lse, causal, scale, key_padding_mask, dropout
     if tier == "lesson" and tc_methods.low_precision(q):
         raise TypeError("q: the lesson tier's backward takes float32 inputs; fp16/bf16 run on "
                         "tier 'fast' (the tensor-core backward)")
+    if method == "flash_wgmma":         # §30 on Hopper's wgmma (fp16/bf16, d = 64, 128)
+        checks.integer(seed, "seed", 0, 2**64)
+        if config is not None and not isinstance(config, tc_methods.WgmmaBwdConfig):
+            raise TypeError("config: method 'flash_wgmma' takes a WgmmaBwdConfig, not a "
+                            f"{type(config).__name__}")
+        return tc_methods.attention_backward_wgmma(do, q, k, v, o, lse, causal=causal,
+                                                   scale=scale,
+                                                   key_padding_mask=key_padding_mask,
+                                                   dropout_p=dropout_p, config=config)
     if method == "flash_tc" or tc_methods.low_precision(q):    # §37: the tensor-core backward
         checks.integer(seed, "seed", 0, 2**64)      # (no dropout there, but a seed is a seed)
         if method not in ("flash", "flash_tc"):

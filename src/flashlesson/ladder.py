@@ -39,7 +39,7 @@ from typing import Optional
 import numpy as np
 
 from .configs import BwdConfig, FlashConfig
-from .tc_methods import TcBwdConfig, TcConfig, WgmmaConfig
+from .tc_methods import TcBwdConfig, TcConfig, WgmmaBwdConfig, WgmmaConfig
 
 SOFTMAX, FORWARD, BACKWARD = "softmax", "attention", "backward"
 UNITS = {SOFTMAX: "GB/s", FORWARD: "TFLOP/s", BACKWARD: "TFLOP/s"}
@@ -234,6 +234,19 @@ LADDERS = (
              "0.62–0.84× SDPA flash backward, git a4b5d17; 166.9 TFLOP/s at B2 H16 N4096 d64, "
              "0.63×, docs/bench_attention_tc_backward_h200.json). Base-2 exponentials "
              "(``mma.ex2``) in both steps as run today", {}),
+    )),
+    Ladder("attention_wgmma_backward", BACKWARD, (1, 16, 8192, 128), "float16", (
+        Step("0", "the lesson kernels of §30 on CUDA cores, on float32 inputs of the same shape "
+             "(there is no lesson tensor-core backward)", LESSON, dtype="float32"),
+        Step("1", "the mma.sync backward (``attention_tc_backward.py``, the default for "
+             "fp16/bf16): where this file starts", {"method": "flash_tc"}),
+        Step("2", "every product on wgmma (Sᵀ, dPᵀ / S, dP from shared memory; dV, dK / dQ with "
+             "Pᵀ, dSᵀ / dS in registers and B N-major), 2 consumer warpgroups, tiles of 64 "
+             "through one stage on mbarriers: load, wait, compute (STAGES = 1)",
+             {"method": "flash_wgmma", "config": WgmmaBwdConfig(Bq=64, Bk=64, CWG=2, STAGES=1)}),
+        Step("3", "two stages: the next tile's cp.async copies in flight during this tile's "
+             "wgmmas; the method's default (``WgmmaBwdConfig()``), opt-in",
+             {"method": "flash_wgmma", "config": WgmmaBwdConfig()}),
     )),
     Ladder("attention_tf32x3_backward", BACKWARD, DEFAULT_FP32, "float32", (
         Step("0", "the lesson kernels of §30 on CUDA cores (``lesson/backward.py``)", LESSON),

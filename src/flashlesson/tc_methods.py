@@ -7,6 +7,10 @@
                                                    wgmma, fp16/bf16, d = 64 or 128 (a
                                                    ``WgmmaConfig``; not the default): below,
                                                    kernels_numba/attention_wgmma.py
+    flashlesson.attention_backward(..., method="flash_wgmma")  its backward on wgmma (a
+                                                   ``WgmmaBwdConfig``; opt-in: fp16/bf16 go
+                                                   to "flash_tc" by default):
+                                                   kernels_numba/attention_wgmma_backward.py
 
 Input formats:
 - float16 NumPy or device arrays → the fp16 kernel, O in float16.
@@ -31,6 +35,7 @@ from numba import cuda
 
 from kernels_numba import attention_tc as KT
 from kernels_numba import attention_wgmma as KW
+from kernels_numba import attention_wgmma_backward as KWB
 from kernels_numba.lesson import tensor_core as LT
 
 from . import checks, device
@@ -336,6 +341,26 @@ def _unwords(o3, shape, fmt, on_host):
 WGMMA_HEAD_DIMS = (64, 128)
 
 
+def hopper_check(what):
+    """Refuse a GPU that is not Hopper (compute capability 9.0: sm_90a's wgmma, mbarrier,
+    setmaxnreg); the simulator passes."""
+    if not device.SIMULATOR:
+        cc = tuple(cuda.get_current_device().compute_capability)
+        if cc != (9, 0):
+            raise ValueError(f"{what} needs a Hopper GPU (sm_90a: wgmma, mbarrier, "
+                             f"setmaxnreg); this one is compute capability {cc[0]}.{cc[1]}. "
+                             "Use method 'flash_tc'")
+
+
+def wgmma_checks(d, what):
+    """d = 64 or 128 and a Hopper GPU, else a ValueError naming q (or the device)."""
+    if d not in WGMMA_HEAD_DIMS:
+        raise ValueError(f"q: {what} takes a head dimension of "
+                         f"{' or '.join(map(str, WGMMA_HEAD_DIMS))}; got d = {d}. Use method "
+                         "'flash_tc' (any d in 1 … 256)")
+    hopper_check(what)
+
+
 @dataclass(frozen=True)
 class WgmmaConfig:
     """The wgmma kernel's compile-time variants: Bc keys per K/V tile (64 or 128), CWG consumer
@@ -425,12 +450,7 @@ def attention_wgmma(q, k, v, *, causal=False, scale=None, key_padding_mask=None,
     if checks.probability(dropout_p, "dropout_p"):
         raise ValueError("dropout_p: method 'flash_wgmma' has no dropout; use method 'flash' "
                          "(float32) for dropout")
-    if not device.SIMULATOR:
-        cc = tuple(cuda.get_current_device().compute_capability)
-        if cc != (9, 0):
-            raise ValueError(f"method 'flash_wgmma' needs a Hopper GPU (sm_90a: wgmma, "
-                             f"mbarrier, setmaxnreg); this one is compute capability "
-                             f"{cc[0]}.{cc[1]}. Use method 'flash_tc'")
+    hopper_check("method 'flash_wgmma'")
     scale = checks.scale(scale, d)
     causal = checks.flag(causal, "causal")
     return_lse = checks.flag(return_lse, "return_lse")
@@ -522,31 +542,8 @@ def attention_backward_tc(do, q, k, v, o, lse, *, causal=False, scale=None,
     """``attention_backward`` for fp16 / bf16 inputs, or float32 ones with method "flash_tc"
     (3xTF32; the forward's ``flash_tc``): gradients in the inputs' format, deterministic (no
     atomics). No dropout. config: a ``TcBwdConfig`` (default per head dim; 3xTF32: no ASYNC)."""
-    ops = [_operand(x, name) for x, name in ((do, "do"), (q, "q"), (k, "k"), (v, "v"),
-                                              (o, "o"))]
-    fmts = {f for _, f in ops}
-    if len(fmts) != 1:
-        raise TypeError("do, q, k, v, o: all five must be fp16, all bf16 or all float32 (the "
-                        f"tensor-core backward); got {', '.join(f for _, f in ops)}")
-    fmt = fmts.pop()
-    tf32 = fmt == "tf32"
-    (doo, _), (qo, _), (ko, _), (vo, _), (oo, _) = ops
-    if len({x.on_host for x, _ in ops}) != 1:
-        raise TypeError("do, q, k, v, o: all NumPy arrays or all device arrays")
-    B, H, nq, nk, d = _shapes(qo, ko, vo)
-    for x, name in ((doo, "do"), (oo, "o")):
-        if x.shape != qo.shape:
-            raise ValueError(f"{name}: expected q's shape {qo.shape}, got {x.shape}")
-    head_dim_check(d, tf32, fmt, "the tensor-core backward")
-    if checks.probability(dropout_p, "dropout_p", "drop probability"):
-        raise ValueError("dropout_p: the tensor-core backward has no dropout")
-    lo = Operand(lse, "lse", (np.float32,), ndim=3)
-    if lo.shape != (B, H, nq) or lo.on_host != qo.on_host:
-        raise ValueError(f"lse: expected float32 [B, H, Nq] = {(B, H, nq)} on the same side as "
-                         f"q, got {lo.shape}")
-    scale = checks.scale(scale, d)
-    causal = checks.flag(causal, "causal")
-    kpm = checks.key_padding_mask(key_padding_mask, B, nk, on_host=qo.on_host)
+    ins = _backward_inputs(do, q, k, v, o, lse, causal, scale, key_padding_mask, dropout_p)
+    fmt, tf32, (doo, qo, ko, vo, oo, lo), (B, H, nq, nk, d), scale, causal, kpm = ins
     cfg = config or default_tc_bwd_config(d, tf32)
     if not isinstance(cfg, TcBwdConfig):
         raise TypeError(f"config: expected a TcBwdConfig, got {type(cfg).__name__}")
@@ -560,6 +557,47 @@ def attention_backward_tc(do, q, k, v, o, lse, *, causal=False, scale=None,
         grads = _backward_tc(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal,
                              scale, kpm, tf32)
     return tuple(_unwords(g, (B, H, g.shape[1], d), fmt, qo.on_host) for g in grads)
+
+
+def _backward_inputs(do, q, k, v, o, lse, causal, scale, key_padding_mask, dropout_p,
+                     wgmma=False):
+    """The tensor-core backwards' checks, each error naming its argument: (fmt, tf32, (do, q,
+    k, v, o, lse operands), (B, H, Nq, Nk, d), scale, causal, kpm). wgmma: method
+    "flash_wgmma"'s limits (fp16/bf16 only, d = 64 or 128, no dropout, a Hopper GPU)."""
+    ops = [_operand(x, name) for x, name in ((do, "do"), (q, "q"), (k, "k"), (v, "v"),
+                                              (o, "o"))]
+    fmts = {f for _, f in ops}
+    if len(fmts) != 1:
+        raise TypeError("do, q, k, v, o: all five must be fp16, all bf16 or all float32 (the "
+                        f"tensor-core backward); got {', '.join(f for _, f in ops)}")
+    fmt = fmts.pop()
+    tf32 = fmt == "tf32"
+    if wgmma and tf32:
+        raise TypeError("do, q, k, v, o: method 'flash_wgmma' takes fp16 or bf16; got float32 "
+                        "(method 'flash_tc' runs float32 as 3xTF32)")
+    (doo, _), (qo, _), (ko, _), (vo, _), (oo, _) = ops
+    if len({x.on_host for x, _ in ops}) != 1:
+        raise TypeError("do, q, k, v, o: all NumPy arrays or all device arrays")
+    B, H, nq, nk, d = _shapes(qo, ko, vo)
+    for x, name in ((doo, "do"), (oo, "o")):
+        if x.shape != qo.shape:
+            raise ValueError(f"{name}: expected q's shape {qo.shape}, got {x.shape}")
+    if wgmma:
+        wgmma_checks(d, "method 'flash_wgmma' (backward)")
+    else:
+        head_dim_check(d, tf32, fmt, "the tensor-core backward")
+    if checks.probability(dropout_p, "dropout_p", "drop probability"):
+        raise ValueError("dropout_p: the tensor-core backward has no dropout" +
+                         ("" if not wgmma else " (method 'flash_wgmma' neither); use method "
+                          "'flash' (float32) for dropout"))
+    lo = Operand(lse, "lse", (np.float32,), ndim=3)
+    if lo.shape != (B, H, nq) or lo.on_host != qo.on_host:
+        raise ValueError(f"lse: expected float32 [B, H, Nq] = {(B, H, nq)} on the same side as "
+                         f"q, got {lo.shape}")
+    scale = checks.scale(scale, d)
+    causal = checks.flag(causal, "causal")
+    kpm = checks.key_padding_mask(key_padding_mask, B, nk, on_host=qo.on_host)
+    return fmt, tf32, (doo, qo, ko, vo, oo, lo), (B, H, nq, nk, d), scale, causal, kpm
 
 
 def _backward_tc(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, scale, kpm, tf32):
@@ -603,5 +641,107 @@ def _backward_tc(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, sca
                     + (" (causal: row blocks on the grid's y axis)" if causal else ""))
     for kern, blocks, warps, out, smem in launches:
         launch(kern, (bh, blocks) if causal else (blocks, bh), 32 * warps,
+               (q3, k3, v3, do3, lse2, dvec, *out, np.float32(scale), nq, nk, H, mask), smem)
+    return grads
+
+
+# ---------------------------------------------------------------------------------------------
+# The backward on Hopper's wgmma: method "flash_wgmma" (kernels_numba/attention_wgmma_backward.py)
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WgmmaBwdConfig:
+    """The wgmma backward's compile-time variants: Bq queries per streamed Q/dO tile of the
+    dK/dV kernel and Bk keys per streamed K/V tile of the dQ kernel (64 or 128: the wgmma's
+    N; Bq = 128 not at d = 128: too many registers), CWG consumer warpgroups of 64 rows a block in both kernels (1 or 2), STAGES
+    shared-memory stages of each kernel's ring (1: load, wait, compute; 2 or 3: the next
+    tiles in flight)."""
+    Bq: int = 64
+    Bk: int = 64
+    CWG: int = 2
+    STAGES: int = 2
+
+    def __post_init__(self):
+        checks.config_fields(self)
+
+    def check(self, d):
+        for name, tile in (("Bq", self.Bq), ("Bk", self.Bk)):
+            if tile not in (64, 128):
+                raise ValueError(f"config: {name} must be 64 or 128 (the wgmma's N), got {tile}")
+        if self.CWG not in (1, 2):
+            raise ValueError(f"config: CWG must be 1 or 2 consumer warpgroups, got {self.CWG}")
+        if self.STAGES not in (1, 2, 3):
+            raise ValueError(f"config: STAGES must be 1, 2 or 3, got {self.STAGES}")
+        if self.Bq == 128 and d == 128:     # ptxas (CUDA 13.5, sm_90a): 255 registers, 200–900
+            raise ValueError(             # bytes of spills, the wgmmas serialized (C7512)
+                "config: Bq = 128 at d = 128 needs 256 accumulator floats a thread in the dK/dV "
+                "kernel (Sᵀ and dPᵀ 64 each, dK and dV 64 each), more than its 255 registers; "
+                "take Bq = 64")
+        smem = max(KWB.wgmma_bwd_smem_bytes(d, self.Bq, self.CWG, self.STAGES, True),
+                   KWB.wgmma_bwd_smem_bytes(d, self.Bk, self.CWG, self.STAGES, False))
+        if not device.SIMULATOR and smem > max_shared_bytes():
+            raise ValueError(f"config: {smem} bytes of shared memory at d = {d} ({self}); this "
+                             f"GPU allows {max_shared_bytes()}")
+
+
+def default_wgmma_bwd_config(d):
+    """The simulator: one consumer warpgroup, tiles of 64, two stages (the smallest blocks).
+    On the GPU: 2 consumer warpgroups (128 keys or queries a block), tiles of 64, two stages —
+    a plausible start, not tuned yet (at d = 128: 130 KB of shared memory a block)."""
+    if device.SIMULATOR:
+        return WgmmaBwdConfig(Bq=64, Bk=64, CWG=1, STAGES=2)
+    return WgmmaBwdConfig()
+
+
+def attention_backward_wgmma(do, q, k, v, o, lse, *, causal=False, scale=None,
+                             key_padding_mask=None, dropout_p=0.0, config=None):
+    """``attention_backward(..., method="flash_wgmma")``: fp16 or bf16 inputs with d = 64 or
+    128 on Hopper's wgmma (kernels_numba/attention_wgmma_backward.py); the same D
+    preprocess, outputs and masks as method "flash_tc" (deterministic, no atomics, no
+    dropout). config: a ``WgmmaBwdConfig``."""
+    ins = _backward_inputs(do, q, k, v, o, lse, causal, scale, key_padding_mask, dropout_p,
+                           wgmma=True)
+    fmt, _, (doo, qo, ko, vo, oo, lo), (B, H, nq, nk, d), scale, causal, kpm = ins
+    cfg = config or default_wgmma_bwd_config(d)
+    if not isinstance(cfg, WgmmaBwdConfig):
+        raise TypeError(f"config: expected a WgmmaBwdConfig for method 'flash_wgmma', got "
+                        f"{type(cfg).__name__}")
+    cfg.check(d)
+    if B * H * nq == 0 or nk == 0:      # empty: no launch; what no query or no key reaches is 0
+        return tuple(_filled(x.shape, fmt, 0.0, qo.on_host, like=qo) for x in (qo, ko, vo))
+    with using(qo):                     # torch in: torch's stream, torch.empty
+        grads = _backward_wgmma(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal,
+                                scale, kpm)
+    return tuple(_unwords(g, (B, H, g.shape[1], d), fmt, qo.on_host) for g in grads)
+
+
+def _backward_wgmma(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, scale, kpm):
+    from kernels_numba import attention_tc_backward as KB
+
+    bh = B * H
+    word = np.uint32
+    q3, k3, v3, do3, o3 = (_words(x, (bh, x.shape[2], d // 2), word)
+                           for x in (qo, ko, vo, doo, oo))
+    lse2 = lo.device_view((bh, nq))
+    dvec = empty((bh, nq), np.float32)
+    rows = bh * nq
+    launch(KB.tc_bwd_preprocess(fmt == "bf16"), *stride_grid(rows),
+           (o3.reshape((rows, d // 2)), do3.reshape((rows, d // 2)), dvec.reshape(rows)))
+    grads = [empty((bh, n, d), np.float16, bf16=fmt == "bf16").view(word) for n in (nq, nk, nk)]
+    dq, dk, dv = grads
+    mask = kpm if kpm is not None else dummy("mask")
+    flags = (causal, kpm is not None, fmt == "bf16")
+    rows_a_block = 64 * cfg.CWG
+    launches = ((KWB.wgmma_bwd_dkdv_kernel(d, cfg.Bq, cfg.CWG, cfg.STAGES, *flags),
+                 -(-nk // rows_a_block), (dk, dv),
+                 KWB.wgmma_bwd_smem_bytes(d, cfg.Bq, cfg.CWG, cfg.STAGES, True)),
+                (KWB.wgmma_bwd_dq_kernel(d, cfg.Bk, cfg.CWG, cfg.STAGES, *flags),
+                 -(-nq // rows_a_block), (dq,),
+                 KWB.wgmma_bwd_smem_bytes(d, cfg.Bk, cfg.CWG, cfg.STAGES, False)))
+    for _, blocks, _, _ in launches:    # both grids checked before either launch
+        checks.grid((bh, blocks) if causal else (blocks, bh),
+                    f"q, k: {nq} queries, {nk} keys in row blocks of {rows_a_block}"
+                    + (" (causal: row blocks on the grid's y axis)" if causal else ""))
+    for kern, blocks, out, smem in launches:
+        launch(kern, (bh, blocks) if causal else (blocks, bh), 128 * cfg.CWG,
                (q3, k3, v3, do3, lse2, dvec, *out, np.float32(scale), nq, nk, H, mask), smem)
     return grads

@@ -1,0 +1,419 @@
+"""§30 on Hopper — the FlashAttention backward with every product on ``wgmma`` (fp16 / bf16 in,
+fp32 accumulation): flash_tc's backward (``attention_tc_backward.py``) with its mma.sync
+products replaced by warpgroup mmas and its tiles streamed through a ring of stages on
+mbarriers, as the wgmma forward (``attention_wgmma.py``) streams K and V.
+
+Menu
+| kernel                                            | what                                      |
+|---------------------------------------------------|-------------------------------------------|
+| ``attention_tc_backward.tc_bwd_preprocess(BF16)`` | D_i = Σ_c dO_ic·O_ic (reused as it is)    |
+| ``wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES,       | one block per 64·CWG keys (a consumer     |
+|   CAUSAL, PAD, BF16)``                            | warpgroup per 64), Q/dO tiles of Bq       |
+|                                                   | streamed: Sᵀ = K Qᵀ, dPᵀ = V dOᵀ (SS),    |
+|                                                   | dV += Pᵀ dO, dK += dSᵀ Q (RS, B N-major)  |
+| ``wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES,         | one block per 64·CWG queries, K/V tiles   |
+|   CAUSAL, PAD, BF16)``                            | of Bk streamed: S = Q Kᵀ, dP = dO Vᵀ      |
+|                                                   | (SS), dQ += dS K (RS, B N-major)          |
+
+Ladder (issue 13): from the lesson kernel to this file, step by step, at B1 H16 N8192 d128 float16
+unless a step says otherwise; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's); kernel-only
+CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same inputs.
+``flashlesson bench ladder --only attention_wgmma_backward`` checks and times every step with a
+timed call, ``--write`` puts its numbers here; a step without one is historical (no longer separable
+in the code) and keeps the TFLOP/s recorded then.
+| step | what changed                                 | measured                     | timed call                     |
+|------|----------------------------------------------|------------------------------|--------------------------------|
+| 0    | the lesson kernels of §30 on CUDA cores, on  | not measured yet             | tier='lesson'                  |
+|      | float32 inputs of the same shape (there is   |                              |                                |
+|      | no lesson tensor-core backward) (float32)    |                              |                                |
+| 1    | the mma.sync backward                        | not measured yet             | method='flash_tc'              |
+|      | (``attention_tc_backward.py``, the default   |                              |                                |
+|      | for fp16/bf16): where this file starts       |                              |                                |
+| 2    | every product on wgmma (Sᵀ, dPᵀ / S, dP from | not measured yet             | method='flash_wgmma',          |
+|      | shared memory; dV, dK / dQ with Pᵀ, dSᵀ / dS |                              | config=WgmmaBwdConfig(Bq=64,   |
+|      | in registers and B N-major), 2 consumer      |                              | Bk=64, CWG=2, STAGES=1)        |
+|      | warpgroups, tiles of 64 through one stage on |                              |                                |
+|      | mbarriers: load, wait, compute (STAGES = 1)  |                              |                                |
+| 3    | two stages: the next tile's cp.async copies  | not measured yet             | method='flash_wgmma',          |
+|      | in flight during this tile's wgmmas; the     |                              | config=WgmmaBwdConfig(Bq=64,   |
+|      | method's default (``WgmmaBwdConfig()``),     |                              | Bk=64, CWG=2, STAGES=2)        |
+|      | opt-in                                       |                              |                                |
+
+The dK/dV kernel (keys as rows, as flash_tc's: Pᵀ and dSᵀ leave their wgmmas in the
+accumulator layout, which is the A-fragment layout of the next product, so they never touch
+shared memory). Per consumer warpgroup of 64 keys k0 + 64c …, for each Q tile i from the
+first one whose last row sees key k0 (§34)::
+
+    wait FULL[s]                       ← Qi, dOi, LSE_i, D_i have landed
+    Sᵀ  = K Qiᵀ                        ← wgmma m64n{Bq}k16 ×D/16, A = K rows, B = Qi rows (SS)
+    dPᵀ = V dOiᵀ                       ← the same with V and dOi (one commit group for both)
+    Pᵀ  = 2^(Sᵀ·scale·log2e − LSE·log2e);  dSᵀ = Pᵀ∘(dPᵀ − D)
+                                       ← CUDA cores: attention_tc_backward.ds_transposed, as is
+    Pᵀ, dSᵀ → A fragments              ← attention_tc.pack_accumulators (2 column blocks = 1 k16)
+    dV += Pᵀ dOi                       ← wgmma m64n{D}k16 ×Bq/16, A = Pᵀ (RS), B = dOi N-major
+    dK += dSᵀ Qi                       ← the same with dSᵀ and Qi (one commit group for both)
+    arrive EMPTY[s]
+    dK ·= scale; padded keys: dk = dv = 0
+
+The dQ kernel (queries as rows), per consumer warpgroup of 64 queries, for each K/V tile j
+the warpgroup's rows see (§34)::
+
+    S = Qi Kjᵀ, dP = dOi Vjᵀ            ← SS wgmmas, B = Kj rows, Vj rows (K-major)
+    P, dS = P∘(dP − D)                  ← attention_tc_backward.ds_rows, as is (masked: dS = 0)
+    dQ += dS Kj                         ← RS wgmma, B = Kj N-major
+    dQ ·= scale
+
+One tile, two readings. Every tile in shared memory is stored once, K-major
+(``attention_wgmma.kmajor_rows``: hopper.kmajor_index(row, col, R), 16-byte pieces of a row as
+they lie in global memory), and read by two descriptors. As the B of Sᵀ = K Qᵀ (k = the head
+dimension, n = the tile's rows) it is K-major: LBO = 16·R bytes (the next 8 columns), SBO =
+128 bytes (the next 8 rows), k16 step s at byte 32·R·s. As the B of dK += dSᵀ Q (k = the
+tile's rows, n = the head dimension) the same core matrices — 8 rows × 8 columns, each 16-byte
+line 8 consecutive columns of one row — are the N-major core matrices of hopper.py's drawing
+(each line 8 consecutive n of one k), only their order differs: the next 8 n (columns) are
+16·R bytes on, the next 8 k (rows) 128 bytes on, so LBO = 128 bytes, SBO = 16·R bytes, k16
+step s at byte 256·s::
+
+    address(row, col) = start + (row // 8)·128 + (row % 8)·16 + (col // 8)·16·R + (col % 8)·2
+        K-major B (n = row, k = col): SBO = 128,  LBO = 16·R
+        N-major B (k = row, n = col): LBO = 128,  SBO = 16·R
+
+(the forward's V tile is N-major with LBO = 16·D, SBO = 128: the same formula, rows and
+columns stored the other way round). No transposed copy, no second tile.
+
+Shared memory (dynamic, ``wgmma_bwd_smem_bytes``), in words (uint32 pairs of halves)::
+
+    dK/dV: K rows (64·CWG × D, K-major) | V rows | stage 0: Qi | dOi | LSE_i | D_i | stage 1 …
+    dQ:    Q rows (64·CWG × D, K-major) | dO rows | stage 0: Kj | Vj | stage 1 …
+    bars   FULL[s] (count: every thread copies), EMPTY[s] (count: every thread)
+
+The block's own rows (K, V; or Q, dO) are copied once by cp.async (zeros past N and, PAD, for
+padded keys), waited for, and published by a syncthreads; the streamed tiles go through the
+ring as in the forward without a producer: tile i uses stage i % STAGES, every thread issues
+the copies of tile i + STAGES − 1 before tile i's products (STAGES = 1: tile i's own — load,
+wait, compute), arrives on FULL[s] by ``cp_async_mbar_arrive``, waits on EMPTY[s] before
+refilling a stage, and arrives on EMPTY[s] once its wgmmas reading the stage are waited for.
+LSE_i and D_i travel by 4-byte cp.async in the same stage (zeros past Nq, where
+``lse2_of`` gives +inf: P = 0).
+
+Deterministic: no atomics, each gradient element summed by one thread in tile order (the
+wgmma's own summation order is fixed by the hardware): bitwise the same from run to run.
+
+Masks (as flash_tc's backward; README): causal bottom-right (query i sees key j iff j ≤ i +
+Nk − Nq), tiles that no row of the block sees skipped (the dK/dV kernel starts at
+``first_q_tile``, the dQ kernel stops at ``kv_tiles``); padded keys' and keys past Nk's rows
+are zeros on chip (cp.async zero-fill, no global read), so a NaN in a masked K or V row never
+enters a product, the dK/dV kernel writes dk = dv = 0 for padded keys, and the dQ kernel sets
+dS = 0 where it masks a score. The documented exception is flash_tc's: on a causal diagonal
+tile, a key hidden from some rows but seen by others is in the tile, and 0·NaN = NaN in dS·K.
+
+Limits: fp16/bf16, d = D = 64 or 128 exactly (other d: method 'flash_tc'); Bq, Bk = 64 or 128
+(not Bq = 128 at d = 128: below); CWG = 1 or 2; sm_90a (wgmma, mbarrier). No producer
+warpgroup (every thread copies), no swizzle, one wgmma group waited for at once (the CUDA-core
+work of a tile does not overlap its products), no dropout, no varlen. The simulator runs it at
+tiny shapes (one to four blocks; the products computed at once, not asynchronously).
+
+Registers (2026-12-01, CUDA 13.5's NVVM and ptxas, sm_90a, no GPU run yet): the dK/dV kernel
+holds Sᵀ, dPᵀ (Bq/2 floats each) and dK, dV (D/2 each) a thread — 192 at d = 128, Bq = 64: 255
+registers with 8–56 bytes of spills (the default); 202–225, none, at d = 64, Bq = 64; 255 with
+48–112 bytes at d = 64, Bq = 128; Bq = 128 at d = 128 (256 floats) spills 200–900 bytes and
+ptxas serializes the wgmmas (C7512), so ``WgmmaBwdConfig`` refuses it. The dQ kernel: 168–194
+registers at d = 128, Bk = 64, 246–255 at Bk = 128, no spills.
+
+How to run: ``attention_backward(do, q, k, v, o, lse, method="flash_wgmma",
+config=WgmmaBwdConfig(...))`` on fp16/bf16 inputs; ``pytest tests/test_attention_wgmma_backward.py``;
+on the H200 ``bash scripts/gpu_wgmma_bwd.sh``.
+"""
+
+from functools import lru_cache
+
+from numba import cuda, float32, uint32, uint64
+
+from .attention import first_q_tile, kv_tiles
+from .attention_tc import pack_accumulators, zeros
+from .attention_tc_backward import clear_padded, ds_rows, ds_transposed, lane_row_stats, \
+    lane_rows, padded_keys, write_rows
+from .attention_wgmma import BUILT, WARPGROUP, kmajor_rows
+from .hopper import SWIZZLE_NONE, WGMMA, WGMMA_RS_TB, cp_async_mbar_arrive, fence_mbarrier_init, \
+    fence_proxy_async, mbar_arrive, mbar_init, mbar_try_wait_parity, shared_addr, \
+    wgmma_commit_group, wgmma_desc, wgmma_fence, wgmma_fence_operand, wgmma_wait_group
+from .vector import cp_async4, cp_async_wait_all
+
+
+def wgmma_bwd_smem_bytes(D, B, CWG, STAGES, KEYS):
+    """Dynamic shared memory of one kernel: the block's two row tiles (64·CWG × D halves each)
+    and STAGES stages of two streamed tiles of B rows (KEYS, the dK/dV kernel: + LSE_i, D_i)."""
+    own = 2 * 64 * CWG * D // 2
+    stage = 2 * B * D // 2 + (2 * B if KEYS else 0)
+    return 4 * (own + STAGES * stage)
+
+
+@cuda.jit(device=True)
+def kmajor_desc(addr, R, ks):
+    """The K-major descriptor of k16 step ks of a tile of R rows at addr (B of S = Q Kᵀ and its
+    kin, or A of the block's own rows): LBO = 16·R bytes, SBO = 128 bytes (menu)."""
+    return wgmma_desc(addr + 32 * R * ks, 16 * R, 128, SWIZZLE_NONE)
+
+
+@cuda.jit(device=True)
+def nmajor_desc(addr, R, ks):
+    """The same K-major tile of R rows read N-major (k = its rows): k16 step ks of rows
+    16·ks …, LBO = 128 bytes, SBO = 16·R bytes (the menu's "one tile, two readings")."""
+    return wgmma_desc(addr + 256 * ks, 128, 16 * R, SWIZZLE_NONE)
+
+
+@lru_cache(maxsize=None)
+def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16):
+    """dK, dV: one block per 64·CWG keys, Q/dO tiles of Bq streamed; see the module menu."""
+    assert D in (64, 128) and Bq in (64, 128) and CWG in (1, 2) and STAGES >= 1
+    kind = "bf16" if BF16 else "f16"
+    mma_t = WGMMA[(kind, Bq)]               # Sᵀ = K Qᵀ, dPᵀ = V dOᵀ: 64 × Bq, SS
+    mma_acc = WGMMA_RS_TB[(kind, D)]        # dV += Pᵀ dO, dK += dSᵀ Q: 64 × D, RS, B N-major
+    Bk = 64 * CWG                           # keys per block
+    T = WARPGROUP * CWG
+    OWN = Bk * D // 2                       # words of the block's K rows (V rows follow)
+    TW = Bq * D // 2                        # words of a Qi or dOi tile
+    STAGE = 2 * TW + 2 * Bq                 # [Qi | dOi | LSE_i | D_i]
+    RING = 2 * OWN                          # stage s at RING + STAGE·s
+    NBARS = 2 * STAGES                      # FULL[s], then EMPTY[s]
+    SH, OH = Bq // 2, D // 2                # accumulator floats per thread: Sᵀ (dPᵀ), dK (dV)
+    NBQ, KC2, KC = Bq // 8, Bq // 16, D // 16
+    PA = 4 * KC2                            # words of Pᵀ (dSᵀ) as A fragments
+    own_rows = kmajor_rows(D, Bk, T, PAD)   # (PAD: padded keys' rows are zeros)
+    tile_rows = kmajor_rows(D, Bq, T, False)
+    to_a = pack_accumulators(KC2, 1, NBQ, BF16)
+    ds_t = ds_transposed(NBQ, Bq, CAUSAL, PAD)
+    unpad = clear_padded(D // 8, False)
+    write = write_rows(D // 8, BF16)
+    clear_acc = zeros(OH)
+
+    @cuda.jit(device=True)
+    def issue(q, do, lse, dvec, smem, fsm, bars, i, first, tid, bh, n_q, kpm):
+        """Every thread: tile first + i's Qi, dOi rows and LSE_i, D_i (0 past Nq) into stage
+        i % STAGES by cp.async, then its arrival on FULL (noinc, once they have landed)."""
+        s = i % STAGES
+        if i >= STAGES:                             # wait: tile i − STAGES left this stage
+            mbar_try_wait_parity(bars, STAGES + s, ((i // STAGES) - 1) & 1)
+        at = RING + STAGE * s
+        q0 = (first + i) * Bq
+        tile_rows(q, smem, at, tid, bh, n_q, q0, kpm, 0)
+        tile_rows(do, smem, at + TW, tid, bh, n_q, q0, kpm, 0)
+        for r in range(tid, 2 * Bq, T):
+            c = r % Bq
+            ok = q0 + c < n_q
+            src = bh * n_q + q0 + c if ok else 0
+            if r < Bq:
+                cp_async4(fsm, at + 2 * TW + c, lse, src, ok)
+            else:
+                cp_async4(fsm, at + 2 * TW + Bq + c, dvec, src, ok)
+        cp_async_mbar_arrive(bars, s)               # FULL[s]: once my copies have landed
+
+    @cuda.jit
+    def dkdv(q, k, v, do, lse, dvec, dk, dv, scale, n_q, n_k, heads, kpm):
+        """q, do [BH, Nq, D/2], k, v [BH, Nk, D/2]: uint32 words of two halves; lse, dvec
+        [BH, Nq] float32; dk, dv [BH, Nk, D/2] words; kpm uint8 [B, Nk] (PAD)."""
+        bh, k0, tid, g, t, key_lo = lane_rows(Bk, CAUSAL, True)     # my keys: key_lo, + 8
+        smem = cuda.shared.array(0, uint32)     # K | V | stage 0 | stage 1 … (menu)
+        fsm = cuda.shared.array(0, float32)     # (the same memory as float32: LSE_i, D_i)
+        bars = cuda.shared.array(NBARS, uint64)         # FULL[0 …], EMPTY[0 …]
+        b_idx = bh // heads
+        offset = n_k - n_q                      # §34: query i sees key j iff j ≤ i + offset
+        cw = tid // WARPGROUP                   # my warpgroup: keys k0 + 64·cw …
+
+        own_rows(k, smem, 0, tid, bh, n_k, k0, kpm, b_idx)      # the block's K and V rows
+        own_rows(v, smem, OWN, tid, bh, n_k, k0, kpm, b_idx)
+        cp_async_wait_all()                     # my pieces have landed
+        fence_proxy_async()                     # … before wgmma's (async-proxy) reads
+        if tid == 0:
+            for s in range(STAGES):
+                mbar_init(bars, s, T)           # FULL[s]: one arrival per thread (all copy)
+                mbar_init(bars, STAGES + s, T)  # EMPTY[s]: one per thread
+            fence_mbarrier_init()
+        cuda.syncthreads()                      # wait: K, V in shared memory, barriers ready
+
+        pad_lo = pad_hi = False                 # §35: a padded key gets dk = dv = 0
+        if PAD:
+            pad_lo, pad_hi = padded_keys(kpm, b_idx, key_lo, n_k)
+        st = cuda.local.array(SH, float32)      # Sᵀ, then Pᵀ
+        dpt = cuda.local.array(SH, float32)     # dPᵀ, then dSᵀ
+        dk_acc = cuda.local.array(OH, float32)
+        dv_acc = cuda.local.array(OH, float32)
+        pa_p = cuda.local.array(PA, uint32)     # Pᵀ as A fragments
+        pa_ds = cuda.local.array(PA, uint32)    # dSᵀ as A fragments
+        clear_acc(dk_acc)
+        clear_acc(dv_acc)
+        k_addr = shared_addr(smem, 256 * cw)    # my warpgroup's 64 rows (512 halves a 64 rows
+        v_addr = shared_addr(smem, OWN + 256 * cw)      # … of 8 row blocks: kmajor_index)
+
+        first = first_q_tile(CAUSAL, k0, Bq, n_q, n_k)  # (causal: earlier Q tiles see none
+        count = max((n_q + Bq - 1) // Bq - first, 0)    #  of this block's keys)
+        for i in range(min(STAGES - 1, count)):         # tiles 0 … STAGES − 2 before the loop
+            issue(q, do, lse, dvec, smem, fsm, bars, i, first, tid, bh, n_q, kpm)
+        for i in range(count):
+            if i + STAGES - 1 < count:
+                issue(q, do, lse, dvec, smem, fsm, bars, i + STAGES - 1, first, tid, bh, n_q,
+                      kpm)
+            s = i % STAGES
+            q0 = (first + i) * Bq
+            at = RING + STAGE * s
+            mbar_try_wait_parity(bars, s, (i // STAGES) & 1)    # wait: tile i has landed
+            fence_proxy_async()                 # the copies (generic proxy) before wgmma
+            q_addr = shared_addr(smem, at)
+            do_addr = shared_addr(smem, at + TW)
+
+            # Sᵀ = K Qiᵀ and dPᵀ = V dOiᵀ: D/16 k16 steps each, one group
+            wgmma_fence_operand(st, SH)
+            wgmma_fence_operand(dpt, SH)
+            wgmma_fence()                       # (st, dpt last read by to_a, before)
+            for ks in range(KC):
+                mma_t(st, kmajor_desc(k_addr, Bk, ks), kmajor_desc(q_addr, Bq, ks), ks > 0)
+            for ks in range(KC):
+                mma_t(dpt, kmajor_desc(v_addr, Bk, ks), kmajor_desc(do_addr, Bq, ks), ks > 0)
+            wgmma_commit_group()
+            wgmma_wait_group(0)                 # wait: Sᵀ, dPᵀ are in st, dpt
+            wgmma_fence_operand(st, SH)
+            wgmma_fence_operand(dpt, SH)
+
+            ds_t(st, dpt, fsm, at + 2 * TW, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t,
+                 scale)                         # Pᵀ, dSᵀ = Pᵀ∘(dPᵀ − D)
+            to_a(st, pa_p)                      # → A fragments (16-bit pairs)
+            to_a(dpt, pa_ds)
+
+            # dV += Pᵀ dOi, dK += dSᵀ Qi: Bq/16 k16 steps each (dOi, Qi read N-major)
+            wgmma_fence_operand(dv_acc, OH)
+            wgmma_fence_operand(dk_acc, OH)
+            wgmma_fence()
+            for ks in range(KC2):
+                mma_acc(dv_acc, pa_p[4 * ks], pa_p[4 * ks + 1], pa_p[4 * ks + 2],
+                        pa_p[4 * ks + 3], nmajor_desc(do_addr, Bq, ks), True)
+            for ks in range(KC2):
+                mma_acc(dk_acc, pa_ds[4 * ks], pa_ds[4 * ks + 1], pa_ds[4 * ks + 2],
+                        pa_ds[4 * ks + 3], nmajor_desc(q_addr, Bq, ks), True)
+            wgmma_commit_group()
+            wgmma_wait_group(0)                 # wait: dV, dK updated, stage s read
+            wgmma_fence_operand(dv_acc, OH)
+            wgmma_fence_operand(dk_acc, OH)
+            mbar_arrive(bars, STAGES + s)       # EMPTY[s]: the stage may be refilled
+
+        if PAD:                                 # a padded key: dk = dv = 0, written
+            unpad(dv_acc, pad_lo, pad_hi)
+            unpad(dk_acc, pad_lo, pad_hi)
+        write(dv, bh, key_lo, n_k, t, dv_acc, float32(1.0))
+        write(dk, bh, key_lo, n_k, t, dk_acc, scale)              # dK = scale · Σ dSᵀ Q
+
+    BUILT[("wgmma_bwd_dkdv_kernel", D, Bq, CWG, STAGES, CAUSAL, PAD, BF16)] = dkdv
+    return dkdv
+
+
+@lru_cache(maxsize=None)
+def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16):
+    """dQ: one block per 64·CWG queries, K/V tiles of Bk streamed; see the module menu."""
+    assert D in (64, 128) and Bk in (64, 128) and CWG in (1, 2) and STAGES >= 1
+    kind = "bf16" if BF16 else "f16"
+    mma_s = WGMMA[(kind, Bk)]               # S = Q Kᵀ, dP = dO Vᵀ: 64 × Bk, SS
+    mma_acc = WGMMA_RS_TB[(kind, D)]        # dQ += dS K: 64 × D, RS, B N-major
+    Bq = 64 * CWG                           # queries per block
+    T = WARPGROUP * CWG
+    OWN = Bq * D // 2                       # words of the block's Q rows (dO rows follow)
+    TW = Bk * D // 2                        # words of a Kj or Vj tile
+    STAGE = 2 * TW                          # [Kj | Vj]
+    RING = 2 * OWN
+    NBARS = 2 * STAGES
+    SH, OH = Bk // 2, D // 2
+    NBK, KC2, KC = Bk // 8, Bk // 16, D // 16
+    PA = 4 * KC2
+    own_rows = kmajor_rows(D, Bq, T, False)
+    tile_rows = kmajor_rows(D, Bk, T, PAD)  # (PAD: padded keys' rows are zeros)
+    to_a = pack_accumulators(KC2, 1, NBK, BF16)
+    ds = ds_rows(NBK, CAUSAL, PAD)
+    write = write_rows(D // 8, BF16)
+    clear_acc = zeros(OH)
+
+    @cuda.jit(device=True)
+    def issue(k, v, smem, bars, i, tid, bh, n_k, kpm, b_idx):
+        """Every thread: tile i's Kj, Vj rows into stage i % STAGES (zeros past Nk and for
+        padded keys), then its arrival on FULL."""
+        s = i % STAGES
+        if i >= STAGES:                             # wait: tile i − STAGES left this stage
+            mbar_try_wait_parity(bars, STAGES + s, ((i // STAGES) - 1) & 1)
+        at = RING + STAGE * s
+        tile_rows(k, smem, at, tid, bh, n_k, i * Bk, kpm, b_idx)
+        tile_rows(v, smem, at + TW, tid, bh, n_k, i * Bk, kpm, b_idx)
+        cp_async_mbar_arrive(bars, s)               # FULL[s]: once my copies have landed
+
+    @cuda.jit
+    def dq_kernel(q, k, v, do, lse, dvec, dq, scale, n_q, n_k, heads, kpm):
+        """As the dK/dV kernel's arguments; dq [BH, Nq, D/2] words."""
+        bh, q0, tid, g, t, r_lo = lane_rows(Bq, CAUSAL, False)    # my rows: r_lo, r_lo + 8
+        smem = cuda.shared.array(0, uint32)     # Q | dO | stage 0 | stage 1 … (menu)
+        bars = cuda.shared.array(NBARS, uint64)
+        b_idx = bh // heads
+        offset = n_k - n_q
+        cw = tid // WARPGROUP
+
+        own_rows(q, smem, 0, tid, bh, n_q, q0, kpm, b_idx)      # the block's Q and dO rows
+        own_rows(do, smem, OWN, tid, bh, n_q, q0, kpm, b_idx)
+        cp_async_wait_all()                     # my pieces have landed
+        fence_proxy_async()                     # … before wgmma's (async-proxy) reads
+        if tid == 0:
+            for s in range(STAGES):
+                mbar_init(bars, s, T)           # FULL[s]: one arrival per thread
+                mbar_init(bars, STAGES + s, T)  # EMPTY[s]: one per thread
+            fence_mbarrier_init()
+        cuda.syncthreads()                      # wait: Q, dO in shared memory, barriers ready
+
+        s_acc = cuda.local.array(SH, float32)   # S, then P
+        dp = cuda.local.array(SH, float32)      # dP, then dS
+        dq_acc = cuda.local.array(OH, float32)
+        pa = cuda.local.array(PA, uint32)       # dS as A fragments
+        stats = cuda.local.array(4, float32)    # LSE·log2e and D of my two rows
+        lane_row_stats(lse, dvec, bh, r_lo, n_q, stats)
+        clear_acc(dq_acc)
+        q_addr = shared_addr(smem, 256 * cw)    # my warpgroup's 64 rows
+        do_addr = shared_addr(smem, OWN + 256 * cw)
+
+        n_tiles = kv_tiles(CAUSAL, q0, Bq, Bk, n_q, n_k)
+        for i in range(min(STAGES - 1, n_tiles)):
+            issue(k, v, smem, bars, i, tid, bh, n_k, kpm, b_idx)
+        for j in range(n_tiles):
+            if j + STAGES - 1 < n_tiles:
+                issue(k, v, smem, bars, j + STAGES - 1, tid, bh, n_k, kpm, b_idx)
+            s = j % STAGES
+            at = RING + STAGE * s
+            mbar_try_wait_parity(bars, s, (j // STAGES) & 1)    # wait: Kj, Vj have landed
+            fence_proxy_async()                 # the copies (generic proxy) before wgmma
+            k_addr = shared_addr(smem, at)
+            v_addr = shared_addr(smem, at + TW)
+
+            # S = Qi Kjᵀ and dP = dOi Vjᵀ: D/16 k16 steps each, one group
+            wgmma_fence_operand(s_acc, SH)
+            wgmma_fence_operand(dp, SH)
+            wgmma_fence()                       # (s_acc, dp last read by to_a, before)
+            for ks in range(KC):
+                mma_s(s_acc, kmajor_desc(q_addr, Bq, ks), kmajor_desc(k_addr, Bk, ks), ks > 0)
+            for ks in range(KC):
+                mma_s(dp, kmajor_desc(do_addr, Bq, ks), kmajor_desc(v_addr, Bk, ks), ks > 0)
+            wgmma_commit_group()
+            wgmma_wait_group(0)                 # wait: S, dP are in s_acc, dp
+            wgmma_fence_operand(s_acc, SH)
+            wgmma_fence_operand(dp, SH)
+
+            ds(s_acc, dp, stats, r_lo, j * Bk, n_k, offset, kpm, b_idx, t,
+               scale)                           # P, dS = P ∘ (dP − D)
+            to_a(dp, pa)                        # dS → A fragments
+
+            # dQ += dS Kj: Bk/16 k16 steps (Kj read N-major)
+            wgmma_fence_operand(dq_acc, OH)
+            wgmma_fence()
+            for ks in range(KC2):
+                mma_acc(dq_acc, pa[4 * ks], pa[4 * ks + 1], pa[4 * ks + 2], pa[4 * ks + 3],
+                        nmajor_desc(k_addr, Bk, ks), True)
+            wgmma_commit_group()
+            wgmma_wait_group(0)                 # wait: dQ updated, stage s read
+            wgmma_fence_operand(dq_acc, OH)
+            mbar_arrive(bars, STAGES + s)       # EMPTY[s]: the stage may be refilled
+
+        write(dq, bh, r_lo, n_q, t, dq_acc, scale)        # dQ = scale · Σ dS K
+
+    BUILT[("wgmma_bwd_dq_kernel", D, Bk, CWG, STAGES, CAUSAL, PAD, BF16)] = dq_kernel
+    return dq_kernel

@@ -1,0 +1,179 @@
+"""Issue 16, item 2 (second half): the wgmma backward (``attention_backward(...,
+method="flash_wgmma")``) against flash_tc's backward and torch SDPA's flash backward,
+kernel-only, each checked against torch's float64 autograd in the same run (H200;
+``scripts/gpu_wgmma_bwd.sh`` runs it).
+
+    python3 scripts/gpu_wgmma_bwd.py --json OUT.json [--ladder] [--wait-for FILE]
+
+Every kernel is compiled first (small inputs of each shape's d and Nk); with --wait-for the
+timing then waits for FILE (scripts/gpu_wgmma_bwd.sh: the tests run meanwhile, so the
+compilation of the two overlaps and the GPU is the timing's alone).
+
+Per shape and causal mode: fp16 torch tensors q, k, v, dO; O and LSE from flashlesson's forward
+(its default method). Each backward is checked first: dq, dk, dv of head (0, 0) against float64
+autograd of SDPA on the same fp16 values (max |error| over the three, beside torch flash's
+own); a method with NaN, an exception, or an error above 2 × torch flash's + 1e-3·(1 +
+max|gradient|) is reported and not timed. Then timed with ``bench.time_gpu_adaptive`` (CUDA
+events, launches queued behind a sleeping kernel: the GPU's time; ours includes the D
+preprocess; torch's is ``autograd.grad`` of a kept graph: its preprocess and its dq
+conversion too). TFLOP/s = ``reference.attention_backward_flops`` / time: 2.5 × the forward's
+4·B·H·N²·d = 10·B·H·N²·d, half when causal. --ladder: also the ladder's STAGES = 1 step.
+The table comes last.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+import flashlesson
+from flashlesson import WgmmaBwdConfig
+from flashlesson.bench import cuda_torch, time_gpu_adaptive
+from reference.attention_backward import attention_backward_flops
+
+SHAPES = ((1, 16, 8192, 128), (2, 16, 4096, 64), (4, 16, 1024, 64))    # (the ladder's first)
+LADDER = {"wgmma STAGES=1": WgmmaBwdConfig(Bq=64, Bk=64, CWG=2, STAGES=1)}
+
+
+def methods(torch, ladder=False):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def torch_flash(q, k, v, do, o, lse, causal):
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            xs = [x.detach().requires_grad_(True) for x in (q, k, v)]
+            out = sdpa(*xs, is_causal=causal)
+        return lambda: torch.autograd.grad(out, xs, do, retain_graph=True)
+
+    def ours(method, config=None):
+        def prepare(q, k, v, do, o, lse, causal):
+            return lambda: flashlesson.attention_backward(do, q, k, v, o, lse, causal=causal,
+                                                          method=method, config=config)
+        return prepare
+
+    out = {"torch sdpa flash": torch_flash, "flash_tc": ours("flash_tc"),
+           "flash_wgmma": ours("flash_wgmma")}
+    if ladder:
+        out.update({name: ours("flash_wgmma", cfg) for name, cfg in LADDER.items()})
+    return out
+
+
+def warm(fns, shapes, torch):
+    """Compile every kernel the timed loop will run, on small inputs of the same head dim and
+    key count (the forward's default method depends on them; the kernels on flags only)."""
+    for (_, _, n, d) in shapes:
+        for causal in (False, True):
+            q, do = (torch.randn(1, 1, 64, d, device="cuda").half() for _ in range(2))
+            k, v = (torch.randn(1, 1, n, d, device="cuda").half() for _ in range(2))
+            o, lse = flashlesson.attention(q, k, v, causal=causal, return_lse=True)
+            for name, prepare in fns.items():
+                try:
+                    prepare(q, k, v, do, o, lse, causal)()
+                except Exception:               # (reported again by the timed loop)
+                    traceback.print_exc()
+    torch.cuda.synchronize()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--budget-s", type=float, default=150.0, help="stop starting new shapes "
+                    "after this many seconds")
+    ap.add_argument("--ladder", action="store_true", help="also the ladder's STAGES = 1 step")
+    ap.add_argument("--shapes", default=None, help="indices into SHAPES, e.g. 0,1")
+    ap.add_argument("--wait-for", default=None, help="compile first, then wait until this file "
+                    "exists before timing (the tests run on the GPU meanwhile)")
+    args = ap.parse_args()
+    shapes = SHAPES if args.shapes is None else [SHAPES[int(i)] for i in args.shapes.split(",")]
+    torch = cuda_torch()
+    if torch is None or flashlesson.SIMULATOR:
+        raise SystemExit("gpu_wgmma_bwd.py needs a CUDA GPU and torch")
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    start = time.time()
+    fns = methods(torch, args.ladder)
+    warm(fns, shapes, torch)
+    print(f"compiled in {time.time() - start:.0f} s", flush=True)
+    from kernels_numba.attention_wgmma import BUILT
+    for key, kern in BUILT.items():         # the wgmma kernels' registers and spills
+        try:
+            print(f"{key}: {kern.get_regs_per_thread()} registers, "
+                  f"{kern.get_local_mem_per_thread()} bytes of local memory a thread",
+                  flush=True)
+        except Exception as exc:            # (a report only)
+            print(f"{key}: {type(exc).__name__}: {exc}", flush=True)
+    if args.wait_for:
+        while not os.path.exists(args.wait_for):
+            time.sleep(0.5)
+        print(f"timing from {time.time() - start:.0f} s", flush=True)
+    rows = []
+    for (b, h, n, d) in shapes:
+        for causal in (False, True):
+            if time.time() - start > args.budget_s:
+                print(f"budget spent: B{b} H{h} N{n} d{d} causal={causal} skipped", flush=True)
+                continue
+            g = torch.Generator(device="cuda").manual_seed(1000 * n + d + causal)
+            q, k, v, do = (torch.randn(b, h, n, d, device="cuda", generator=g).half()
+                           for _ in range(4))
+            x64 = [x[:1, :1].double().requires_grad_(True) for x in (q, k, v)]
+            refs = torch.autograd.grad(sdpa(*x64, is_causal=causal), x64, do[:1, :1].double())
+            refs = [r[0, 0] for r in refs]
+            big = max(float(r.abs().max()) for r in refs)
+            o, lse = flashlesson.attention(q, k, v, causal=causal, return_lse=True)
+            flops = attention_backward_flops(b, h, n, n, d, causal)
+            torch_err = None
+            for name, prepare in fns.items():
+                row = {"shape": f"B{b} H{h} N{n} d{d}", "causal": causal, "method": name}
+                try:
+                    fn = prepare(q, k, v, do, o, lse, causal)
+                    grads = fn()
+                    torch.cuda.synchronize()
+                    err = max(float((gr[0, 0].double() - r).abs().max())
+                              for gr, r in zip(grads, refs))
+                    nan = any(bool(torch.isnan(gr).any()) for gr in grads)
+                    if name == "torch sdpa flash":
+                        torch_err = err
+                    row["err"] = err
+                    row["ok"] = (not nan and (torch_err is None or
+                                              err <= 2 * torch_err + 1e-3 * (1 + big)))
+                    if not row["ok"]:
+                        row["why"] = "NaN in a gradient" if nan else \
+                            f"error {err:.2e} > 2 × torch's {torch_err:.2e} + slack"
+                    else:
+                        ms = time_gpu_adaptive(fn)
+                        row["ms"] = ms
+                        row["TFLOP/s"] = flops / ms / 1e9
+                    del grads
+                except Exception as exc:        # reported, the next method still runs
+                    row["ok"] = False
+                    row["why"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                    traceback.print_exc()
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+            del q, k, v, do, o, lse
+            torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+    print()
+    print(f"{'shape':22} {'causal':6} {'method':18} {'ms':>8} {'TFLOP/s':>8} {'× flash':>8} "
+          f"{'× tc':>6} {'err':>9}  check")
+    base = {}
+    for r in rows:
+        if r.get("TFLOP/s") and r["method"] in ("torch sdpa flash", "flash_tc"):
+            base[(r["shape"], r["causal"], r["method"])] = r["TFLOP/s"]
+    for r in rows:
+        tf = r.get("TFLOP/s")
+        fl = base.get((r["shape"], r["causal"], "torch sdpa flash"))
+        tc = base.get((r["shape"], r["causal"], "flash_tc"))
+        print(f"{r['shape']:22} {str(r['causal']):6} {r['method']:18} "
+              f"{r.get('ms', float('nan')):8.4f} {tf or float('nan'):8.1f} "
+              f"{(tf / fl) if tf and fl else float('nan'):8.2f} "
+              f"{(tf / tc) if tf and tc else float('nan'):6.2f} "
+              f"{r.get('err', float('nan')):9.2e}  {'ok' if r['ok'] else 'FAIL: ' + r['why']}")
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Issue 16, item 2 (second half), on the H200 (< 200 s): the wgmma backward (method
+# "flash_wgmma" of attention_backward, kernels_numba/attention_wgmma_backward.py) against the
+# float64 oracle and 2× torch SDPA's own error (tests/test_attention_wgmma_backward.py), then
+# the kernel-only benchmark: flash_wgmma vs flash_tc vs torch SDPA flash backward, checked
+# against torch's float64 autograd first, at B4 H16 N1024 d64, B2 H16 N4096 d64, B1 H16 N8192
+# d128, causal and not; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's 4·B·H·N²·d; half
+# when causal) (scripts/gpu_wgmma_bwd.py). Logs under $OUT; the short table comes last.
+#   device run: bash scripts/gpu_wgmma_bwd.sh   (carry .whl)
+set -uo pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD/src:$PWD PYTHONUNBUFFERED=1 FLASHLESSON_DEVICE=gpu
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+start=$(date +%s)
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u +%FT%TZ
+  git log --oneline -1 2>/dev/null; python3 -m flashlesson info; } > "$OUT/gpu.txt" 2>&1
+# 1. the benchmark's process starts compiling its kernels (small inputs) in the background …
+rm -f "$OUT/tests.done"
+timeout 180 python3 scripts/gpu_wgmma_bwd.py --json "$OUT/bench_wgmma_bwd.json" \
+  --wait-for "$OUT/tests.done" --budget-s 140 > "$OUT/bench_wgmma_bwd.log" 2>&1 &
+p_bench=$!
+# 2. … while the new tests run on the GPU (compilation is most of their time: 8 workers)
+timeout 100 python3 -m pytest -q -rs --tb=short -p no:cacheprovider -n 8 \
+  tests/test_attention_wgmma_backward.py > "$OUT/pytest_wgmma_bwd.log" 2>&1
+rc_tests=$?
+# 3. then the benchmark times, the GPU its own (it starts no new shape after 140 s)
+touch "$OUT/tests.done"
+wait $p_bench; rc_bench=$?
+cat "$OUT/gpu.txt"
+echo "--- test_attention_wgmma_backward.py rc=$rc_tests"
+grep -E "^(FAILED|ERROR)|Error" "$OUT/pytest_wgmma_bwd.log" | head -20; tail -2 "$OUT/pytest_wgmma_bwd.log"
+echo "--- bench rc=$rc_bench"; grep -E "Error|Traceback" "$OUT/bench_wgmma_bwd.log" | head -5
+sed -n '/^shape /,$p' "$OUT/bench_wgmma_bwd.log"
+echo "wall $(( $(date +%s) - start )) s"
+[ "$rc_tests" = 0 ] && [ "$rc_bench" = 0 ]
