@@ -19,7 +19,7 @@ import traceback
 
 import flashlesson
 from flashlesson import WgmmaConfig
-from flashlesson.bench import cuda_torch, time_gpu_adaptive
+from flashlesson.bench import cuda_torch, time_gpu_adaptive, versus_table
 from reference.attention import attention_flops
 
 SHAPES = ((4, 16, 1024, 64), (2, 16, 4096, 64), (1, 16, 8192, 128))
@@ -120,19 +120,7 @@ def main():
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
     print()
-    print(f"{'shape':22} {'causal':6} {'method':22} {'ms':>8} {'TFLOP/s':>8} {'× flash':>8} "
-          f"{'err':>9}  check")
-    best = {}
-    for r in rows:
-        if r["method"] == "torch sdpa flash" and r.get("TFLOP/s"):
-            best[(r["shape"], r["causal"])] = r["TFLOP/s"]
-    for r in rows:
-        tf = r.get("TFLOP/s")
-        base = best.get((r["shape"], r["causal"]))
-        print(f"{r['shape']:22} {str(r['causal']):6} {r['method']:22} "
-              f"{r.get('ms', float('nan')):8.4f} {tf or float('nan'):8.1f} "
-              f"{(tf / base) if tf and base else float('nan'):8.2f} "
-              f"{r.get('err', float('nan')):9.2e}  {'ok' if r['ok'] else 'FAIL: ' + r['why']}")
+    print("\n".join(versus_table(rows)))
     return 0 if all(r["ok"] for r in rows) else 1
 
 

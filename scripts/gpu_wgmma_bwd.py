@@ -30,7 +30,7 @@ import traceback
 
 import flashlesson
 from flashlesson import WgmmaBwdConfig
-from flashlesson.bench import cuda_torch, time_gpu_adaptive
+from flashlesson.bench import cuda_torch, time_gpu_adaptive, versus_table
 from reference.attention_backward import attention_backward_flops
 
 SHAPES = ((1, 16, 8192, 128), (2, 16, 4096, 64), (4, 16, 1024, 64))    # (the ladder's first)
@@ -157,21 +157,7 @@ def main():
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
     print()
-    print(f"{'shape':22} {'causal':6} {'method':18} {'ms':>8} {'TFLOP/s':>8} {'× flash':>8} "
-          f"{'× tc':>6} {'err':>9}  check")
-    base = {}
-    for r in rows:
-        if r.get("TFLOP/s") and r["method"] in ("torch sdpa flash", "flash_tc"):
-            base[(r["shape"], r["causal"], r["method"])] = r["TFLOP/s"]
-    for r in rows:
-        tf = r.get("TFLOP/s")
-        fl = base.get((r["shape"], r["causal"], "torch sdpa flash"))
-        tc = base.get((r["shape"], r["causal"], "flash_tc"))
-        print(f"{r['shape']:22} {str(r['causal']):6} {r['method']:18} "
-              f"{r.get('ms', float('nan')):8.4f} {tf or float('nan'):8.1f} "
-              f"{(tf / fl) if tf and fl else float('nan'):8.2f} "
-              f"{(tf / tc) if tf and tc else float('nan'):6.2f} "
-              f"{r.get('err', float('nan')):9.2e}  {'ok' if r['ok'] else 'FAIL: ' + r['why']}")
+    print("\n".join(versus_table(rows, ("torch sdpa flash", "flash_tc"), width=18)))
     return 0 if all(r["ok"] for r in rows) else 1
 
 

@@ -745,3 +745,26 @@ def bench_overhead(calls=200, log=print):
                         "packed_launch": launch.packed_state()})
         log(f"{name:52s} {us:9.1f} µs" + (f"   torch {tus:8.1f} µs" if tus else ""))
     return records
+
+
+def versus_table(rows, bases=("torch sdpa flash",), width=22):
+    """The closing table of the kernel-only scripts (``scripts/gpu_wgmma.py``,
+    ``gpu_wgmma_bwd.py``): per row shape, causal, method, ms, TFLOP/s, the ratio to each of
+    ``bases`` (the methods of the same shape and causal mode), the error and the check."""
+    rate = {(r["shape"], r["causal"], r["method"]): r["TFLOP/s"] for r in rows
+            if r.get("TFLOP/s") and r["method"] in bases}
+    nan = float("nan")
+    head = (f"{'shape':22} {'causal':6} {'method':{width}} {'ms':>8} {'TFLOP/s':>8} "
+            + " ".join(f"{'× ' + b.split()[-1]:>8}" for b in bases) + f" {'err':>9}  check")
+    lines = [head]
+    for r in rows:
+        tf = r.get("TFLOP/s")
+        ratios = []
+        for b in bases:
+            base = rate.get((r["shape"], r["causal"], b))
+            ratios.append(f"{tf / base if tf and base else nan:8.2f}")
+        lines.append(f"{r['shape']:22} {str(r['causal']):6} {r['method']:{width}} "
+                     f"{r.get('ms', nan):8.4f} {tf or nan:8.1f} " + " ".join(ratios)
+                     + f" {r.get('err', nan):9.2e}  {'ok' if r['ok'] else 'FAIL: ' + r['why']}")
+    return lines
+
