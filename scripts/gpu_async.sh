@@ -8,11 +8,9 @@
 # the short table last. Logs under $OUT.
 #   device run: bash scripts/gpu_async.sh   (carry .whl)
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD/src:$PWD PYTHONUNBUFFERED=1 FLASHLESSON_DEVICE=gpu
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+. "$(dirname "$0")/gpu_env.sh"        # wheels, PYTHONPATH, FLASHLESSON_DEVICE=gpu, $OUT
 start=$(date +%s)
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u +%FT%TZ; git log -1 --format=%h 2>/dev/null; } > "$OUT/gpu.txt" 2>&1
+gpu_facts > "$OUT/gpu.txt" 2>&1
 timeout 45 python3 -m pytest -q -p no:cacheprovider -n 4 tests/test_attention_async.py > "$OUT/pytest_async.log" 2>&1
 rc_tests=$?
 echo "--- tests rc=$rc_tests ($(( $(date +%s) - start )) s)"; grep -E "FAILED|ERROR|ptxas|passed|failed" "$OUT/pytest_async.log" | head -20

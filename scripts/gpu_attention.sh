@@ -3,9 +3,7 @@
 # training example, section examples, an Nsight Compute profile).
 #   device run: bash scripts/gpu_attention.sh (carry .whl); logs under $OUT
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD/src:$PWD PYTHONUNBUFFERED=1 FLASHLESSON_DEVICE=gpu
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+. "$(dirname "$0")/gpu_env.sh"        # wheels, PYTHONPATH, FLASHLESSON_DEVICE=gpu, $OUT
 rc=0
 for step in "$@"; do
   case "$step" in

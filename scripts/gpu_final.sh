@@ -4,9 +4,7 @@
 # host µs per call). Logs under $OUT.
 #   device run: bash scripts/gpu_final.sh   (carry .whl)
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD/src:$PWD PYTHONUNBUFFERED=1 FLASHLESSON_DEVICE=gpu
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+. "$(dirname "$0")/gpu_env.sh"        # wheels, PYTHONPATH, FLASHLESSON_DEVICE=gpu, $OUT
 start=$(date +%s)
 FLASHLESSON_SEED=6606 timeout 120 python3 -m pytest -q -p no:cacheprovider \
   "tests/test_tour.py::test_tour_passes_and_covers_every_section_with_an_example[3]" \

@@ -6,12 +6,9 @@
 # Optional: SANITIZE=1 runs scripts/gpu_sanitize.sh (compute-sanitizer) beside both; OVERHEAD=1 runs
 # scripts/gpu_overhead_check.py (issue 14's launch layer) first.
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD/src:$PWD PYTHONUNBUFFERED=1 FLASHLESSON_DEVICE=gpu
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+. "$(dirname "$0")/gpu_env.sh"        # wheels, PYTHONPATH, FLASHLESSON_DEVICE=gpu, $OUT
 seed_tests=${1:-$RANDOM$RANDOM}; seed_tour=${2:-$RANDOM$RANDOM}
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u +%FT%TZ
-  python3 -m flashlesson info; } > "$OUT/gpu.txt" 2>&1
+gpu_facts > "$OUT/gpu.txt" 2>&1
 start=$(date +%s)
 if [ "${OVERHEAD:-0}" = 1 ]; then       # issue 14's launch-layer check first (< 60 s)
   timeout 120 python3 scripts/gpu_overhead_check.py --json "$OUT/bench_overhead.json" > "$OUT/overhead.log" 2>&1

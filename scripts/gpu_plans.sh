@@ -7,9 +7,7 @@
 # 3. the tests of the launch layer, call plans, flashlesson.torch and 3xTF32 accuracy (GPU);
 # 4. end to end beside kernel-only (softmax, attention --quick); 5. the 3xTF32 ladders' rows.
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD/src:$PWD PYTHONUNBUFFERED=1 FLASHLESSON_DEVICE=gpu FLASHLESSON_CALL_PLANS=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+. "$(dirname "$0")/gpu_env.sh"        # wheels, PYTHONPATH, FLASHLESSON_DEVICE=gpu, $OUT
 start=$(date +%s)
 step() {  # name, timeout, command…: run, log to $OUT/name.log, print rc and the log's tail
   local name=$1 t=$2; shift 2

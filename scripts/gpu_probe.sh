@@ -3,9 +3,7 @@
 # host-time breakdown (scripts/host_micro.py) and the tiny transformer. Logs under $OUT.
 #   device run: bash scripts/gpu_probe.sh   (carry .whl)
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD/src:$PWD PYTHONUNBUFFERED=1 FLASHLESSON_DEVICE=gpu
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+. "$(dirname "$0")/gpu_env.sh"        # wheels, PYTHONPATH, FLASHLESSON_DEVICE=gpu, $OUT
 timeout 150 python3 -m pytest -q -s -p no:cacheprovider -k torch_efficient tests/test_tf32x3_accuracy.py 2>&1 | grep -E "vs torch|passed|failed|Error" | tail -20
 timeout 100 python3 examples/train_tiny_transformer.py 2>&1 | tail -3
 timeout 150 python3 scripts/host_micro.py > "$OUT/host_micro.log" 2>&1; tail -60 "$OUT/host_micro.log"

@@ -4,14 +4,12 @@
 # used; cp.async on an mbarrier), flash_wgmma against the oracle (tests/test_attention_tc.py -k
 # wgmma), then the kernel-only benchmark of flash_wgmma's ladder variants vs flash_tc vs torch
 # SDPA flash, checked against torch in the same run (scripts/gpu_wgmma.py). Logs under $OUT.
-#   device run: bash scripts/gpu_wgmma.sh   (carry .whl)
+#   device run: bash scripts/gpu_wgmma.sh   (carry .whl; SWEEP=1: the benchmark's --sweep
+#   configs too, and 400 s; LADDER=1: then the attention_wgmma ladder)
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD/src:$PWD PYTHONUNBUFFERED=1 FLASHLESSON_DEVICE=gpu
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+. "$(dirname "$0")/gpu_env.sh"        # wheels, PYTHONPATH, FLASHLESSON_DEVICE=gpu, $OUT
 start=$(date +%s)
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u +%FT%TZ
-  git log --oneline -1 2>/dev/null; python3 -m flashlesson info; } > "$OUT/gpu.txt" 2>&1
+gpu_facts > "$OUT/gpu.txt" 2>&1
 # 1. the helpers alone (a layout error shows here with its diagnosis) and flash_wgmma against
 # the oracle: two pytest processes side by side (compilation is most of their time)
 timeout 90 python3 -m pytest -q -rs --tb=short -p no:cacheprovider -n 6 tests/test_hopper.py \
@@ -23,14 +21,21 @@ p_wgmma=$!
 wait $p_hopper; rc_hopper=$?
 wait $p_wgmma; rc_wgmma=$?
 # 2. the benchmark alone on the GPU, with what is left of 195 s
-left=$((195 - $(date +%s) + start))
-timeout $left python3 scripts/gpu_wgmma.py --json "$OUT/bench_wgmma.json" --budget-s $((left - 30)) \
-  > "$OUT/bench_wgmma.log" 2>&1
+left=$(( ${SWEEP:+200 +} 195 - $(date +%s) + start))
+timeout $left python3 scripts/gpu_wgmma.py ${SWEEP:+--sweep} --json "$OUT/bench_wgmma.json" \
+  --budget-s $((left - 30)) > "$OUT/bench_wgmma.log" 2>&1
 rc_bench=$?
+# 3. LADDER=1: the ladder of attention_wgmma.py, checked and timed (--write --from F fills it)
+rc_ladder=0
+if [ -n "${LADDER:-}" ]; then
+  timeout 100 python3 -m flashlesson bench ladder --only attention_wgmma \
+    --json "$OUT/ladder_wgmma.json" > "$OUT/ladder_wgmma.log" 2>&1; rc_ladder=$?
+fi
 cat "$OUT/gpu.txt"
 echo "--- test_hopper.py rc=$rc_hopper"; grep -E "^(FAILED|ERROR)|Error|N-major B|RS \(" "$OUT/pytest_hopper.log" | head -20; tail -2 "$OUT/pytest_hopper.log"
 echo "--- test_attention_tc.py -k wgmma rc=$rc_wgmma"; grep -E "^(FAILED|ERROR)" "$OUT/pytest_wgmma.log" | head -20; tail -2 "$OUT/pytest_wgmma.log"
 echo "--- bench rc=$rc_bench"; grep -E "Error|Traceback" "$OUT/bench_wgmma.log" | head -5
 sed -n '/^shape /,$p' "$OUT/bench_wgmma.log"
+[ -n "${LADDER:-}" ] && { echo "--- ladder rc=$rc_ladder"; tail -8 "$OUT/ladder_wgmma.log"; }
 echo "wall $(( $(date +%s) - start )) s"
-[ "$rc_hopper" = 0 ] && [ "$rc_wgmma" = 0 ] && [ "$rc_bench" = 0 ]
+[ "$rc_hopper" = 0 ] && [ "$rc_wgmma" = 0 ] && [ "$rc_bench" = 0 ] && [ "$rc_ladder" = 0 ]

@@ -8,12 +8,9 @@
 # when causal) (scripts/gpu_wgmma_bwd.py). Logs under $OUT; the short table comes last.
 #   device run: bash scripts/gpu_wgmma_bwd.sh   (carry .whl)
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD/src:$PWD PYTHONUNBUFFERED=1 FLASHLESSON_DEVICE=gpu
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+. "$(dirname "$0")/gpu_env.sh"        # wheels, PYTHONPATH, FLASHLESSON_DEVICE=gpu, $OUT
 start=$(date +%s)
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u +%FT%TZ
-  git log --oneline -1 2>/dev/null; python3 -m flashlesson info; } > "$OUT/gpu.txt" 2>&1
+gpu_facts > "$OUT/gpu.txt" 2>&1
 # 1. the benchmark's process starts compiling its kernels (small inputs) in the background …
 rm -f "$OUT/tests.done"
 timeout 180 python3 scripts/gpu_wgmma_bwd.py --json "$OUT/bench_wgmma_bwd.json" \

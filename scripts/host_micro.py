@@ -125,15 +125,8 @@ def launches():
     print("packed launch into another output: rc", rc, "ok:", torch.equal(other, a * 0.5 + 7),
           flush=True)
     ptrs = [out.data_ptr()]
-    for name in launch.DRIVERS:                 # each binding of cuLaunchKernel, same launch
-        launch.set_driver(name)
-        other.zero_()
-        rc = packed(where, [other.data_ptr()], 0)
-        torch.cuda.synchronize()
-        print(f"driver {name}: rc {rc} ok: {torch.equal(other, a * 0.5 + 7)}", flush=True)
-        row(f"launch.Packed, driver {name} (pointer slot written, cuLaunchKernel)",
-            lambda: packed(where, ptrs, 0))
-    launch.set_driver("ctypes")
+    row("launch.Packed (pointer slot written, cuLaunchKernel via ctypes)",
+        lambda: packed(where, ptrs, 0))
     for cufunction in (False, True):            # the kernel named by CUkernel or CUfunction
         launch.CUFUNCTION = cufunction
         p2 = launch.packed(plan, params)

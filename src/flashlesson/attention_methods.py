@@ -201,7 +201,6 @@ def _attention_call(q, k, v, causal, scale, key_padding_mask, dropout_p, seed, r
         method = "flash_wgmma"                                  # (fp16/bf16 on Hopper)
     if method == "flash_wgmma":                                 # §42–43 on Hopper
         checks.integer(seed, "seed", 0, 2**64)
-        checks.tier(tier, method, LESSON_METHODS, "attention")
         if config is not None and not isinstance(config, tc_methods.WgmmaConfig):
             raise TypeError(f"config: method 'flash_wgmma' takes a WgmmaConfig, not a "
                             f"{type(config).__name__}")

@@ -173,7 +173,6 @@ class CallPlan:
                 arrays.poison(t)
         ptrs = ptrs + [t.data_ptr() for t in outs]
         stream = arrays.torch_stream(self.index)
-        launch.ensure_context()                 # (a thread of its own: autograd's backward)
         for step in self.steps:
             step(ptrs, stream)
         if self.single:

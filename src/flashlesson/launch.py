@@ -87,6 +87,14 @@ def max_shared_bytes():
     return n
 
 
+def compute_capability():
+    """The device's (major, minor) compute capability (asked once)."""
+    cc = _FACTS.get("cc")
+    if cc is None:
+        cc = _FACTS["cc"] = tuple(cuda.get_current_device().compute_capability)
+    return cc
+
+
 def sm_count():
     """The device's number of SMs (asked once)."""
     n = _FACTS.get("sms")
@@ -341,41 +349,16 @@ def _slot_bits(p):
     raise _Unsupported(f"a parameter of type {type(p).__name__}")
 
 
-# Which binding of ``cuLaunchKernel`` a packed launch calls (FLASHLESSON_LAUNCH_DRIVER):
-#   "ctypes"    libcuda through ctypes.CDLL: the GIL released and taken again around the call;
-#   "pydll"     libcuda through ctypes.PyDLL: the GIL kept (a launch only queues work);
-#   "bindings"  cuda.bindings.driver.cuLaunchKernel (Cython; kernelParams as an address).
-DRIVERS = ("ctypes", "pydll", "bindings")
-DRIVER = os.environ.get("FLASHLESSON_LAUNCH_DRIVER", "ctypes").strip()
-
-
 def _load_cu_launch():
-    """``launch(func, gx, gy, gz, bx, by, bz, shared, stream, params_address, None)`` → the
-    driver's status, through the binding ``DRIVER`` names."""
-    if DRIVER not in DRIVERS:
-        raise ValueError(f"FLASHLESSON_LAUNCH_DRIVER: expected one of {', '.join(DRIVERS)}; got "
-                         f"{DRIVER!r}")
-    if DRIVER == "bindings":
-        from cuda.bindings.driver import cuLaunchKernel
-
-        def fn(func, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-            return int(cuLaunchKernel(func, gx, gy, gz, bx, by, bz, shared, stream, params,
-                                      0)[0])
-    else:
-        lib = (ctypes.PyDLL if DRIVER == "pydll" else ctypes.CDLL)("libcuda.so.1")
-        fn = lib.cuLaunchKernel
-        fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+    """libcuda's ``cuLaunchKernel`` through ctypes (the GIL released during the call). The
+    H200 timed ctypes.PyDLL (the GIL kept) and cuda.bindings' binding within noise of it,
+    2026-12-01 (docs/results.md, "Host overhead per call")."""
+    lib = ctypes.CDLL("libcuda.so.1")
+    fn = lib.cuLaunchKernel
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
     _CU["launch"] = fn
     return fn
-
-
-def set_driver(name):
-    """Use the binding ``name`` (one of ``DRIVERS``) for packed launches from now on."""
-    global DRIVER
-    if name not in DRIVERS:
-        raise ValueError(f"name: expected one of {', '.join(DRIVERS)}; got {name!r}")
-    DRIVER, _CU["launch"] = name, None
 
 
 # A packed launch names its kernel by the CUfunction of the current context (asked once,
@@ -424,6 +407,7 @@ class Packed:
         """Launch with ``slots[j] = ptrs[k] + offset`` for each (j, k, offset) of ``where``;
         returns the driver's status (0: launched)."""
         launch = _CU["launch"] or _load_cu_launch()
+        ensure_context()                        # (a thread of its own: autograd's backward)
         slots = self.slots
         with self.lock:
             for j, k, offset in where:

@@ -22,8 +22,6 @@ methods ``"flash_fa1"`` and ``"flash_db"`` of ``flashlesson.attention`` call the
   the others from ``flashlesson.traffic``.
 """
 
-from functools import lru_cache
-
 import numpy as np
 
 from kernels_numba import attention_async as KAS
@@ -37,7 +35,8 @@ from . import device
 from .configs import FlashConfig, LessonConfig, default_config, default_lesson_config
 from .io_model import Access, attention_traffic as _attention_traffic, \
     flash_attention_traffic
-from .launch import aligned16 as _aligned16, dummy, launch, max_shared_bytes
+from .launch import aligned16 as _aligned16, compute_capability, dummy, launch, \
+    max_shared_bytes
 
 FA1 = "flash_fa1"
 DB = "flash_db"
@@ -175,13 +174,6 @@ def measured_async_config(cfg, producers):
     return FlashConfig(cfg.Br, 32, cfg.TR, cfg.TC, cfg.KU, cfg.GROUP)
 
 
-@lru_cache(maxsize=None)
-def _compute_capability():
-    """The GPU's (major, minor), asked once (every launch checks it)."""
-    from numba import cuda
-    return tuple(cuda.get_current_device().compute_capability)
-
-
 def check_async(cfg, d, producers, stages, arrays):
     """Everything ``flash_async_kernel`` cannot run, refused with its reason."""
     if d % 4:
@@ -205,7 +197,7 @@ def check_async(cfg, d, producers, stages, arrays):
         raise ValueError(f"config {cfg}, stages = {stages}: {ASYNC} needs {need} bytes of "
                          f"shared memory for d = {d}; this device allows {max_shared_bytes()}")
     if not device.SIMULATOR:
-        cc = _compute_capability()
+        cc = compute_capability()
         if cc < (9, 0):
             raise ValueError(f"method {ASYNC!r}: cp.async.bulk, mbarrier expect_tx and "
                              f"setmaxnreg need a Hopper GPU (sm_90a); this one is sm_{cc[0]}"

@@ -41,7 +41,7 @@ from kernels_numba.lesson import tensor_core as LT
 from . import checks, device
 from .arrays import Operand, empty, is_device_array, result, using
 from .configs import MAX_HEAD_DIM
-from .launch import dummy, launch, max_shared_bytes, stride_grid
+from .launch import compute_capability, dummy, launch, max_shared_bytes, stride_grid
 
 
 @dataclass(frozen=True)
@@ -345,7 +345,7 @@ def hopper_check(what):
     """Refuse a GPU that is not Hopper (compute capability 9.0: sm_90a's wgmma, mbarrier,
     setmaxnreg); the simulator passes."""
     if not device.SIMULATOR:
-        cc = tuple(cuda.get_current_device().compute_capability)
+        cc = compute_capability()
         if cc != (9, 0):
             raise ValueError(f"{what} needs a Hopper GPU (sm_90a: wgmma, mbarrier, "
                              f"setmaxnreg); this one is compute capability {cc[0]}.{cc[1]}. "
@@ -404,9 +404,6 @@ def default_wgmma_config(d):
     return WgmmaConfig()
 
 
-_CC = []
-
-
 def wgmma_is_default(q, k, causal, dropout_p):
     """Whether ``attention(q, k, v)`` with the default method ("flash") runs "flash_wgmma"
     rather than "flash_tc": fp16/bf16 inputs on a Hopper GPU (compute capability 9.0, not the
@@ -423,9 +420,7 @@ def wgmma_is_default(q, k, causal, dropout_p):
         return False                            # (the full path names what is wrong)
     if d not in WGMMA_HEAD_DIMS or (d == 64 and causal is not True and nk < 2048):
         return False
-    if not _CC:
-        _CC.append(tuple(cuda.get_current_device().compute_capability))
-    return _CC[0] == (9, 0)
+    return compute_capability() == (9, 0)
 
 
 def attention_wgmma(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropout_p=0.0,

@@ -1,0 +1,12 @@
+# Sourced by the scripts/gpu_*.sh device runs (../shared/gpu/README.md): the carried wheels
+# (.whl) installed into /tmp/site, the project on PYTHONPATH, the GPU required, $OUT (the folder
+# whose files come back) made; ``gpu_facts`` prints the device, the time, the commit and
+# ``flashlesson info``.
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD/src:$PWD PYTHONUNBUFFERED=1 FLASHLESSON_DEVICE=gpu
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+
+gpu_facts() {
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u +%FT%TZ
+  git log --oneline -1 2>/dev/null; python3 -m flashlesson info
+}
