@@ -110,13 +110,15 @@ def tc_bwd_smem_bytes(D, B, WARPS, ASYNC=False):
 
 
 @lru_cache(maxsize=None)
-def tc_bwd_preprocess(BF16):
+def tc_bwd_preprocess(BF16, CLEAR=False):
     """D[r] = Σ_c dO[r, c]·O[r, c] over rows r of o, do [R, d/2] (words) or [R, d] (uint16
-    halves: d % 8 ≠ 0, attention_tc.head_io), d [R] float32."""
+    halves: d % 8 ≠ 0, attention_tc.head_io), d [R] float32. CLEAR (the wgmma backward with dQ
+    fused, attention_wgmma_backward.py): also acc[:] = 0 and sem[:] = 0 (flat float32 and
+    int32 arrays: its dQ accumulator and its turns), in the same launch."""
     unpack = unpack_bf16 if BF16 else unpack_f16
 
-    @cuda.jit
-    def preprocess(o, do, dvec):
+    @cuda.jit(device=True)
+    def rows(o, do, dvec):
         row = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
         while row < o.shape[0]:
             total = ZERO
@@ -126,7 +128,23 @@ def tc_bwd_preprocess(BF16):
                 total += g0 * o0 + g1 * o1          # D_i = Σ_c dO_ic O_ic
             dvec[row] = total
             row += cuda.gridDim.x * cuda.blockDim.x
-    return preprocess
+
+    if not CLEAR:
+        @cuda.jit
+        def preprocess(o, do, dvec):
+            rows(o, do, dvec)
+        return preprocess
+
+    @cuda.jit
+    def preprocess_clear(o, do, dvec, acc, sem):
+        rows(o, do, dvec)
+        first = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        step = cuda.gridDim.x * cuda.blockDim.x
+        for e in range(first, acc.shape[0], step):     # (coalesced: consecutive threads,
+            acc[e] = ZERO                               #  consecutive floats)
+        for e in range(first, sem.shape[0], step):
+            sem[e] = 0
+    return preprocess_clear
 
 
 @pure_device

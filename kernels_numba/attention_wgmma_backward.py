@@ -127,25 +127,29 @@ on the H200 ``bash scripts/gpu_wgmma_bwd.sh``.
 
 from functools import lru_cache
 
-from numba import cuda, float32, uint32, uint64
+from numba import cuda, float32, uint16, uint32, uint64
 
 from .attention import first_q_tile, kv_tiles
 from .attention_tc import pack_accumulators, zeros
 from .attention_tc_backward import clear_padded, ds_rows, ds_transposed, lane_row_stats, \
     lane_rows, padded_keys, write_rows
 from .attention_wgmma import BUILT, WARPGROUP, kmajor_rows
-from .hopper import SWIZZLE_NONE, WGMMA, WGMMA_RS_TB, cp_async_mbar_arrive, fence_mbarrier_init, \
-    fence_proxy_async, mbar_arrive, mbar_init, mbar_try_wait_parity, shared_addr, \
-    wgmma_commit_group, wgmma_desc, wgmma_fence, wgmma_fence_operand, wgmma_wait_group
+from .hopper import SWIZZLE_NONE, WGMMA, WGMMA_RS_TB, WGMMA_TB, bar_sync, cp_async_mbar_arrive, \
+    fence_mbarrier_init, fence_proxy_async, kmajor_index, mbar_arrive, mbar_init, \
+    mbar_try_wait_parity, sem_release_add, sem_wait_geq, shared_addr, wgmma_commit_group, \
+    wgmma_desc, wgmma_fence, wgmma_fence_operand, wgmma_wait_group
+from .mma import pack_bf16, pack_f16
 from .vector import cp_async4, cp_async_wait_all
 
 
-def wgmma_bwd_smem_bytes(D, B, CWG, STAGES, KEYS):
+def wgmma_bwd_smem_bytes(D, B, CWG, STAGES, KEYS, FUSED=False):
     """Dynamic shared memory of one kernel: the block's two row tiles (64·CWG × D halves each)
-    and STAGES stages of two streamed tiles of B rows (KEYS, the dK/dV kernel: + LSE_i, D_i)."""
+    and STAGES stages of two streamed tiles of B rows (KEYS, the dK/dV kernel: + LSE_i, D_i);
+    FUSED: two dS tiles (B queries × 64·CWG keys)."""
     own = 2 * 64 * CWG * D // 2
     stage = 2 * B * D // 2 + (2 * B if KEYS else 0)
-    return 4 * (own + STAGES * stage)
+    ds = 2 * B * 64 * CWG // 2 if FUSED else 0
+    return 4 * (own + STAGES * stage + ds)
 
 
 @cuda.jit(device=True)
@@ -163,9 +167,71 @@ def nmajor_desc(addr, R, ks):
 
 
 @lru_cache(maxsize=None)
-def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16):
-    """dK, dV: one block per 64·CWG keys, Q/dO tiles of Bq streamed; see the module menu."""
+def dq_turns(D, Bq, CWG):
+    """FUSED: the part of dQ_i = dS_i K that one consumer warpgroup computes and adds, in its
+    block's turn. Returns (put_ds, add_dq):
+
+    put_ds(pa_ds, hsm, at, key, t): this thread's dSᵀ A fragments (attention_tc.
+    pack_accumulators: word 4ks + j holds keys key + 8·(j & 1), queries 16ks + 8·(j >> 1) + 2t
+    and + 1) into the dS tile at halves index at, K-major with the queries as rows (kmajor_index
+    (query, key, Bq)): one 16-bit store a half. A warp's 32 stores of one register fall in 16
+    different 4-byte words of 16 different banks, two lanes a word: conflict-free.
+
+    add_dq(dqa, sem, dq_part, bh, q0, n_q, col0, turn, si, tid): wait until sem[si] ≥ turn (the
+    first thread of the warpgroup spins, a named barrier passes the turn on), add the 64 × N
+    part (rows q0 + 16w + g, + 8; columns col0 + 8j + 2t, + 1) to dqa[bh] (float32, one atomic
+    add an element: red.global.add), then, after a second named barrier, sem[si] += 1."""
+    N = D // CWG
+
+    @cuda.jit(device=True)
+    def put_ds(pa_ds, hsm, at, key, t):
+        base = at + kmajor_index(2 * t, key, Bq)         # (the rest: constants, so that the
+        for ks in range(Bq // 16):                       #  stores take [base + immediate])
+            for j in range(4):
+                word = pa_ds[4 * ks + j]
+                off = (j & 1) * 8 * Bq + (2 * ks + (j >> 1)) * 64   # keys + 8, queries + 16ks
+                hsm[base + off] = uint16(word & 0xFFFF)              # query 2t (+ 16ks …)
+                hsm[base + off + 8] = uint16(word >> 16)             # query 2t + 1
+
+    @cuda.jit(device=True)
+    def add_dq(dqa, sem, dq_part, bh, q0, n_q, col0, turn, si, tid):
+        cw = tid // WARPGROUP
+        lane = tid % 32
+        row = q0 + 16 * ((tid % WARPGROUP) // 32) + lane // 4
+        col = col0 + 2 * (lane % 4)
+        if tid % WARPGROUP == 0:
+            sem_wait_geq(sem, si, turn)         # (acquire: the earlier blocks' adds)
+        bar_sync(1 + cw, WARPGROUP)             # wait: my warpgroup's turn (its first thread)
+        for j in range(N // 8):
+            for e in range(4):
+                r = row + 8 * (e // 2)
+                if r < n_q:
+                    cuda.atomic.add(dqa, (bh, r, col + 8 * j + e % 2), dq_part[4 * j + e])
+        bar_sync(1 + cw, WARPGROUP)             # wait: every add of my warpgroup issued
+        if tid % WARPGROUP == 0:
+            sem_release_add(sem, si, 1)         # (release: the next block's turn)
+    return put_ds, add_dq
+
+
+@lru_cache(maxsize=None)
+def dq_finish(BF16):
+    """FUSED: dq[w] = the pair (acc[2w], acc[2w + 1]) · scale as fp16/bf16 (flat words)."""
+    pack = pack_bf16 if BF16 else pack_f16
+
+    @cuda.jit
+    def finish(acc, dq, scale):
+        first = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        for w in range(first, dq.shape[0], cuda.gridDim.x * cuda.blockDim.x):
+            dq[w] = pack(acc[2 * w] * scale, acc[2 * w + 1] * scale)
+    return finish
+
+
+@lru_cache(maxsize=None)
+def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False):
+    """dK, dV (FUSED: and dQ): one block per 64·CWG keys, Q/dO tiles of Bq streamed; see the
+    module menu."""
     assert D in (64, 128) and Bq in (64, 128) and CWG in (1, 2) and STAGES >= 1
+    assert not FUSED or Bq == 64
     kind = "bf16" if BF16 else "f16"
     mma_t = WGMMA[(kind, Bq)]               # Sᵀ = K Qᵀ, dPᵀ = V dOᵀ: 64 × Bq, SS
     mma_acc = WGMMA_RS_TB[(kind, D)]        # dV += Pᵀ dO, dK += dSᵀ Q: 64 × D, RS, B N-major
@@ -186,16 +252,22 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16):
     unpad = clear_padded(D // 8, False)
     write = write_rows(D // 8, BF16)
     clear_acc = zeros(OH)
+    NQ = D // CWG // 2                      # FUSED: dQ part floats per thread (64 × D/CWG)
+    DSW = Bq * Bk // 2                      # FUSED: words of a dS tile (Bq queries × Bk keys)
+    DS0 = RING + STAGES * STAGE             # FUSED: dS tiles 0 and 1 (tile i uses i % 2)
+    mma_dq = WGMMA_TB[(kind, D // CWG)] if FUSED else None  # dQ_i += dS K: SS, B N-major
+    put_ds, add_dq = dq_turns(D, Bq, CWG) if FUSED else (None, None)
 
     @cuda.jit(device=True)
-    def issue(q, do, lse, dvec, smem, fsm, bars, i, first, tid, bh, n_q, kpm):
-        """Every thread: tile first + i's Qi, dOi rows and LSE_i, D_i (0 past Nq) into stage
-        i % STAGES by cp.async, then its arrival on FULL (noinc, once they have landed)."""
+    def issue(q, do, lse, dvec, smem, fsm, bars, i, first, tid, bh, n_q, kpm, n_qt):
+        """Every thread: the i-th tile of my order (Q tile (first + i) % n_qt) — its Qi, dOi
+        rows and LSE_i, D_i (0 past Nq) into stage i % STAGES by cp.async, then its arrival on
+        FULL (noinc, once they have landed)."""
         s = i % STAGES
         if i >= STAGES:                             # wait: tile i − STAGES left this stage
             mbar_try_wait_parity(bars, STAGES + s, ((i // STAGES) - 1) & 1)
         at = RING + STAGE * s
-        q0 = (first + i) * Bq
+        q0 = ((first + i) % n_qt) * Bq
         tile_rows(q, smem, at, tid, bh, n_q, q0, kpm, 0)
         tile_rows(do, smem, at + TW, tid, bh, n_q, q0, kpm, 0)
         for r in range(tid, 2 * Bq, T):
@@ -209,12 +281,19 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16):
         cp_async_mbar_arrive(bars, s)               # FULL[s]: once my copies have landed
 
     @cuda.jit
-    def dkdv(q, k, v, do, lse, dvec, dk, dv, scale, n_q, n_k, heads, kpm):
+    def dkdv(q, k, v, do, lse, dvec, dk, dv, dqa, sem, rot, scale, n_q, n_k, heads, kpm):
         """q, do [BH, Nq, D/2], k, v [BH, Nk, D/2]: uint32 words of two halves; lse, dvec
-        [BH, Nq] float32; dk, dv [BH, Nk, D/2] words; kpm uint8 [B, Nk] (PAD)."""
-        bh, k0, tid, g, t, key_lo = lane_rows(Bk, CAUSAL, True)     # my keys: key_lo, + 8
+        [BH, Nq] float32; dk, dv [BH, Nk, D/2] words; kpm uint8 [B, Nk] (PAD); FUSED: dqa
+        [BH, Nq, D] float32 (zeros), sem [BH·⌈Nq/Bq⌉] int32 (zeros) — else placeholders —
+        and rot, the rotation of the Q tiles' order (non-causal; 0: none; the menu)."""
+        bh, k0, tid, g, t, key_lo = lane_rows(Bk, CAUSAL and not FUSED, True)  # my keys:
+        if FUSED and CAUSAL:                    # key_lo, + 8. (FUSED causal: grid (key blocks,
+            shift = (cuda.gridDim.x - 1 - 2 * cuda.blockIdx.x) * Bk    # BH), a head's last
+            k0 += shift                         # key block first: the menu's turns)
+            key_lo += shift
         smem = cuda.shared.array(0, uint32)     # K | V | stage 0 | stage 1 … (menu)
         fsm = cuda.shared.array(0, float32)     # (the same memory as float32: LSE_i, D_i)
+        hsm = cuda.shared.array(0, uint16)      # (… as halves: FUSED, the dS tiles)
         bars = cuda.shared.array(NBARS, uint64)         # FULL[0 …], EMPTY[0 …]
         b_idx = bh // heads
         offset = n_k - n_q                      # §34: query i sees key j iff j ≤ i + offset
@@ -246,15 +325,22 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16):
         v_addr = shared_addr(smem, OWN + 256 * cw)      # … of 8 row blocks: kmajor_index)
 
         first = first_q_tile(CAUSAL, k0, Bq, n_q, n_k)  # (causal: earlier Q tiles see none
-        count = max((n_q + Bq - 1) // Bq - first, 0)    #  of this block's keys)
+        n_qt = (n_q + Bq - 1) // Bq                      #  of this block's keys)
+        count = max(n_qt - first, 0)
+        jb, nblk = k0 // Bk, (n_k + Bk - 1) // Bk        # my key block, of nblk
+        if FUSED and not CAUSAL:
+            first = rot * jb                            # (rotated: Q tiles rot·jb, + 1 …)
+        dq_part = cuda.local.array(NQ, float32)         # FUSED: dQ_i's columns c·N … of mine
+        kq_addr = shared_addr(smem, cw * (D // CWG) * Bk // 2)  # (… K read N-major from there)
         for i in range(min(STAGES - 1, count)):         # tiles 0 … STAGES − 2 before the loop
-            issue(q, do, lse, dvec, smem, fsm, bars, i, first, tid, bh, n_q, kpm)
+            issue(q, do, lse, dvec, smem, fsm, bars, i, first, tid, bh, n_q, kpm, n_qt)
         for i in range(count):
             if i + STAGES - 1 < count:
                 issue(q, do, lse, dvec, smem, fsm, bars, i + STAGES - 1, first, tid, bh, n_q,
-                      kpm)
+                      kpm, n_qt)
             s = i % STAGES
-            q0 = (first + i) * Bq
+            qt = (first + i) % n_qt             # my i-th Q tile
+            q0 = qt * Bq
             at = RING + STAGE * s
             mbar_try_wait_parity(bars, s, (i // STAGES) & 1)    # wait: tile i has landed
             fence_proxy_async()                 # the copies (generic proxy) before wgmma
@@ -279,6 +365,11 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16):
             to_a(st, pa_p)                      # → A fragments (16-bit pairs)
             to_a(dpt, pa_ds)
 
+            if FUSED:                           # (before the wgmmas that read pa_ds)
+                ds_at = DS0 + DSW * (i % 2)     # (two dS tiles: see the menu)
+                put_ds(pa_ds, hsm, 2 * ds_at, key_lo - k0, t)  # dSᵀ → dS, K-major by queries
+                fence_proxy_async()             # my dS stores before wgmma's reads
+
             # dV += Pᵀ dOi, dK += dSᵀ Qi: Bq/16 k16 steps each (dOi, Qi read N-major)
             wgmma_fence_operand(dv_acc, OH)
             wgmma_fence_operand(dk_acc, OH)
@@ -290,10 +381,32 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16):
                 mma_acc(dk_acc, pa_ds[4 * ks], pa_ds[4 * ks + 1], pa_ds[4 * ks + 2],
                         pa_ds[4 * ks + 3], nmajor_desc(q_addr, Bq, ks), True)
             wgmma_commit_group()
-            wgmma_wait_group(0)                 # wait: dV, dK updated, stage s read
+            if FUSED:                           # dQ_i += dS K over the block's Bk keys
+                cuda.syncthreads()              # wait: every warpgroup's keys of dS stored
+                wgmma_wait_group(0)             # wait: dV, dK updated (Pᵀ, dSᵀ free: fewer
+                wgmma_fence_operand(dv_acc, OH)  # registers live under the dQ wgmma)
+                wgmma_fence_operand(dk_acc, OH)
+                ds_addr = shared_addr(smem, ds_at)
+                wgmma_fence_operand(dq_part, NQ)
+                wgmma_fence()
+                for ks in range(Bk // 16):
+                    mma_dq(dq_part, kmajor_desc(ds_addr, Bq, ks), nmajor_desc(kq_addr, Bk, ks),
+                           ks > 0)
+                wgmma_commit_group()
+            wgmma_wait_group(0)                 # wait: dV, dK (dQ_i) updated, stage s read
             wgmma_fence_operand(dv_acc, OH)
             wgmma_fence_operand(dk_acc, OH)
             mbar_arrive(bars, STAGES + s)       # EMPTY[s]: the stage may be refilled
+            if FUSED:                           # my columns of dQ_i, in my turn (menu)
+                wgmma_fence_operand(dq_part, NQ)
+                if CAUSAL:                      # after the key blocks right of mine
+                    rank = min((q0 + Bq - 1 + offset) // Bk, nblk - 1) - jb
+                elif rot > 0:                   # after those that reached Q tile qt before me
+                    rank = (min(qt // rot, nblk - 1) - jb + nblk) % nblk
+                else:                           # after those left of mine
+                    rank = jb
+                add_dq(dqa, sem, dq_part, bh, q0, n_q, cw * (D // CWG), CWG * rank,
+                       bh * n_qt + qt, tid)
 
         if PAD:                                 # a padded key: dk = dv = 0, written
             unpad(dv_acc, pad_lo, pad_hi)
@@ -301,7 +414,7 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16):
         write(dv, bh, key_lo, n_k, t, dv_acc, float32(1.0))
         write(dk, bh, key_lo, n_k, t, dk_acc, scale)              # dK = scale · Σ dSᵀ Q
 
-    BUILT[("wgmma_bwd_dkdv_kernel", D, Bq, CWG, STAGES, CAUSAL, PAD, BF16)] = dkdv
+    BUILT[("wgmma_bwd_dkdv_kernel", D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED)] = dkdv
     return dkdv
 
 

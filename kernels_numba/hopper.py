@@ -41,6 +41,15 @@ shared arrays, ``src`` a global one; indices are flat element indices (as in ``v
         orders this thread's ordinary shared-memory accesses before later ones of the async
         proxy (the copy engine writing, wgmma reading): after filling a tile with st.shared,
         before the barrier after which wgmma reads it.
+    sem_wait_geq(sem, i, target)       loop: ld.acquire.gpu.global.s32 v, [sem + 4i];
+                                       until v ≥ target   (acquire)
+    sem_release_add(sem, i, n)         red.release.gpu.global.add.s32 [sem + 4i], n;
+        a semaphore in global memory (sem: an int32 array, flat index), for blocks that take
+        turns: one thread waits for its turn, a barrier passes it on to the others (what the
+        earlier blocks wrote before their release is visible to them); after a barrier one
+        thread releases (the block's writes before it become visible to the next waiter).
+        Only for turns that earlier-launched blocks give: a block waiting for a later one may
+        wait forever on the GPU (blocks start in launch order, not all at once).
     bar_sync(id, nthreads)             bar.sync id, nthreads;
     bar_arrive(id, nthreads)           bar.arrive id, nthreads;
         named barrier id (1 … 15; 0 is cuda.syncthreads()'s) completes once nthreads (a
@@ -392,6 +401,47 @@ fence_mbarrier_init = helper(_void("fence_mbarrier_init", "fence.mbarrier_init.r
 fence_proxy_async = helper(_void("fence_proxy_async", "fence.proxy.async.shared::cta;"))
 
 
+# --- a semaphore in global memory ---------------------------------------------------------------
+@intrinsic
+def _sem_load_acquire(typingctx, sem, i):
+    """ld.acquire.gpu of sem[i] (a global int32 array)."""
+    if not (isinstance(sem, types.Array) and sem.dtype == types.int32 and
+            isinstance(i, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        a = element_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        return _inline(builder, "{\n.reg .u64 g;\ncvta.to.global.u64 g, $1;\n"
+                       "ld.acquire.gpu.global.s32 $0, [g];\n}", "r", "l", [a])
+    return types.int32(sem, i), codegen
+
+
+def sem_wait_geq(sem, i, target):
+    """Spin until sem[i] ≥ target (acquire; menu)."""
+    while _sem_load_acquire(sem, i) < target:
+        pass
+
+
+sem_wait_geq = helper(cuda.jit(device=True)(sem_wait_geq))
+
+
+@helper
+@intrinsic
+def sem_release_add(typingctx, sem, i, n):
+    """sem[i] += n with release semantics at GPU scope (menu)."""
+    if not (isinstance(sem, types.Array) and sem.dtype == types.int32 and
+            isinstance(i, types.Integer) and isinstance(n, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        a = element_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        _inline(builder, "{\n.reg .u64 g;\ncvta.to.global.u64 g, $0;\n"
+                "red.release.gpu.global.add.s32 [g], $1;\n}", "", "lr",
+                [a, _u32(context, builder, args[2], sig.args[2])])
+        return context.get_dummy_value()
+    return types.void(sem, i, n), codegen
+
+
 # --- bulk copy ----------------------------------------------------------------------------------
 @helper
 @intrinsic
@@ -547,6 +597,8 @@ WGMMA = {("f16", 64): wgmma_f16_n64, ("f16", 128): wgmma_f16_n128,
          ("bf16", 128): wgmma_bf16_n128, ("bf16", 256): wgmma_bf16_n256}
 
 # B N-major (imm-trans-b 1; SS), A from registers (RS, B K-major), and both (RS, B N-major: P·V)
+wgmma_f16_n32_tb = helper(_wgmma("f16", 32, False, 1))
+wgmma_bf16_n32_tb = helper(_wgmma("bf16", 32, False, 1))
 wgmma_f16_n64_tb = helper(_wgmma("f16", 64, False, 1))
 wgmma_f16_n128_tb = helper(_wgmma("f16", 128, False, 1))
 wgmma_bf16_n64_tb = helper(_wgmma("bf16", 64, False, 1))
@@ -559,7 +611,8 @@ wgmma_f16_n64_rs_tb = helper(_wgmma("f16", 64, True, 1))
 wgmma_f16_n128_rs_tb = helper(_wgmma("f16", 128, True, 1))
 wgmma_bf16_n64_rs_tb = helper(_wgmma("bf16", 64, True, 1))
 wgmma_bf16_n128_rs_tb = helper(_wgmma("bf16", 128, True, 1))
-WGMMA_TB = {("f16", 64): wgmma_f16_n64_tb, ("f16", 128): wgmma_f16_n128_tb,
+WGMMA_TB = {("f16", 32): wgmma_f16_n32_tb, ("bf16", 32): wgmma_bf16_n32_tb,
+            ("f16", 64): wgmma_f16_n64_tb, ("f16", 128): wgmma_f16_n128_tb,
             ("bf16", 64): wgmma_bf16_n64_tb, ("bf16", 128): wgmma_bf16_n128_tb}
 WGMMA_RS = {("f16", 64): wgmma_f16_n64_rs, ("f16", 128): wgmma_f16_n128_rs,
             ("bf16", 64): wgmma_bf16_n64_rs, ("bf16", 128): wgmma_bf16_n128_rs}
@@ -847,6 +900,20 @@ def named_barrier_kernel(src, out):
             out[r, lane] = buf[(lane + 1) % 32]     # another lane's element
             if r < rounds - 1:
                 bar_arrive(EMPTY, 64)               # buf may be overwritten
+
+
+@cuda.jit
+def turns_kernel(sem, order):
+    """Blocks take turns on sem[0]: block b waits for turn b, then writes order[b] = sem[1] and
+    sem[1] + 1 back (plain accesses, safe only one block at a time), then gives turn b + 1.
+    order = 0, 1, 2 … when the turns hold (each block saw its predecessor's write)."""
+    b = cuda.blockIdx.x
+    if cuda.threadIdx.x == 0:
+        sem_wait_geq(sem, 0, b)                     # my turn (acquire)
+        seen = sem[1]
+        order[b] = seen
+        sem[1] = seen + 1
+        sem_release_add(sem, 0, 1)                  # the next block's (release)
 
 
 @cuda.jit(**gpu_options(max_registers=128))

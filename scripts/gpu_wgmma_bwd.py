@@ -17,7 +17,7 @@ max|gradient|) is reported and not timed. Then timed with ``bench.time_gpu_adapt
 events, launches queued behind a sleeping kernel: the GPU's time; ours includes the D
 preprocess; torch's is ``autograd.grad`` of a kept graph: its preprocess and its dq
 conversion too). TFLOP/s = ``reference.attention_backward_flops`` / time: 2.5 × the forward's
-4·B·H·N²·d = 10·B·H·N²·d, half when causal. --ladder: also the ladder's STAGES = 1 step.
+4·B·H·N²·d = 10·B·H·N²·d, half when causal. --ladder: also the ladder's STAGES = 1 step. Always: the fused variants (FUSED).
 The table comes last.
 """
 
@@ -35,6 +35,8 @@ from reference.attention_backward import attention_backward_flops
 
 SHAPES = ((1, 16, 8192, 128), (2, 16, 4096, 64), (4, 16, 1024, 64))    # (the ladder's first)
 LADDER = {"wgmma STAGES=1": WgmmaBwdConfig(Bq=64, Bk=64, CWG=2, STAGES=1)}
+FUSED = {"wgmma fused": WgmmaBwdConfig(FUSED=True),          # dQ in the dK/dV kernel
+         "wgmma fused S3": WgmmaBwdConfig(STAGES=3, FUSED=True)}
 
 
 def methods(torch, ladder=False):
@@ -55,6 +57,7 @@ def methods(torch, ladder=False):
 
     out = {"torch sdpa flash": torch_flash, "flash_tc": ours("flash_tc"),
            "flash_wgmma": ours("flash_wgmma")}
+    out.update({name: ours("flash_wgmma", cfg) for name, cfg in FUSED.items()})
     if ladder:
         out.update({name: ours("flash_wgmma", cfg) for name, cfg in LADDER.items()})
     return out
@@ -69,6 +72,8 @@ def warm(fns, shapes, torch):
             k, v = (torch.randn(1, 1, n, d, device="cuda").half() for _ in range(2))
             o, lse = flashlesson.attention(q, k, v, causal=causal, return_lse=True)
             for name, prepare in fns.items():
+                if name.startswith("torch"):    # (nothing to compile; and SDPA flash
+                    continue                    #  refuses causal with Nq ≠ Nk)
                 try:
                     prepare(q, k, v, do, o, lse, causal)()
                 except Exception:               # (reported again by the timed loop)

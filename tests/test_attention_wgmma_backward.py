@@ -75,8 +75,11 @@ def _run(rng, shape, fmt, causal=False, config=None):
 # each there, and run on the GPU; d = 128's operand readings are in test_one_tile_two_readings).
 # GPU: flash-attn's awkward lengths, N = 1, both dtypes, causal and not, both head dims, the
 # default and other variants (one stage with a wrapping ring, three stages, two warpgroups).
+FUSED = WgmmaBwdConfig(FUSED=True)
 CASES = by_device(
-    [("bf16", True, (1, 1, 81, 81, 64), None)],
+    [("bf16", True, (1, 1, 81, 81, 64), None),
+     ("bf16", True, (1, 1, 81, 150, 64), WgmmaBwdConfig(64, 64, 2, 2, True)),
+     ("f16", False, (1, 1, 70, 130, 64), WgmmaBwdConfig(64, 64, 1, 2, True))],
     [(fmt, causal, shape, None) for fmt in ("f16", "bf16") for causal in (False, True)
      for shape in ((2, 3, 100, 100, 64), (1, 2, 257, 130, 128), (1, 2, 77, 300, 64),
                    (1, 2, 1031, 517, 128), (1, 1, 1, 1, 64), (2, 2, 1000, 1000, 128))]
@@ -88,12 +91,18 @@ CASES = by_device(
                               (False, 64, WgmmaBwdConfig(64, 128, 2, 3)),
                               (True, 128, WgmmaBwdConfig(64, 128, 2, 2)),
                               (True, 64, WgmmaBwdConfig(128, 64, 2, 2)),
-                              (False, 128, WgmmaBwdConfig(64, 64, 1, 2)))])
+                              (False, 128, WgmmaBwdConfig(64, 64, 1, 2)))]
+    + [(fmt, causal, shape, cfg) for fmt in ("f16", "bf16") for causal in (False, True)
+       for shape, cfg in (((2, 3, 100, 100, 64), FUSED), ((1, 2, 1031, 517, 128), FUSED),
+                          ((1, 2, 77, 300, 64), WgmmaBwdConfig(64, 64, 1, 3, True)),
+                          ((1, 1, 1, 1, 128), FUSED), ((2, 2, 1000, 1000, 128), FUSED),
+                          ((1, 2, 333, 1301, 128), WgmmaBwdConfig(64, 64, 2, 3, True)))])
 
 
 @pytest.mark.parametrize("fmt, causal, shape, config", CASES,
                          ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else
-                         f"cfg{x.Bq}-{x.Bk}-{x.CWG}-{x.STAGES}" if isinstance(x, WgmmaBwdConfig)
+                         f"cfg{x.Bq}-{x.Bk}-{x.CWG}-{x.STAGES}{'-fused' * x.FUSED}"
+                         if isinstance(x, WgmmaBwdConfig)
                          else str(x))
 def test_matches_oracle(rng, fmt, causal, shape, config):
     _run(rng, shape, fmt, causal, config)
@@ -121,14 +130,17 @@ def test_padding_with_nan_in_masked_rows(rng):
 
 @pytest.mark.skipif(SIM, reason="the simulator computes each wgmma at once in NumPy: nothing "
                     "there could vary; ten runs on the GPU")
-def test_bitwise_identical_runs(rng):
+@pytest.mark.parametrize("config", [None, FUSED], ids=["two-kernels", "fused"])
+def test_bitwise_identical_runs(rng, config):
+    """Deterministic: the fused variant adds each key block's dQ part in key-block order (its
+    turns), so its float32 sums too are the same from run to run."""
     (q, k, v, do), (q64, k64, v64, _) = tc_inputs(rng, 2, 4, 1000, 1000, 128, "f16")
     o, lse = _forward(q64, k64, v64, "f16", causal=True)
     dev = [cuda.to_device(a) for a in (do, q, k, v, o, lse)]
     first = [g.copy_to_host() for g in attention_backward(*dev, causal=True,
-                                                          method="flash_wgmma")]
+                                                          method="flash_wgmma", config=config)]
     for _ in range(9):
-        again = attention_backward(*dev, causal=True, method="flash_wgmma")
+        again = attention_backward(*dev, causal=True, method="flash_wgmma", config=config)
         for a, b in zip(first, again):
             np.testing.assert_array_equal(a.view(np.uint16), b.copy_to_host().view(np.uint16))
 
@@ -158,6 +170,11 @@ def test_refusals(rng):
         h = np.zeros((1, 1, 8, 128), np.float16)
         attention_backward(h, h, h, h, h, lse, method="flash_wgmma",
                            config=WgmmaBwdConfig(Bq=128))
+    with pytest.raises(ValueError, match="config: FUSED .* takes Bq = 64 .*, got Bq = 128"):
+        attention_backward(q, q, q, q, q, lse, method="flash_wgmma",
+                           config=WgmmaBwdConfig(Bq=128, FUSED=True))
+    with pytest.raises(TypeError, match="WgmmaBwdConfig.FUSED: expected a bool"):
+        WgmmaBwdConfig(FUSED=2)
     with pytest.raises(ValueError, match="config: STAGES must be 1, 2 or 3"):
         attention_backward(q, q, q, q, q, lse, method="flash_wgmma",
                            config=WgmmaBwdConfig(STAGES=4))

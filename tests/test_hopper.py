@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SIM
+from conftest import SIM, by_device
 
 import flashlesson  # noqa: F401 - picks the device first
 from flashlesson.tc_methods import BFloat16
@@ -68,6 +68,27 @@ def test_named_barriers_producer_consumer(rng):
     out = np.full((4, 32), np.nan, np.float32)
     H.named_barrier_kernel[1, 64](src, out)
     np.testing.assert_array_equal(out, src[:, np.roll(np.arange(32), -1)])
+
+
+# --- a semaphore in global memory -------------------------------------------------------------
+def test_blocks_take_turns():
+    """sem_wait_geq / sem_release_add alone: each block reads and writes a counter in its
+    turn only, so the counter goes up by one a block, in block order (on the GPU: more blocks
+    than fit at once, so turns also pass to blocks launched later)."""
+    n = by_device(3, 5000)
+    sem = np.zeros(2, np.int32)
+    order = np.full(n, -1, np.int32)
+    H.turns_kernel[n, 32](sem, order)
+    np.testing.assert_array_equal(order, np.arange(n))
+    assert sem[0] == n and sem[1] == n
+
+
+@sim_only
+def test_a_turn_never_given_is_an_error():
+    sem = np.zeros(2, np.int32)
+    sem[0] = -1                                 # block 0 waits for 0: never given
+    with pytest.raises(_sim_error(), match=r"sem\[0\] is -1, this thread waits for ≥ 0"):
+        H.turns_kernel[1, 32](sem, np.zeros(1, np.int32))
 
 
 # --- setmaxnreg ---------------------------------------------------------------------------------
@@ -367,7 +388,13 @@ PTX_SCRIPT = textwrap.dedent("""
                                               arr(types.uint8, 2))),
         "wgmma_bwd_dkdv": (KWB.wgmma_bwd_dkdv_kernel(128, 64, 2, 2, True, True, True).py_func,
                            (arr(u32, 3),) * 4 + (arr(f32, 2),) * 2 + (arr(u32, 3),) * 2
+                           + (arr(f32, 3), arr(types.int32, 1), i64)
                            + (f32, i64, i64, i64, arr(types.uint8, 2))),
+        "wgmma_bwd_fused": (KWB.wgmma_bwd_dkdv_kernel(128, 64, 2, 2, True, True, False,
+                                                      True).py_func,
+                            (arr(u32, 3),) * 4 + (arr(f32, 2),) * 2 + (arr(u32, 3),) * 2
+                            + (arr(f32, 3), arr(types.int32, 1), i64)
+                            + (f32, i64, i64, i64, arr(types.uint8, 2))),
         "wgmma_bwd_dq": (KWB.wgmma_bwd_dq_kernel(128, 64, 2, 2, True, True, True).py_func,
                          (arr(u32, 3),) * 4 + (arr(f32, 2),) * 2 + (arr(u32, 3),)
                          + (f32, i64, i64, i64, arr(types.uint8, 2))),
@@ -375,6 +402,7 @@ PTX_SCRIPT = textwrap.dedent("""
         "bulk": (H.bulk_copy_kernel.py_func,
                  (arr(f32, 1), i64, i64, arr(f32, 2), arr(f32, 1), types.boolean)),
         "named": (H.named_barrier_kernel.py_func, (arr(f32, 2), arr(f32, 2))),
+        "turns": (H.turns_kernel.py_func, (arr(types.int32, 1),) * 2),
         "setmaxnreg": (H.setmaxnreg_kernel.py_func, (arr(f32, 1), arr(f32, 1))),
     }
     out = sys.argv[1]
@@ -401,6 +429,9 @@ PTX_EXPECT = {
     "wgmma_bwd_dkdv": ["wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 ",
                        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 ",
                        "cp.async.mbarrier.arrive.noinc.shared::cta.b64"],
+    "wgmma_bwd_fused": ["wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 ",
+                        "ld.acquire.gpu.global.s32", "red.release.gpu.global.add.s32",
+                        "bar.sync", "atom.global.add.f32"],
     "wgmma_bwd_dq": ["wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 ",
                      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 ",
                      "cp.async.mbarrier.arrive.noinc.shared::cta.b64"],
@@ -409,6 +440,7 @@ PTX_EXPECT = {
     "bulk": ["mbarrier.arrive.expect_tx.shared::cta.b64",
              "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"],
     "named": ["bar.sync %r", "bar.arrive %r"],
+    "turns": ["ld.acquire.gpu.global.s32", "red.release.gpu.global.add.s32"],
     "setmaxnreg": ["setmaxnreg.dec.sync.aligned.u32 64", "setmaxnreg.inc.sync.aligned.u32 192"],
 }
 

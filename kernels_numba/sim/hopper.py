@@ -503,6 +503,30 @@ def bar_sync(bar_id, nthreads):
 
 
 # ---------------------------------------------------------------------------------------------
+# A semaphore in global memory
+# ---------------------------------------------------------------------------------------------
+def sem_wait_geq(sem, i, target):
+    """The simulator runs the blocks of a grid one after another, each to its end: a turn an
+    earlier block gave is there already, and one that is not can never come — an error, not
+    a spin."""
+    op = "sem_wait_geq"
+    t = _thread(op)
+    with _state_lock:
+        value = int(sem[i])
+    if value < int(target):
+        raise HopperSimError(f"{_where(t, op)}: sem[{i}] is {value}, this thread waits for "
+                             f"≥ {int(target)}: no block before this one gave that turn (the "
+                             "simulator runs blocks in launch order; on the GPU this waits "
+                             "forever)")
+
+
+def sem_release_add(sem, i, n):
+    _thread("sem_release_add")
+    with _state_lock:
+        sem[i] += n
+
+
+# ---------------------------------------------------------------------------------------------
 # setmaxnreg
 # ---------------------------------------------------------------------------------------------
 def _setmaxnreg(op, n):
@@ -721,7 +745,8 @@ def _warpgroup_collective(t, op, payload, compute):
 for _kind in ("f16", "bf16"):
     for _n in (64, 128, 256):
         globals()[f"wgmma_{_kind}_n{_n}"] = _make_wgmma(_kind, _n)
-    for _n in (64, 128):
+    for _n in (32, 64, 128):
         globals()[f"wgmma_{_kind}_n{_n}_tb"] = _make_wgmma(_kind, _n, False, 1)
+    for _n in (64, 128):
         globals()[f"wgmma_{_kind}_n{_n}_rs"] = _make_wgmma(_kind, _n, True, 0)
         globals()[f"wgmma_{_kind}_n{_n}_rs_tb"] = _make_wgmma(_kind, _n, True, 1)

@@ -608,8 +608,9 @@ def dummy(kind):
     """Placeholders for the arguments a kernel specialization does not use (made once, kept
     for the life of the process)."""
     if kind not in _DUMMIES:
-        arr = cuda.to_device(np.zeros((1, 1), np.uint8) if kind == "mask"
-                             else np.zeros(2, np.int32))
+        arr = cuda.to_device({"mask": np.zeros((1, 1), np.uint8),
+                              "acc": np.zeros((1, 1, 1), np.float32)}.get(kind,
+                                                                        np.zeros(2, np.int32)))
         _DUMMIES[kind] = arr if device.SIMULATOR else DevArray.from_interface(arr)
     return _DUMMIES[kind]
 

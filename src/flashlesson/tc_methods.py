@@ -41,7 +41,8 @@ from kernels_numba.lesson import tensor_core as LT
 from . import checks, device
 from .arrays import Operand, empty, is_device_array, result, using
 from .configs import MAX_HEAD_DIM
-from .launch import compute_capability, dummy, launch, max_shared_bytes, stride_grid
+from .launch import compute_capability, dummy, launch, max_shared_bytes, sm_count, \
+    stride_grid
 
 
 @dataclass(frozen=True)
@@ -647,13 +648,15 @@ def _backward_tc(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, sca
 class WgmmaBwdConfig:
     """The wgmma backward's compile-time variants: Bq queries per streamed Q/dO tile of the
     dK/dV kernel and Bk keys per streamed K/V tile of the dQ kernel (64 or 128: the wgmma's
-    N; Bq = 128 not at d = 128: too many registers), CWG consumer warpgroups of 64 rows a block in both kernels (1 or 2), STAGES
-    shared-memory stages of each kernel's ring (1: load, wait, compute; 2 or 3: the next
-    tiles in flight)."""
+    N; Bq = 128 not at d = 128: too many registers), CWG consumer warpgroups of 64 rows a
+    block in both kernels (1 or 2), STAGES shared-memory stages of each kernel's ring (1:
+    load, wait, compute; 2 or 3: the next tiles in flight), FUSED: no dQ kernel — the dK/dV
+    kernel adds dS K to a float32 dQ in key-block order (Bq = 64; Bk unused)."""
     Bq: int = 64
     Bk: int = 64
     CWG: int = 2
     STAGES: int = 2
+    FUSED: bool = False
 
     def __post_init__(self):
         checks.config_fields(self)
@@ -671,7 +674,11 @@ class WgmmaBwdConfig:
                 "config: Bq = 128 at d = 128 needs 256 accumulator floats a thread in the dK/dV "
                 "kernel (Sᵀ and dPᵀ 64 each, dK and dV 64 each), more than its 255 registers; "
                 "take Bq = 64")
-        smem = max(KWB.wgmma_bwd_smem_bytes(d, self.Bq, self.CWG, self.STAGES, True),
+        if self.FUSED and self.Bq != 64:
+            raise ValueError(f"config: FUSED (dQ in the dK/dV kernel) takes Bq = 64 (the dQ "
+                             f"wgmma's M), got Bq = {self.Bq}")
+        smem = max(KWB.wgmma_bwd_smem_bytes(d, self.Bq, self.CWG, self.STAGES, True,
+                                            self.FUSED),
                    KWB.wgmma_bwd_smem_bytes(d, self.Bk, self.CWG, self.STAGES, False))
         if not device.SIMULATOR and smem > max_shared_bytes():
             raise ValueError(f"config: {smem} bytes of shared memory at d = {d} ({self}); this "
@@ -719,24 +726,45 @@ def _backward_wgmma(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, 
     lse2 = lo.device_view((bh, nq))
     dvec = empty((bh, nq), np.float32)
     rows = bh * nq
-    launch(KB.tc_bwd_preprocess(fmt == "bf16"), *stride_grid(rows),
-           (o3.reshape((rows, d // 2)), do3.reshape((rows, d // 2)), dvec.reshape(rows)))
+    pre_args = (o3.reshape((rows, d // 2)), do3.reshape((rows, d // 2)), dvec.reshape(rows))
     grads = [empty((bh, n, d), np.float16, bf16=fmt == "bf16").view(word) for n in (nq, nk, nk)]
     dq, dk, dv = grads
     mask = kpm if kpm is not None else dummy("mask")
     flags = (causal, kpm is not None, fmt == "bf16")
     rows_a_block = 64 * cfg.CWG
-    launches = ((KWB.wgmma_bwd_dkdv_kernel(d, cfg.Bq, cfg.CWG, cfg.STAGES, *flags),
-                 -(-nk // rows_a_block), (dk, dv),
-                 KWB.wgmma_bwd_smem_bytes(d, cfg.Bq, cfg.CWG, cfg.STAGES, True)),
-                (KWB.wgmma_bwd_dq_kernel(d, cfg.Bk, cfg.CWG, cfg.STAGES, *flags),
-                 -(-nq // rows_a_block), (dq,),
-                 KWB.wgmma_bwd_smem_bytes(d, cfg.Bk, cfg.CWG, cfg.STAGES, False)))
-    for _, blocks, _, _ in launches:    # both grids checked before either launch
-        checks.grid((bh, blocks) if causal else (blocks, bh),
+    if cfg.FUSED:                       # dQ in the dK/dV kernel: a float32 accumulator, turns
+        dqa = empty((bh, nq, d), np.float32)
+        n_qt, nblk = -(-nq // cfg.Bq), -(-nk // rows_a_block)
+        sem = empty((bh * n_qt,), np.int32)
+        # Rotated Q-tile orders (non-causal): a block waits for blocks launched after it,
+        # so a head's key blocks must all fit on the GPU at once (one a multiprocessor here);
+        # the simulator runs blocks one at a time (there: none)
+        rot = (n_qt // nblk if not causal and not device.SIMULATOR and nblk <= sm_count()
+               else 0)
+        acc = (dqa, sem, rot)
+    else:
+        acc = (dummy("acc"), dummy("turns"), 0)
+    launches = [(KWB.wgmma_bwd_dkdv_kernel(d, cfg.Bq, cfg.CWG, cfg.STAGES, *flags, cfg.FUSED),
+                 -(-nk // rows_a_block), (dk, dv, *acc),
+                 KWB.wgmma_bwd_smem_bytes(d, cfg.Bq, cfg.CWG, cfg.STAGES, True, cfg.FUSED))]
+    if not cfg.FUSED:
+        launches.append((KWB.wgmma_bwd_dq_kernel(d, cfg.Bk, cfg.CWG, cfg.STAGES, *flags),
+                         -(-nq // rows_a_block), (dq,),
+                         KWB.wgmma_bwd_smem_bytes(d, cfg.Bk, cfg.CWG, cfg.STAGES, False)))
+    grid_of = (lambda blocks: (bh, blocks) if causal and not cfg.FUSED else (blocks, bh))
+    for _, blocks, _, _ in launches:    # every grid checked before any launch
+        checks.grid(grid_of(blocks),
                     f"q, k: {nq} queries, {nk} keys in row blocks of {rows_a_block}"
                     + (" (causal: row blocks on the grid's y axis)" if causal else ""))
+    if cfg.FUSED:
+        launch(KB.tc_bwd_preprocess(fmt == "bf16", True), *stride_grid(rows),
+               (*pre_args, dqa.reshape(rows * d), sem))
+    else:
+        launch(KB.tc_bwd_preprocess(fmt == "bf16"), *stride_grid(rows), pre_args)
     for kern, blocks, out, smem in launches:
-        launch(kern, (bh, blocks) if causal else (blocks, bh), 128 * cfg.CWG,
+        launch(kern, grid_of(blocks), 128 * cfg.CWG,
                (q3, k3, v3, do3, lse2, dvec, *out, np.float32(scale), nq, nk, H, mask), smem)
+    if cfg.FUSED:                       # dq = scale · the accumulator, in the inputs' format
+        launch(KWB.dq_finish(fmt == "bf16"), *stride_grid(rows * d // 2),
+               (dqa.reshape(rows * d), dq.reshape(rows * d // 2), np.float32(scale)))
     return grads
