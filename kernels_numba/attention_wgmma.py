@@ -132,8 +132,10 @@ runs of 128 bytes: ``piece_of``); no ping-pong between the consumer warpgroups (
 barriers that make one warpgroup's GEMMs overlap the other's softmax); without OVERLAP one
 wgmma group is waited for at once; with it, K and V of a tile share one EMPTY barrier (FA3
 releases K after S, V after P·V), so a stage is held until P·V is done. OVERLAP is not the
-default: not measured yet. The simulator runs it at tiny shapes (one block) and computes each
-wgmma when issued, so the asynchrony itself is tested on the GPU only.
+default: not measured yet. The simulator runs it at tiny shapes (one block); it holds each
+wgmma accumulator back (NaN) until the wait_group that retires its group, so an accumulator
+read or written too early fails there, but it reads shared memory when the wgmma is issued: a
+stage released too early shows on the GPU only.
 
 How to run: ``attention(q16, k16, v16, method="flash_wgmma", config=WgmmaConfig(...))``
 (``WgmmaConfig(OVERLAP=True)``: the pipelined loop), ``pytest tests/test_attention_tc.py -k
