@@ -255,9 +255,11 @@ def zeros(N):
 
 
 @lru_cache(maxsize=None)
-def online_softmax_tc(NBS, NBO, MT=1):
+def online_softmax_tc(NBS, NBO, MT=1, DEFER=False):
     """The CUDA-core part of one K/V tile, on the accumulator layout: masked S → P in place,
-    m/l/acc of the lane's 2·MT rows updated. In base 2 (FlashAttention-2's trick): S arrives
+    m/l/acc of the lane's 2·MT rows updated (DEFER: acc left alone, each row's correction kept
+    in ml[4·MT + r] for ``rescale_tc`` to apply later — FlashAttention-3's overlap, where acc
+    is still being written by the previous tile's P·V when the softmax runs). In base 2 (FlashAttention-2's trick): S arrives
     as S₂ = Q Kᵀ·scale·log2e and m with it (m₂ = m·log2e), so each exponential is one ex2
     (2^(S₂ − m₂) = e^(Q Kᵀ·scale − m)), and LSE = m₂·ln2 + ln l at the end. Row (mt, half) = rows g + 16·mt + 8·half of the
     warp's 16·MT: elements 2·half, 2·half + 1 of each 4 in S block mt (s[4·(mt·NBS + nb) + …])
@@ -282,12 +284,32 @@ def online_softmax_tc(NBS, NBO, MT=1):
                         s[i] = ex2(s[i] - m_safe)                 # P = 2^(S − new_m)
                         row_sum += s[i]
                 ml[2 * MT + r] = correction * ml[2 * MT + r] + row_sum  # l = correction·l + …
-                for nb in range(NBO):                             # (l: this lane's part of it)
-                    i = 4 * (mt * NBO + nb) + 2 * half
-                    acc[i] *= correction                          # acc = correction·acc …
-                    acc[i + 1] *= correction
+                if DEFER:                                         # (l: this lane's part of it)
+                    ml[4 * MT + r] = correction                   # (compile-time branch)
+                else:
+                    for nb in range(NBO):
+                        i = 4 * (mt * NBO + nb) + 2 * half
+                        acc[i] *= correction                      # acc = correction·acc …
+                        acc[i + 1] *= correction
                 ml[r] = new_m
     return update
+
+
+@lru_cache(maxsize=None)
+def rescale_tc(NBO, MT=1):
+    """acc = correction·acc for the lane's 2·MT rows, the corrections that
+    ``online_softmax_tc(…, DEFER=True)`` left in ml[4·MT + r]."""
+
+    @cuda.jit(device=True)
+    def rescale(acc, ml):
+        for mt in range(MT):
+            for half in range(2):
+                correction = ml[4 * MT + 2 * mt + half]
+                for nb in range(NBO):
+                    i = 4 * (mt * NBO + nb) + 2 * half
+                    acc[i] *= correction                          # acc = correction·acc
+                    acc[i + 1] *= correction
+    return rescale
 
 
 @lru_cache(maxsize=None)

@@ -15,6 +15,10 @@ Menu
 | ``… STAGES=2, PRODUCER=True``                   | §43: one more warpgroup that only copies    |
 |                                                 | (setmaxnreg.dec 56), consumers compute only |
 |                                                 | (setmaxnreg.inc 224 / 240 for CWG 2 / 1)    |
+| ``… STAGES=3, PRODUCER=True, OVERLAP=True``     | FA3's intra-warpgroup pipelining (its       |
+|                                                 | Algorithm 2): tile j's S = Q Kᵀ and tile    |
+|                                                 | j − 1's P·V issued together, the softmax of |
+|                                                 | S_j while P·V runs (STAGES ≥ 2; 3 advised)  |
 
 Ladder (issue 13): from the lesson kernel to this file, step by step, at B1 H16 N8192 d128 float16
 unless a step says otherwise; TFLOP/s = 4·B·H·N²·d / time (half when causal); kernel-only CUDA-event
@@ -32,20 +36,25 @@ TFLOP/s recorded then.
 | 2    | both products on wgmma (S: Q, K from shared  | H200, 2026-12-01: 2.86 ms,   | method='flash_wgmma',          |
 |      | memory; P·V: P in registers, V N-major), 2   | 192 TFLOP/s, 34.97× lesson   | config=WgmmaConfig(Bc=128,     |
 |      | consumer warpgroups, Bc = 128, K/V through   |                              | CWG=2, STAGES=1,               |
-|      | one stage on mbarriers: load, wait, compute  |                              | PRODUCER=False)                |
+|      | one stage on mbarriers: load, wait, compute  |                              | PRODUCER=False, OVERLAP=False) |
 |      | (STAGES = 1)                                 |                              |                                |
 | 3    | §42: two stages, the next tile's cp.async    | H200, 2026-12-01: 2.38 ms,   | method='flash_wgmma',          |
 |      | copies in flight during this tile's wgmmas   | 231 TFLOP/s, 42.05× lesson   | config=WgmmaConfig(Bc=128,     |
 |      | (every thread copies)                        |                              | CWG=2, STAGES=2,               |
-|      |                                              |                              | PRODUCER=False)                |
+|      |                                              |                              | PRODUCER=False, OVERLAP=False) |
 | 4    | §43: a producer warpgroup that only copies   | H200, 2026-12-01: 1.8 ms,    | method='flash_wgmma',          |
 |      | (setmaxnreg: 56 registers for it, 224 for    | 305 TFLOP/s, 55.59× lesson   | config=WgmmaConfig(Bc=128,     |
 |      | the consumers), consumers that only compute  |                              | CWG=2, STAGES=2,               |
-|      |                                              |                              | PRODUCER=True)                 |
+|      |                                              |                              | PRODUCER=True, OVERLAP=False)  |
 | 5    | three stages in the ring: the default        | H200, 2026-12-01: 1.74 ms,   | method='flash_wgmma',          |
 |      | (``WgmmaConfig()``), and the default method  | 317 TFLOP/s, 57.67× lesson   | config=WgmmaConfig(Bc=128,     |
 |      | for fp16/bf16 on Hopper at d = 128 (1.10×    |                              | CWG=2, STAGES=3,               |
-|      | SDPA flash causal, 0.88× not)                |                              | PRODUCER=True)                 |
+|      | SDPA flash causal, 0.88× not)                |                              | PRODUCER=True, OVERLAP=False)  |
+| 6    | FA3's intra-warpgroup pipelining (OVERLAP):  | not measured yet             | method='flash_wgmma',          |
+|      | tile j's S = Q Kᵀ and tile j − 1's P·V       |                              | config=WgmmaConfig(Bc=128,     |
+|      | issued together, the softmax of S_j on the   |                              | CWG=2, STAGES=3,               |
+|      | CUDA cores while P·V runs on the tensor      |                              | PRODUCER=True, OVERLAP=True)   |
+|      | cores (step 5's config otherwise)            |                              |                                |
 
 The loop (per consumer warpgroup of 64 query rows; CWG = 1 or 2 of them, Br = 64·CWG)::
 
@@ -59,6 +68,31 @@ The loop (per consumer warpgroup of 64 query rows; CWG = 1 or 2 of them, Br = 64
     acc += P Vj                      ← wgmma m64n{D}k16, Bc/16 steps, A = P (RS), B = V N-major
     arrive EMPTY[s]                  ← the stage may be refilled
     O = acc / l;  LSE = m·ln2 + ln l
+
+OVERLAP (FlashAttention-3's "2-stage pipelining"): the tensor cores run P_{j−1}·V_{j−1} while the
+CUDA cores run the softmax of S_j. Tile 0's S is computed and its softmax run before the loop;
+then for j = 1 … n − 1::
+
+    wait_group 0                     ← acc += P_{j−2} V_{j−2} done (nothing pending at j = 1)
+    arrive EMPTY[tile j − 2]         ← its stage may be refilled (no producer: copy j − 2 + STAGES)
+    acc *= correction_{j−1}          ← the rescale the softmax of S_{j−1} deferred (ml[4], ml[5])
+    P_{j−1} → A fragments
+    wait FULL[tile j]
+    S = Qi Kjᵀ          (issue, commit)   ← group 1
+    acc += P_{j−1} V_{j−1} (issue, commit) ← group 2: A = P_{j−1} in registers, read async
+    wait_group 1                     ← S is in sacc; P·V still running
+    S·scale, mask, online softmax    ← m, l, P_j in sacc; correction_j kept, acc not touched
+                                        (it is an in-flight wgmma's accumulator)
+
+and after it the last rescale, P_{n−1}·V_{n−1} and its arrive. Registers: S (Bc/2 floats), P as A
+fragments (Bc/4 words) and acc (D/2) are all live during the softmax, as they are at the
+non-overlapped loop's packing step, so no second S buffer is needed (d = 128, Bc = 128: the
+consumers use 205 of their 224 registers, 216 with causal, padding and bf16; no spills; ptxas
+13.5). The wait for P·V sits at the top of the loop on purpose: placed after the softmax in the
+same basic block, ptxas hoisted it above the softmax (WARPGROUP.DEPBAR.LE gsb0, 0x0 before the
+MUFU.EX2s in the SASS) and nothing overlapped. A stage is held one tile longer than without
+OVERLAP (until tile j + 1's loop top), so with STAGES = 2 the copy of tile j starts only when
+tile j's wait does: use 3.
 
 Who holds what. A thread of consumer warpgroup c (warp w of it, lane 4g + t) owns rows
 q0 + 64c + 16w + g and + 8, columns 8j + 2t, + 1 of S (Bc/2 floats) and of acc (D/2 floats).
@@ -92,13 +126,21 @@ keys zeros on chip, a row with no key: O = 0, LSE = −inf).
 
 Limits: fp16/bf16, d = D = 64 or 128 exactly (other d: method 'flash_tc'); Bc = 64 or 128;
 sm_90a (wgmma, setmaxnreg, mbarrier); every consumer warpgroup runs every tile of the block
-(wgmma is warpgroup-collective). Not tuned: no swizzle (the tensor core reads core matrices of
-128 contiguous bytes, conflict-free; a warp's cp.async writes are 4 runs of 128 bytes:
-``piece_of``), no intra-warpgroup overlap of softmax with the next S (FA3's ping-pong and
-2-stage softmax), one wgmma group waited for at once. The simulator runs it at tiny shapes (one block).
+(wgmma is warpgroup-collective); OVERLAP needs STAGES ≥ 2. Not tuned: no swizzle (the tensor
+core reads core matrices of 128 contiguous bytes, conflict-free; a warp's cp.async writes are 4
+runs of 128 bytes: ``piece_of``); no ping-pong between the consumer warpgroups (FA3's named
+barriers that make one warpgroup's GEMMs overlap the other's softmax); without OVERLAP one
+wgmma group is waited for at once; with it, K and V of a tile share one EMPTY barrier (FA3
+releases K after S, V after P·V), so a stage is held until P·V is done. OVERLAP is not the
+default: not measured yet. The simulator runs it at tiny shapes (one block); it holds each
+wgmma accumulator back (NaN) until the wait_group that retires its group, so an accumulator
+read or written too early fails there, but it reads shared memory when the wgmma is issued: a
+stage released too early shows on the GPU only.
 
-How to run: ``attention(q16, k16, v16, method="flash_wgmma", config=WgmmaConfig(...))``,
-``pytest tests/test_attention_tc.py -k wgmma``, on the H200 ``bash scripts/gpu_wgmma.sh``.
+How to run: ``attention(q16, k16, v16, method="flash_wgmma", config=WgmmaConfig(...))``
+(``WgmmaConfig(OVERLAP=True)``: the pipelined loop), ``pytest tests/test_attention_tc.py -k
+wgmma``, on the H200 ``bash scripts/gpu_wgmma.sh`` (``OVERLAP=1``: the OVERLAP configs timed
+beside the default).
 """
 
 import math
@@ -108,7 +150,7 @@ from numba import cuda, float32, uint32, uint64
 
 from .attention import block_tile, kv_tiles
 from .attention_tc import LN2, LOG2E, QUAD, head_io, mask_scores_tc, online_softmax_tc, \
-    pack_accumulators, zeros
+    pack_accumulators, rescale_tc, zeros
 from .hopper import SWIZZLE_NONE, WGMMA, WGMMA_RS_TB, cp_async_mbar_arrive, fence_mbarrier_init, \
     fence_proxy_async, mbar_arrive, mbar_init, mbar_try_wait_parity, setmaxnreg_dec, \
     setmaxnreg_inc, shared_addr, wgmma_commit_group, wgmma_desc, wgmma_fence, \
@@ -175,9 +217,10 @@ def kmajor_rows(D, R, NL, PAD=False):
 
 
 @lru_cache(maxsize=None)
-def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16):
+def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=False):
     """fp16 (BF16=False) or bf16 FlashAttention forward on wgmma; see the module menu."""
     assert D in (64, 128) and Bc in (64, 128) and CWG in (1, 2) and STAGES >= 1
+    assert STAGES >= 2 or not OVERLAP       # (OVERLAP holds tile j − 1's stage while j lands)
     kind = "bf16" if BF16 else "f16"
     mma_s = WGMMA[(kind, Bc)]               # S = Q Kᵀ: 64 × Bc, A and B from shared memory
     mma_o = WGMMA_RS_TB[(kind, D)]          # acc += P V: 64 × D, A in registers, B N-major
@@ -194,14 +237,44 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16):
     NBS, NBO, KC2 = Bc // 8, D // 8, Bc // 16
     PA = 4 * KC2                            # words of P as A fragments (4 per k16 step)
     pack = pack_bf16 if BF16 else pack_f16
-    update = online_softmax_tc(NBS, NBO, 1)
+    update = online_softmax_tc(NBS, NBO, 1, OVERLAP)   # OVERLAP: acc's rescale deferred …
+    rescale = rescale_tc(NBO, 1)                        # … to this, once P·V is waited for
     mask = mask_scores_tc(NBS, CAUSAL, PAD, 1)
     to_a = pack_accumulators(KC2, 1, NBS, BF16)
     clear_acc = zeros(OH)
     _, _, _, put_word = head_io(D, D)
     GROW = consumer_regs(CWG)
+    ML = 6 if OVERLAP else 4                # m, l (, OVERLAP: the deferred correction) of 2 rows
+    AHEAD = STAGES if OVERLAP else STAGES - 1   # no PRODUCER: tiles copied before the loop
 
     piece_of = piece_order(D)
+
+    @cuda.jit(device=True)
+    def issue_s(sacc, q_addr, k_addr):
+        """S = Qi Kjᵀ issued as one wgmma group: D/16 k16 steps (Q: 16·Br·ks halves on, K:
+        16·Bc·ks), A and B from shared memory; nothing waits."""
+        for ks in range(D // 16):
+            mma_s(sacc, wgmma_desc(q_addr + 32 * Br * ks, 16 * Br, 128, SWIZZLE_NONE),
+                  wgmma_desc(k_addr + 32 * Bc * ks, 16 * Bc, 128, SWIZZLE_NONE), ks > 0)
+        wgmma_commit_group()
+
+    @cuda.jit(device=True)
+    def issue_pv(acc, pa, v_addr):
+        """acc += P Vj issued as one wgmma group: Bc/16 k16 steps, A = P from registers (RS),
+        V N-major (16·D·ks halves on); nothing waits."""
+        for ks in range(KC2):
+            mma_o(acc, pa[4 * ks], pa[4 * ks + 1], pa[4 * ks + 2], pa[4 * ks + 3],
+                  wgmma_desc(v_addr + 32 * D * ks, 16 * D, 128, SWIZZLE_NONE), True)
+        wgmma_commit_group()
+
+    @cuda.jit(device=True)
+    def scores(sacc, scale2, k0, r_lo, t, n_k, q0, offset, kpm, b_idx):
+        """S = Qi Kjᵀ · scale · log2e (base 2, online_softmax_tc) → masked: keys past Nk, above
+        the causal diagonal, padded (only on the tiles that have such keys)."""
+        for i in range(SH):
+            sacc[i] *= scale2
+        if PAD or k0 + Bc > n_k or (CAUSAL and k0 + Bc - 1 > q0 + offset):
+            mask(sacc, k0, r_lo, 2 * t, n_k, offset, kpm, b_idx)
 
     @cuda.jit(device=True)
     def copy_tile(k, v, smem, bars, i, lt, bh, n_k, kpm, b_idx):
@@ -220,6 +293,14 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16):
             cp_async16(smem, k_at + 4 * (c * Bc + r), k, src, ok)       # kmajor_index / 2
             cp_async16(smem, v_at + (r // 8) * (4 * D) + 32 * c + 4 * (r % 8), v, src, ok)
         cp_async_mbar_arrive(bars, s)               # FULL[s]: once my copies have landed
+
+    @cuda.jit(device=True)
+    def release(k, v, smem, bars, i, n_tiles, ct, bh, n_k, kpm, b_idx):
+        """OVERLAP: tile i's P·V has been waited for — its stage may be refilled (EMPTY), and
+        without a producer this thread then copies tile i + STAGES into it."""
+        mbar_arrive(bars, STAGES + i % STAGES)      # EMPTY[i % STAGES]
+        if not PRODUCER and i + STAGES < n_tiles:
+            copy_tile(k, v, smem, bars, i + STAGES, ct, bh, n_k, kpm, b_idx)
 
     @cuda.jit(**gpu_options(max_registers=REG_CAP) if PRODUCER else {})
     def flash_wgmma(q, k, v, o, lse, scale, n_q, n_k, heads, kpm):
@@ -267,7 +348,7 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16):
         sacc = cuda.local.array(SH, float32)        # S, then P, of this tile
         acc = cuda.local.array(OH, float32)         # un-normalized output (§32: acc)
         pa = cuda.local.array(PA, uint32)           # P as A fragments of the RS wgmma
-        ml = cuda.local.array(4, float32)           # m of my 2 rows (base 2), then l
+        ml = cuda.local.array(ML, float32)          # m of my 2 rows (base 2), l (, correction)
         clear_acc(acc)
         ml[0] = NEG_INF
         ml[1] = NEG_INF
@@ -275,46 +356,82 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16):
         ml[3] = ZERO
         q_addr = shared_addr(smem, 256 * cw)        # warpgroup cw's 64 rows of Q
 
-        if not PRODUCER:                            # tiles 0 … STAGES − 2 before the loop
-            for i in range(min(STAGES - 1, n_tiles)):
+        if not PRODUCER:                            # tiles 0 … AHEAD − 1 before the loop
+            for i in range(min(AHEAD, n_tiles)):
                 copy_tile(k, v, smem, bars, i, ct, bh, n_k, kpm, b_idx)
-        for j in range(n_tiles):
-            if not PRODUCER and j + STAGES - 1 < n_tiles:
-                copy_tile(k, v, smem, bars, j + STAGES - 1, ct, bh, n_k, kpm, b_idx)
-            s = j % STAGES
-            k0 = j * Bc
-            mbar_try_wait_parity(bars, s, (j // STAGES) & 1)    # wait: K_j, V_j have landed
-            fence_proxy_async()                     # the copies (generic proxy) before wgmma
-            k_addr = shared_addr(smem, QW + 2 * KVW * s)
-            v_addr = shared_addr(smem, QW + 2 * KVW * s + KVW)
+        if not OVERLAP:                             # (compile-time) one group waited for at once
+            for j in range(n_tiles):
+                if not PRODUCER and j + STAGES - 1 < n_tiles:
+                    copy_tile(k, v, smem, bars, j + STAGES - 1, ct, bh, n_k, kpm, b_idx)
+                s = j % STAGES
+                mbar_try_wait_parity(bars, s, (j // STAGES) & 1)    # wait: K_j, V_j have landed
+                fence_proxy_async()                 # the copies (generic proxy) before wgmma
+                k_addr = shared_addr(smem, QW + 2 * KVW * s)
+                v_addr = shared_addr(smem, QW + 2 * KVW * s + KVW)
 
-            # S = Qi Kjᵀ: D/16 k16 steps (Q: 16·Br·ks halves on, K: 16·Bc·ks)
+                wgmma_fence_operand(sacc, SH)
+                wgmma_fence()                       # (sacc last read by to_a, before)
+                issue_s(sacc, q_addr, k_addr)       # S = Qi Kjᵀ
+                wgmma_wait_group(0)                 # wait: S is in sacc
+                wgmma_fence_operand(sacc, SH)
+
+                scores(sacc, scale2, j * Bc, r_lo, t, n_k, q0, offset, kpm, b_idx)
+                update(sacc, acc, ml)               # m, l; P = 2^(S − m); acc *= correction
+                to_a(sacc, pa)                      # P → A fragments (16-bit pairs)
+
+                wgmma_fence_operand(acc, OH)
+                wgmma_fence()                       # acc's rescale above before the mmas
+                issue_pv(acc, pa, v_addr)           # acc += P Vj
+                wgmma_wait_group(0)                 # wait: acc updated, stage s read
+                wgmma_fence_operand(acc, OH)
+                mbar_arrive(bars, STAGES + s)       # EMPTY[s]: the stage may be refilled
+        elif n_tiles > 0:                           # OVERLAP: FA3's two-stage pipelining (menu)
+            mbar_try_wait_parity(bars, 0, 0)        # wait: K_0, V_0 have landed
+            fence_proxy_async()
             wgmma_fence_operand(sacc, SH)
-            wgmma_fence()                           # (sacc last read by to_a, before)
-            for ks in range(D // 16):
-                mma_s(sacc, wgmma_desc(q_addr + 32 * Br * ks, 16 * Br, 128, SWIZZLE_NONE),
-                      wgmma_desc(k_addr + 32 * Bc * ks, 16 * Bc, 128, SWIZZLE_NONE), ks > 0)
-            wgmma_commit_group()
+            wgmma_fence()
+            issue_s(sacc, q_addr, shared_addr(smem, QW))        # S = Qi K0ᵀ
             wgmma_wait_group(0)                     # wait: S is in sacc
             wgmma_fence_operand(sacc, SH)
-
-            for i in range(SH):
-                sacc[i] *= scale2                   # S = Qi Kjᵀ · scale · log2e
-            if PAD or k0 + Bc > n_k or (CAUSAL and k0 + Bc - 1 > q0 + offset):
-                mask(sacc, k0, r_lo, 2 * t, n_k, offset, kpm, b_idx)
-            update(sacc, acc, ml)                   # m, l; P = 2^(S − m); acc *= correction
-            to_a(sacc, pa)                          # P → A fragments (16-bit pairs)
-
-            # acc += P Vj: Bc/16 k16 steps (V: 16·D·ks halves on, N-major)
+            scores(sacc, scale2, 0, r_lo, t, n_k, q0, offset, kpm, b_idx)
+            update(sacc, acc, ml)                   # m, l; P_0; correction (0: acc is 0) kept
+            for j in range(1, n_tiles):
+                # tile j − 1's softmax is done (P_j−1 in sacc); P_j−2 V_j−2 may still run
+                wgmma_wait_group(0)                 # wait: acc += P_j−2 V_j−2 done, pa and
+                wgmma_fence_operand(acc, OH)        # stage j − 2 read (nothing at j = 1)
+                if j >= 2:
+                    release(k, v, smem, bars, j - 2, n_tiles, ct, bh, n_k, kpm, b_idx)
+                rescale(acc, ml)                    # acc = correction·acc (m of tile j − 1)
+                to_a(sacc, pa)                      # P_j−1 → A fragments
+                s = j % STAGES
+                mbar_try_wait_parity(bars, s, (j // STAGES) & 1)    # wait: K_j, V_j have landed
+                fence_proxy_async()
+                wgmma_fence_operand(sacc, SH)
+                wgmma_fence_operand(acc, OH)
+                wgmma_fence()                       # sacc read by to_a, acc rescaled: before
+                issue_s(sacc, q_addr, shared_addr(smem, QW + 2 * KVW * s))   # S = Qi Kjᵀ
+                issue_pv(acc, pa, shared_addr(smem, QW + 2 * KVW * ((j - 1) % STAGES) + KVW))
+                wgmma_wait_group(1)                 # wait: S is in sacc (P_j−1 V_j−1 runs on)
+                wgmma_fence_operand(sacc, SH)
+                scores(sacc, scale2, j * Bc, r_lo, t, n_k, q0, offset, kpm, b_idx)
+                update(sacc, acc, ml)               # m, l; P_j in sacc; the correction
+                                                    # 2^(m_old − m) kept (acc still in flight)
+            # (the loop's back edge sits between the softmax and the wait for P·V above, so
+            # ptxas cannot hoist that wait over the softmax: with both in one basic block it
+            # did, and the overlap was gone — read the SASS: WARPGROUP.DEPBAR.LE gsb0, 0x0)
+            wgmma_wait_group(0)                     # wait: the P·V of tile n − 2 (if any)
             wgmma_fence_operand(acc, OH)
-            wgmma_fence()                           # acc's rescale above before the mmas
-            for ks in range(KC2):
-                mma_o(acc, pa[4 * ks], pa[4 * ks + 1], pa[4 * ks + 2], pa[4 * ks + 3],
-                      wgmma_desc(v_addr + 32 * D * ks, 16 * D, 128, SWIZZLE_NONE), True)
-            wgmma_commit_group()
-            wgmma_wait_group(0)                     # wait: acc updated, stage s read
+            if n_tiles >= 2:
+                release(k, v, smem, bars, n_tiles - 2, n_tiles, ct, bh, n_k, kpm, b_idx)
+            rescale(acc, ml)
+            to_a(sacc, pa)
+            last = (n_tiles - 1) % STAGES           # the last tile's P·V
             wgmma_fence_operand(acc, OH)
-            mbar_arrive(bars, STAGES + s)           # EMPTY[s]: the stage may be refilled
+            wgmma_fence()
+            issue_pv(acc, pa, shared_addr(smem, QW + 2 * KVW * last + KVW))
+            wgmma_wait_group(0)                     # wait: acc final, its stage read
+            wgmma_fence_operand(acc, OH)
+            mbar_arrive(bars, STAGES + last)        # (no copy waits for it: symmetry only)
 
         # O = acc / l, LSE = m·ln2 + ln l (l: the quad's four partial sums added first)
         for half in range(2):
@@ -329,5 +446,6 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16):
                     lse[bh, row] = NEG_INF if l_row == ZERO else \
                         ml[half] * LN2 + math.log(l_row)        # LSE = m·ln2 + ln l
 
-    BUILT[("flash_wgmma_kernel", D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16)] = flash_wgmma
+    BUILT[("flash_wgmma_kernel", D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16,
+           OVERLAP)] = flash_wgmma
     return flash_wgmma

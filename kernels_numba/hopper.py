@@ -197,8 +197,9 @@ these. A is K-major (from shared memory) or in registers; B K-major, or N-major 
 swizzle only (the _tb forms: N = 64, 128). The _tb and _rs forms (and cp_async_mbar_arrive)
 were added after the H200 run below: they are checked in the simulator and by ptxas only
 until a GPU run of tests/test_hopper.py. In the simulator: the product is computed when the
-warpgroup meets (float64, one rounding to float32), not asynchronously; race mode cannot check
-kernels ordered by mbarriers or named barriers (it knows syncthreads only).
+warpgroup meets (float64, one rounding to float32), and the accumulator reads as NaN until the
+wgmma_wait_group that retires its group (a write to it before that raises); race mode cannot
+check kernels ordered by mbarriers or named barriers (it knows syncthreads only).
 
 Tests: ``tests/test_hopper.py`` — each helper alone against NumPy, in the simulator (CI) and on
 the GPU (``FLASHLESSON_DEVICE=gpu``; on the H200:

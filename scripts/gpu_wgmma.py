@@ -2,12 +2,16 @@
 kernel-only, checked against torch in the same run (H200; ``scripts/gpu_wgmma.sh`` runs it).
 
     python3 scripts/gpu_wgmma.py --json OUT.json
+    python3 scripts/gpu_wgmma.py --overlap       # OVERLAP (FA3's pipelining) vs the default
 
 Per shape and causal mode: the inputs as fp16 torch tensors; each method is checked first (head
 (0, 0) against float64 SDPA on the same fp16 values: its max error beside torch flash's own),
 then timed with ``bench.time_gpu_adaptive`` (CUDA events, launches queued behind a sleeping
 kernel: the GPU's time, not Python's). TFLOP/s = ``reference.attention_flops`` / time
-(4·B·H·N²·d, half when causal). A method that fails (an exception, NaN, or an error above 2×
+(4·B·H·N²·d, half when causal). ``--overlap`` times torch flash, the default config and the
+OVERLAP configs only (no flash_tc, no ladder steps), at the two larger shapes unless --shapes
+says otherwise, each method's kernels compiled first (at N = 256: compiling inside the budget
+of the first shape would skip shapes), with a "× default" column. A method that fails (an exception, NaN, or an error above 2×
 torch flash's + 1e-3) is reported and not timed. The table comes last.
 """
 
@@ -40,7 +44,18 @@ SWEEP = {
 }
 
 
-def methods(torch, sweep=False):
+# --overlap: FA3's intra-warpgroup pipelining (WgmmaConfig.OVERLAP) beside the default it
+# would replace; STAGES = 2 holds the ring back (a stage is freed one tile later), Bc = 64
+# halves the registers S and P take
+OVERLAP = {
+    "wgmma default": WgmmaConfig(),
+    "wgmma OVERLAP ST3": WgmmaConfig(OVERLAP=True),
+    "wgmma OVERLAP ST2": WgmmaConfig(STAGES=2, OVERLAP=True),
+    "wgmma OVERLAP Bc64 ST3": WgmmaConfig(Bc=64, OVERLAP=True),
+}
+
+
+def methods(torch, sweep=False, overlap=False):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     sdpa = torch.nn.functional.scaled_dot_product_attention
 
@@ -53,11 +68,32 @@ def methods(torch, sweep=False):
             return flashlesson.attention(q, k, v, causal=causal, method=method, config=config)
         return run
 
-    out = {"torch sdpa flash": torch_flash, "flash_tc": ours("flash_tc", None)}
+    out = {"torch sdpa flash": torch_flash}
+    if overlap:
+        out.update({name: ours("flash_wgmma", cfg) for name, cfg in OVERLAP.items()})
+        return out
+    out["flash_tc"] = ours("flash_tc", None)
     out.update({name: ours("flash_wgmma", cfg) for name, cfg in WGMMA.items()})
     if sweep:
         out.update({name: ours("flash_wgmma", cfg) for name, cfg in SWEEP.items()})
     return out
+
+
+def warm(torch, fns, shapes):
+    """Compile every method's kernels for the head dims of ``shapes``, both causal modes, at
+    B1 H1 N256 (an error is left for the timed run to report)."""
+    start = time.time()
+    for d in sorted({s[3] for s in shapes}):
+        x = torch.randn(1, 1, 256, d, device="cuda").half()
+        for causal in (False, True):
+            for name, fn in fns.items():
+                try:
+                    fn(x, x, x, causal)
+                except Exception as exc:        # (reported where it is timed)
+                    print(f"warm-up {name} d{d} causal={causal}: {type(exc).__name__}: "
+                          f"{str(exc)[:200]}", flush=True)
+    torch.cuda.synchronize()
+    print(f"warm-up (compiling) {time.time() - start:.1f} s", flush=True)
 
 
 def head_error(o, ref):
@@ -70,14 +106,19 @@ def main():
     ap.add_argument("--budget-s", type=float, default=150.0, help="stop starting new shapes "
                     "after this many seconds")
     ap.add_argument("--sweep", action="store_true", help="also the configs of SWEEP")
+    ap.add_argument("--overlap", action="store_true", help="torch flash, the default and the "
+                    "OVERLAP configs only (default shapes: 1,2)")
     ap.add_argument("--shapes", default=None, help="indices into SHAPES, e.g. 0,1")
     args = ap.parse_args()
-    shapes = SHAPES if args.shapes is None else [SHAPES[int(i)] for i in args.shapes.split(",")]
+    picks = args.shapes or ("1,2" if args.overlap else None)
+    shapes = SHAPES if picks is None else [SHAPES[int(i)] for i in picks.split(",")]
     torch = cuda_torch()
     if torch is None or flashlesson.SIMULATOR:
         raise SystemExit("gpu_wgmma.py needs a CUDA GPU and torch")
     start = time.time()
-    fns = methods(torch, args.sweep)
+    fns = methods(torch, args.sweep, args.overlap)
+    if args.overlap:
+        warm(torch, fns, shapes)
     rows = []
     for (b, h, n, d) in shapes:
         for causal in (False, True):
@@ -106,7 +147,7 @@ def main():
                     if not row["ok"]:
                         row["why"] = "NaN in O" if nan else f"error {err:.2e} > 2 × torch's"
                     else:
-                        ms = time_gpu_adaptive(lambda: fn(q, k, v, causal))
+                        ms = time_gpu_adaptive(lambda q=q, k=k, v=v: fn(q, k, v, causal))
                         row["ms"] = ms
                         row["TFLOP/s"] = flops / ms / 1e9
                 except Exception as exc:        # reported, the next method still runs
@@ -120,7 +161,8 @@ def main():
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
     print()
-    print("\n".join(versus_table(rows)))
+    bases = ("torch sdpa flash", "wgmma default") if args.overlap else ("torch sdpa flash",)
+    print("\n".join(versus_table(rows, bases)))
     return 0 if all(r["ok"] for r in rows) else 1
 
 

@@ -5,7 +5,8 @@
 # wgmma), then the kernel-only benchmark of flash_wgmma's ladder variants vs flash_tc vs torch
 # SDPA flash, checked against torch in the same run (scripts/gpu_wgmma.py). Logs under $OUT.
 #   device run: bash scripts/gpu_wgmma.sh   (carry .whl; SWEEP=1: the benchmark's --sweep
-#   configs too, and 400 s; LADDER=1: then the attention_wgmma ladder)
+#   configs too, and 400 s; LADDER=1: then the attention_wgmma ladder; OVERLAP=1: the benchmark
+#   is --overlap instead — torch flash, the default and the OVERLAP configs — < 4 min in all)
 set -uo pipefail
 . "$(dirname "$0")/gpu_env.sh"        # wheels, PYTHONPATH, FLASHLESSON_DEVICE=gpu, $OUT
 start=$(date +%s)
@@ -21,8 +22,9 @@ p_wgmma=$!
 wait $p_hopper; rc_hopper=$?
 wait $p_wgmma; rc_wgmma=$?
 # 2. the benchmark alone on the GPU, with what is left of 195 s
-left=$(( ${SWEEP:+200 +} 195 - $(date +%s) + start))
-timeout $left python3 scripts/gpu_wgmma.py ${SWEEP:+--sweep} --json "$OUT/bench_wgmma.json" \
+left=$(( ${SWEEP:+200 +} ${OVERLAP:+20 +} 195 - $(date +%s) + start))
+timeout $left python3 scripts/gpu_wgmma.py ${SWEEP:+--sweep} ${OVERLAP:+--overlap} \
+  --json "$OUT/bench_wgmma.json" \
   --budget-s $((left - 30)) > "$OUT/bench_wgmma.log" 2>&1
 rc_bench=$?
 # 3. LADDER=1: the ladder of attention_wgmma.py, checked and timed (--write --from F fills it)
@@ -34,7 +36,7 @@ fi
 cat "$OUT/gpu.txt"
 echo "--- test_hopper.py rc=$rc_hopper"; grep -E "^(FAILED|ERROR)|Error|N-major B|RS \(" "$OUT/pytest_hopper.log" | head -20; tail -2 "$OUT/pytest_hopper.log"
 echo "--- test_attention_tc.py -k wgmma rc=$rc_wgmma"; grep -E "^(FAILED|ERROR)" "$OUT/pytest_wgmma.log" | head -20; tail -2 "$OUT/pytest_wgmma.log"
-echo "--- bench rc=$rc_bench"; grep -E "Error|Traceback" "$OUT/bench_wgmma.log" | head -5
+echo "--- bench rc=$rc_bench"; grep -E "Error|Traceback|warm-up|budget" "$OUT/bench_wgmma.log" | head -8
 sed -n '/^shape /,$p' "$OUT/bench_wgmma.log"
 [ -n "${LADDER:-}" ] && { echo "--- ladder rc=$rc_ladder"; tail -8 "$OUT/ladder_wgmma.log"; }
 echo "wall $(( $(date +%s) - start )) s"

@@ -267,6 +267,7 @@ def test_bad_inputs(rng):
 # default's shape and runs every case; the others run the first case (simulator: one block
 # each, Nq ≤ Br = 64, a few K/V tiles of 64) or every fp16 case (GPU: flash-attn's awkward
 # lengths at both head dims; a kernel compiled per variant, causal mode and d — kept to ~20).
+# (OVERLAP, FA3's pipelining, has its own test below.)
 WGMMA_VARIANTS = by_device(   # (Bc, CWG, STAGES, PRODUCER)
     [(64, 1, 1, False), (64, 1, 2, False), (64, 1, 2, True)],
     [(128, 2, 1, False), (128, 2, 2, False), (64, 1, 3, True), (128, 2, 2, True)])
@@ -306,6 +307,52 @@ def test_wgmma_padding_and_fully_masked_rows(rng):
     assert np.all(o[0] == 0) and np.all(np.isneginf(lse[0]))
 
 
+# (B, H, Nq, Nk, d): 3 key tiles of 64 (the last of 22 keys: N not a multiple of
+# Bc), so the overlapped loop runs twice and the 2-stage ring wraps. GPU: Bc = 128, CWG = 2,
+# two batch rows, two heads, several query tiles, d = 128 and 64; causal with Nq > Nk: blocks
+# with no key tile at all.
+OVERLAP_CASES = by_device(    # (fmt, causal, PAD, PRODUCER, STAGES, shape)
+    [("f16", True, False, True, 2, (1, 1, 37, 150, 64)),
+     ("bf16", False, True, False, 2, (1, 1, 37, 150, 64))],
+    [("f16", True, False, True, 2, (2, 2, 200, 457, 128)),
+     ("bf16", False, True, False, 2, (2, 2, 200, 457, 128)),
+     ("f16", True, True, True, 3, (2, 2, 200, 457, 128)),
+     ("f16", True, False, False, 3, (1, 2, 1031, 517, 64)),
+     ("bf16", False, False, True, 3, (1, 2, 1031, 517, 64))])
+
+
+@pytest.mark.parametrize("fmt, causal, pad, producer, stages, shape", OVERLAP_CASES,
+                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
+def test_wgmma_overlap_matches_oracle(rng, fmt, causal, pad, producer, stages, shape):
+    """OVERLAP (tile j's S = Q Kᵀ in flight with tile j − 1's P·V, the softmax of S while P·V
+    runs, acc's rescale deferred until P·V is waited for): causal and not, a partial last key
+    tile, with and without the producer (without: the copies of tile i + STAGES wait for tile
+    i's P·V), PAD with NaN in the padded keys' K and V (never read: zero-filled) and, on the
+    GPU, a batch row whose keys are all padded (O = 0, LSE = −inf)."""
+    B, H, nq, nk, d = shape
+    (q, k, v), (q64, k64, v64) = _inputs(rng, *shape, fmt)
+    kpm = None
+    if pad:
+        kpm = rng.random((B, nk)) > 0.3
+        kpm[:, -1] = False
+        if B > 1:
+            kpm[0] = False                      # a batch row with no valid key: O = 0, −inf
+        hidden = np.broadcast_to(~kpm[:, None, :], (B, H, nk))
+        for x in (k, v):                        # padded keys: NaN (never read: zero-filled)
+            if fmt == "f16":
+                x[hidden] = np.nan
+            else:
+                x.bits[hidden] = 0x7FC0         # a bf16 NaN
+    cfg = WgmmaConfig(Bc=64 if SIM else 128, CWG=1 if SIM else 2, STAGES=stages,
+                      PRODUCER=producer, OVERLAP=True)
+    o, lse = attention(q, k, v, causal=causal, key_padding_mask=kpm, return_lse=True,
+                       method="flash_wgmma", config=cfg)
+    o_ref, lse_ref, tol = _ref(fmt, q64, k64, v64, causal=causal, key_padding_mask=kpm)
+    _check(o, lse, o_ref, lse_ref, tol, fmt)
+    if pad and B > 1:
+        assert np.all(_as_float(o)[0] == 0) and np.all(np.isneginf(lse[0]))
+
+
 def test_wgmma_refusals():
     """Head dims other than 64 and 128, float32, dropout, a TcConfig: refused, naming the
     argument and where to go instead."""
@@ -324,6 +371,8 @@ def test_wgmma_refusals():
         attention(q, q, q, method="flash_wgmma", config=TcConfig())
     with pytest.raises(ValueError, match="Bc must be 64 or 128"):
         attention(q, q, q, method="flash_wgmma", config=WgmmaConfig(Bc=32))
+    with pytest.raises(ValueError, match="OVERLAP needs STAGES ≥ 2"):
+        attention(q, q, q, method="flash_wgmma", config=WgmmaConfig(STAGES=1, OVERLAP=True))
 
 
 def test_default_method_for_fp16_follows_the_measured_rule(rng):

@@ -386,6 +386,10 @@ PTX_SCRIPT = textwrap.dedent("""
         "flash_wgmma": (KW.flash_wgmma_kernel(128, 128, 2, 2, True, True, True, True).py_func,
                         (arr(u32, 3),) * 4 + (arr(f32, 2), f32, i64, i64, i64,
                                               arr(types.uint8, 2))),
+        "flash_wgmma_overlap": (KW.flash_wgmma_kernel(128, 128, 2, 3, True, False, False, False,
+                                                      OVERLAP=True).py_func,
+                                (arr(u32, 3),) * 4 + (arr(f32, 2), f32, i64, i64, i64,
+                                                      arr(types.uint8, 2))),
         "wgmma_bwd_dkdv": (KWB.wgmma_bwd_dkdv_kernel(128, 64, 2, 2, True, True, True).py_func,
                            (arr(u32, 3),) * 4 + (arr(f32, 2),) * 2 + (arr(u32, 3),) * 2
                            + (arr(f32, 3), arr(types.int32, 1), i64)
@@ -426,6 +430,8 @@ PTX_EXPECT = {
     "flash_wgmma": ["wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 ",
                     "cp.async.mbarrier.arrive.noinc.shared::cta.b64",
                     "setmaxnreg.dec.sync.aligned.u32 56", "setmaxnreg.inc.sync.aligned.u32 224"],
+    "flash_wgmma_overlap": ["wgmma.wait_group.sync.aligned 1;", "wgmma.wait_group.sync.aligned 0;",
+                            "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "],
     "wgmma_bwd_dkdv": ["wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 ",
                        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 ",
                        "cp.async.mbarrier.arrive.noinc.shared::cta.b64"],
@@ -488,7 +494,8 @@ def test_ptx_for_sm90a(tmp_path):
         return
     for name in PTX_EXPECT:
         cap = {"setmaxnreg": ["-maxrregcount", "128"],      # as their max_registers
-               "flash_wgmma": ["-maxrregcount", "168"]}.get(name, [])
+               "flash_wgmma": ["-maxrregcount", "168"],
+               "flash_wgmma_overlap": ["-maxrregcount", "168"]}.get(name, [])
         a = subprocess.run([ptxas, "-arch=sm_90a", "-v", *cap, str(tmp_path / f"{name}.ptx"),
                             "-o", str(tmp_path / f"{name}.cubin")], capture_output=True, text=True)
         assert a.returncode == 0, f"ptxas {name}: {a.stderr[-2000:]}"
@@ -504,3 +511,12 @@ def test_ptx_for_sm90a(tmp_path):
             n = sass.count("HGMMA")
             print(f"{name}: {n} HGMMA in the SASS")
             assert n >= 4, f"{name}: no HGMMA in the SASS"
+        # OVERLAP: the loop's softmax (Bc/2 + 2 ex2) between the wait for S (DEPBAR.LE 1) and
+        # the next wait for P·V (DEPBAR.LE 0): ptxas did not hoist the wait over it
+        sass = subprocess.run([cuobjdump, "-sass", str(tmp_path / "flash_wgmma_overlap.cubin")],
+                              capture_output=True, text=True).stdout.splitlines()
+        one = next(i for i, line in enumerate(sass) if "DEPBAR.LE gsb0, 0x1" in line)
+        zero = next(i for i in range(one, len(sass)) if "DEPBAR.LE gsb0, 0x0" in sass[i])
+        ex2 = sum("MUFU.EX2" in line for line in sass[one:zero])
+        print(f"flash_wgmma_overlap: {ex2} MUFU.EX2 while P·V is in flight")
+        assert ex2 >= 64, f"flash_wgmma_overlap: {ex2} ex2 between the waits: no overlap"

@@ -26,9 +26,13 @@ What is modelled, per simulated block (state kept on the simulator's BlockManage
   the first a multiple of 4) hand in their accumulator fragments and the two descriptors;
   the 64×N×16 product is computed in NumPy (float64, one rounding to float32) and each thread
   gets its fragment back, in the layout drawn in ``kernels_numba/hopper.py``. The product is
-  computed at once (the GPU's asynchrony is not modelled). The RS form takes A from the
-  128 threads' four registers each (decoded in the A-fragment layout), the _tb forms read B
-  N-major through the descriptor; the protocol is checked per thread:
+  computed at once, but its accumulator is held back: the array reads as NaN from the mma
+  until a ``wgmma_wait_group`` retires its group (then it holds the product), so a kernel that
+  reads an accumulator too early gets NaN, and one that writes it while its group is in flight
+  raises there. (Shared-memory operands and the RS form's A registers are read when the mma
+  is issued: releasing a stage, or changing A, before the wait is not caught.) The RS form
+  takes A from the 128 threads' four registers each (decoded in the A-fragment layout), the
+  _tb forms read B N-major through the descriptor; the protocol is checked per thread:
   a ``wgmma_fence()`` must come before the first mma and again after every ``wait_group``.
 
 Errors, never hangs. A thread that waits (mbarrier, named barrier, warpgroup rendezvous)
@@ -551,8 +555,13 @@ def setmaxnreg_dec(n):
 def _protocol(t):
     st = t.__dict__.get("_hopper_wgmma")
     if st is None:
-        st = t._hopper_wgmma = {"fenced": False, "uncommitted": 0, "groups": 0}
+        st = t._hopper_wgmma = {"fenced": False, "uncommitted": 0, "groups": 0,
+                                "committed": 0, "inflight": []}
     return st
+
+
+def _key(a):
+    return a.__array_interface__["data"][0], a.size
 
 
 def wgmma_fence():
@@ -563,6 +572,10 @@ def wgmma_commit_group():
     st = _protocol(_thread("wgmma_commit_group"))
     st["groups"] += 1
     st["uncommitted"] = 0
+    for e in st["inflight"]:
+        if e["group"] is None:
+            e["group"] = st["committed"]
+    st["committed"] += 1
 
 
 def wgmma_wait_group(n):
@@ -573,6 +586,20 @@ def wgmma_wait_group(n):
     st = _protocol(t)
     st["groups"] = min(st["groups"], int(n))
     st["fenced"] = False        # the accumulators may be touched now: fence again before mma
+    done = st["committed"] - int(n)     # groups 0 … done − 1 have completed
+    keep = []
+    for i, e in enumerate(st["inflight"]):
+        if e["group"] is None or e["group"] >= done:
+            keep.append(e)
+            continue
+        a = e["acc"]
+        if not np.isnan(a).all():
+            raise HopperSimError(f"{_where(t, 'wgmma_wait_group')}: an accumulator was written "
+                                 "while a wgmma writing it was in flight (before the "
+                                 "wgmma_wait_group that retires its group)")
+        if not any(_key(later["acc"]) == _key(a) for later in st["inflight"][i + 1:]):
+            a[:] = e["value"]           # (a later mma on it still in flight: it stays NaN)
+    st["inflight"] = keep
 
 
 def wgmma_fence_operand(acc, count):
@@ -689,7 +716,14 @@ def _make_wgmma(kind, n, rs=False, trans_b=0):
         if a.dtype != np.float32 or a.size != n // 2:
             raise HopperSimError(f"{_where(t, name)}: acc must be a float32 local array of "
                                  f"{n // 2} elements (N/2), got {a.dtype} × {a.size}")
-        a[:] = _warpgroup_collective(t, name, head + (a.copy(),), compute)
+        prior = next((e for e in reversed(st["inflight"]) if _key(e["acc"]) == _key(a)), None)
+        c = prior["value"] if prior is not None else a.copy()   # chained on an in-flight acc
+        value = _warpgroup_collective(t, name, head + (c,), compute)
+        if prior is not None and prior["group"] is None:
+            prior["value"] = value          # the same (uncommitted) group
+        else:
+            st["inflight"].append({"acc": a, "value": value, "group": None})
+        a[:] = np.nan                       # (until a wait_group retires the group)
         st["uncommitted"] += 1
 
     if rs:

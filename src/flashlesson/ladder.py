@@ -223,6 +223,10 @@ LADDERS = (
         Step("5", "three stages in the ring: the default (``WgmmaConfig()``), and the default "
              "method for fp16/bf16 on Hopper at d = 128 (1.10× SDPA flash causal, 0.88× not)",
              {"method": "flash_wgmma", "config": WgmmaConfig()}),
+        Step("6", "FA3's intra-warpgroup pipelining (OVERLAP): tile j's S = Q Kᵀ and tile "
+             "j − 1's P·V issued together, the softmax of S_j on the CUDA cores while P·V runs "
+             "on the tensor cores (step 5's config otherwise)",
+             {"method": "flash_wgmma", "config": WgmmaConfig(OVERLAP=True)}),
     )),
     Ladder("attention_tc_backward", BACKWARD, DEFAULT_FP32, "float16", (
         Step("0", "the lesson kernels of §30 on CUDA cores, on float32 inputs of the same shape "

@@ -367,11 +367,14 @@ class WgmmaConfig:
     """The wgmma kernel's compile-time variants: Bc keys per K/V tile (64 or 128), CWG consumer
     warpgroups of 64 query rows (1 or 2: Br = 64·CWG), STAGES shared-memory stages of the K/V
     ring (1: load, wait, compute; 2: §42, the next tile in flight), PRODUCER: one more
-    warpgroup that only copies (§43, needs STAGES ≥ 2 to overlap anything)."""
+    warpgroup that only copies (§43, needs STAGES ≥ 2 to overlap anything), OVERLAP:
+    FlashAttention-3's intra-warpgroup pipelining — tile j's S = Q Kᵀ and tile j − 1's P·V
+    issued together, the softmax of S running while P·V does (STAGES ≥ 2)."""
     Bc: int = 128
     CWG: int = 2
     STAGES: int = 3
     PRODUCER: bool = True
+    OVERLAP: bool = False
 
     def __post_init__(self):
         checks.config_fields(self)
@@ -383,6 +386,9 @@ class WgmmaConfig:
             raise ValueError(f"config: CWG must be 1 or 2 consumer warpgroups, got {self.CWG}")
         if self.STAGES not in (1, 2, 3):
             raise ValueError(f"config: STAGES must be 1, 2 or 3, got {self.STAGES}")
+        if self.OVERLAP and self.STAGES < 2:
+            raise ValueError("config: OVERLAP needs STAGES ≥ 2 (tile j − 1's V is still read "
+                             "while tile j lands in the ring), got STAGES = 1")
         smem = KW.wgmma_smem_bytes(d, self.Bc, self.CWG, self.STAGES)
         if not device.SIMULATOR and smem > max_shared_bytes():
             raise ValueError(f"config: {smem} bytes of shared memory at d = {d} (Bc, CWG, "
@@ -465,7 +471,8 @@ def attention_wgmma(q, k, v, *, causal=False, scale=None, key_padding_mask=None,
         o3 = empty((bh, nq, d), np.float16, bf16=fq == "bf16").view(word)
         lse2 = empty((bh, nq), np.float32)
         kernel = KW.flash_wgmma_kernel(d, cfg.Bc, cfg.CWG, cfg.STAGES, bool(cfg.PRODUCER),
-                                       causal, kpm is not None, fq == "bf16")
+                                       causal, kpm is not None, fq == "bf16",
+                                       bool(cfg.OVERLAP))
         tiles = -(-nq // cfg.Br)
         grid = (bh, tiles) if causal else (tiles, bh)
         checks.grid(grid, f"q: {nq} queries in tiles of Br = {cfg.Br}"
