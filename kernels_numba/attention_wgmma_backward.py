@@ -139,7 +139,7 @@ from .hopper import SWIZZLE_NONE, WGMMA, WGMMA_RS_TB, WGMMA_TB, bar_sync, cp_asy
     mbar_try_wait_parity, sem_release_add, sem_wait_geq, shared_addr, wgmma_commit_group, \
     wgmma_desc, wgmma_fence, wgmma_fence_operand, wgmma_wait_group
 from .mma import pack_bf16, pack_f16
-from .vector import cp_async4, cp_async_wait_all
+from .vector import cp_async4, cp_async_wait_all, load4, store4
 
 
 def wgmma_bwd_smem_bytes(D, B, CWG, STAGES, KEYS, FUSED=False):
@@ -148,7 +148,7 @@ def wgmma_bwd_smem_bytes(D, B, CWG, STAGES, KEYS, FUSED=False):
     FUSED: two dS tiles (B queries × 64·CWG keys)."""
     own = 2 * 64 * CWG * D // 2
     stage = 2 * B * D // 2 + (2 * B if KEYS else 0)
-    ds = 2 * B * 64 * CWG // 2 if FUSED else 0
+    ds = 2 * B * 64 * CWG // 2 + 64 * D if FUSED else 0    # (+ the kept dQ parts, floats)
     return 4 * (own + STAGES * stage + ds)
 
 
@@ -169,7 +169,7 @@ def nmajor_desc(addr, R, ks):
 @lru_cache(maxsize=None)
 def dq_turns(D, Bq, CWG):
     """FUSED: the part of dQ_i = dS_i K that one consumer warpgroup computes and adds, in its
-    block's turn. Returns (put_ds, add_dq):
+    block's turn. Returns (put_ds, keep_dq, add_dq):
 
     put_ds(pa_ds, hsm, at, key, t): this thread's dSᵀ A fragments (attention_tc.
     pack_accumulators: word 4ks + j holds keys key + 8·(j & 1), queries 16ks + 8·(j >> 1) + 2t
@@ -177,11 +177,19 @@ def dq_turns(D, Bq, CWG):
     (query, key, Bq)): one 16-bit store a half. A warp's 32 stores of one register fall in 16
     different 4-byte words of 16 different banks, two lanes a word: conflict-free.
 
-    add_dq(dqa, sem, dq_part, bh, q0, n_q, col0, turn, si, tid): wait until sem[si] ≥ turn (the
-    first thread of the warpgroup spins, a named barrier passes the turn on), add the 64 × N
-    part (rows q0 + 16w + g, + 8; columns col0 + 8j + 2t, + 1) to dqa[bh] (float32, one atomic
-    add an element: red.global.add), then, after a second named barrier, sem[si] += 1."""
+    keep_dq(dq_part, fsm, at, tid): the thread's dQ part (64 × N accumulator, N = D/CWG: rows
+    16w + g, + 8, columns 8j + 2t, + 1) into shared memory until the next tile, 16 bytes at a
+    time, thread-interleaved (float at + 4·(T·j4 + tid) + e: a warp's stores are 512
+    consecutive bytes); only this thread reads them back.
+
+    add_dq(dqa, sem, fsm, at, bh, q0, n_q, col0, turn, si, tid): wait until sem[si] ≥ turn
+    (the first thread of the warpgroup spins, a named barrier passes the turn on), add the kept
+    part (rows q0 + …, columns col0 + …) to dqa[bh] (float32, one atomic add an element:
+    red.global.add), then, after a second named barrier, sem[si] += 1. Called at the next
+    tile, after its first wgmmas are issued, so that the wait and the adds run while the
+    tensor cores work."""
     N = D // CWG
+    T = WARPGROUP * CWG
 
     @cuda.jit(device=True)
     def put_ds(pa_ds, hsm, at, key, t):
@@ -194,7 +202,13 @@ def dq_turns(D, Bq, CWG):
                 hsm[base + off + 8] = uint16(word >> 16)             # query 2t + 1
 
     @cuda.jit(device=True)
-    def add_dq(dqa, sem, dq_part, bh, q0, n_q, col0, turn, si, tid):
+    def keep_dq(dq_part, fsm, at, tid):
+        for j4 in range(N // 8):
+            store4(fsm, at + 4 * (T * j4 + tid), dq_part[4 * j4], dq_part[4 * j4 + 1],
+                   dq_part[4 * j4 + 2], dq_part[4 * j4 + 3])
+
+    @cuda.jit(device=True)
+    def add_dq(dqa, sem, fsm, at, bh, q0, n_q, col0, turn, si, tid):
         cw = tid // WARPGROUP
         lane = tid % 32
         row = q0 + 16 * ((tid % WARPGROUP) // 32) + lane // 4
@@ -203,14 +217,15 @@ def dq_turns(D, Bq, CWG):
             sem_wait_geq(sem, si, turn)         # (acquire: the earlier blocks' adds)
         bar_sync(1 + cw, WARPGROUP)             # wait: my warpgroup's turn (its first thread)
         for j in range(N // 8):
+            x = load4(fsm, at + 4 * (T * j + tid))
             for e in range(4):
                 r = row + 8 * (e // 2)
                 if r < n_q:
-                    cuda.atomic.add(dqa, (bh, r, col + 8 * j + e % 2), dq_part[4 * j + e])
+                    cuda.atomic.add(dqa, (bh, r, col + 8 * j + e % 2), x[e])
         bar_sync(1 + cw, WARPGROUP)             # wait: every add of my warpgroup issued
         if tid % WARPGROUP == 0:
             sem_release_add(sem, si, 1)         # (release: the next block's turn)
-    return put_ds, add_dq
+    return put_ds, keep_dq, add_dq
 
 
 @lru_cache(maxsize=None)
@@ -255,8 +270,9 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False):
     NQ = D // CWG // 2                      # FUSED: dQ part floats per thread (64 × D/CWG)
     DSW = Bq * Bk // 2                      # FUSED: words of a dS tile (Bq queries × Bk keys)
     DS0 = RING + STAGES * STAGE             # FUSED: dS tiles 0 and 1 (tile i uses i % 2)
-    mma_dq = WGMMA_TB[(kind, D // CWG)] if FUSED else None  # dQ_i += dS K: SS, B N-major
-    put_ds, add_dq = dq_turns(D, Bq, CWG) if FUSED else (None, None)
+    DQ0 = DS0 + 2 * DSW                     # FUSED: the kept dQ parts (T·NQ floats)
+    mma_dq = WGMMA_TB[(kind, D // CWG)]     # FUSED: dQ_i += dS K: SS, B N-major
+    put_ds, keep_dq, add_dq = dq_turns(D, Bq, CWG)
 
     @cuda.jit(device=True)
     def issue(q, do, lse, dvec, smem, fsm, bars, i, first, tid, bh, n_q, kpm, n_qt):
@@ -331,6 +347,8 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False):
         if FUSED and not CAUSAL:
             first = rot * jb                            # (rotated: Q tiles rot·jb, + 1 …)
         dq_part = cuda.local.array(NQ, float32)         # FUSED: dQ_i's columns c·N … of mine
+        col0 = cw * (D // CWG)
+        prev_q0 = prev_turn = prev_si = 0               # (the kept part's tile and turn)
         kq_addr = shared_addr(smem, cw * (D // CWG) * Bk // 2)  # (… K read N-major from there)
         for i in range(min(STAGES - 1, count)):         # tiles 0 … STAGES − 2 before the loop
             issue(q, do, lse, dvec, smem, fsm, bars, i, first, tid, bh, n_q, kpm, n_qt)
@@ -356,7 +374,9 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False):
             for ks in range(KC):
                 mma_t(dpt, kmajor_desc(v_addr, Bk, ks), kmajor_desc(do_addr, Bq, ks), ks > 0)
             wgmma_commit_group()
-            wgmma_wait_group(0)                 # wait: Sᵀ, dPᵀ are in st, dpt
+            if FUSED and i > 0:                 # the last tile's dQ part, in its turn, while
+                add_dq(dqa, sem, fsm, DQ0, bh, prev_q0, n_q, col0, prev_turn, prev_si, tid)
+            wgmma_wait_group(0)                 # wait: Sᵀ, dPᵀ are in st, dpt  (… these run)
             wgmma_fence_operand(st, SH)
             wgmma_fence_operand(dpt, SH)
 
@@ -397,16 +417,19 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False):
             wgmma_fence_operand(dv_acc, OH)
             wgmma_fence_operand(dk_acc, OH)
             mbar_arrive(bars, STAGES + s)       # EMPTY[s]: the stage may be refilled
-            if FUSED:                           # my columns of dQ_i, in my turn (menu)
-                wgmma_fence_operand(dq_part, NQ)
+            if FUSED:                           # my columns of dQ_i: kept, added in my turn
+                wgmma_fence_operand(dq_part, NQ)  # at the next tile (menu)
+                keep_dq(dq_part, fsm, DQ0, tid)
                 if CAUSAL:                      # after the key blocks right of mine
                     rank = min((q0 + Bq - 1 + offset) // Bk, nblk - 1) - jb
                 elif rot > 0:                   # after those that reached Q tile qt before me
                     rank = (min(qt // rot, nblk - 1) - jb + nblk) % nblk
                 else:                           # after those left of mine
                     rank = jb
-                add_dq(dqa, sem, dq_part, bh, q0, n_q, cw * (D // CWG), CWG * rank,
-                       bh * n_qt + qt, tid)
+                prev_q0, prev_turn, prev_si = q0, CWG * rank, bh * n_qt + qt
+
+        if FUSED and count > 0:                 # the last tile's
+            add_dq(dqa, sem, fsm, DQ0, bh, prev_q0, n_q, col0, prev_turn, prev_si, tid)
 
         if PAD:                                 # a padded key: dk = dv = 0, written
             unpad(dv_acc, pad_lo, pad_hi)

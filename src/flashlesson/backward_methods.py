@@ -108,7 +108,8 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
         (§31: P = exp(S − LSE) and dP/dS stored in global memory, GEMM launches) or
         "flash_tc" (§37: the flash backward on tensor cores; float32 inputs run 3xTF32 there,
         no dropout) or "flash_wgmma" (the same on Hopper's wgmma: fp16/bf16, d = 64 or 128,
-        no dropout; opt-in — fp16/bf16 inputs run "flash_tc" unless asked).
+        no dropout; the default for fp16/bf16 without a causal mask on Hopper, where it
+        measured ahead — else fp16/bf16 inputs run "flash_tc" unless asked).
     config: a ``BwdConfig`` for method "flash", a ``TcBwdConfig`` for "flash_tc", a
         ``WgmmaBwdConfig`` for "flash_wgmma"; default per head dim.
     tier: "fast" (the tuned kernels, the default) or "lesson" (method "flash" only: the three
@@ -156,7 +157,9 @@ def _backward_call(do, q, k, v, o, lse, causal, scale, key_padding_mask, dropout
     if tier == "lesson" and tc_methods.low_precision(q):
         raise TypeError("q: the lesson tier's backward takes float32 inputs; fp16/bf16 run on "
                         "tier 'fast' (the tensor-core backward)")
-    if method == "flash_wgmma":         # §30 on Hopper's wgmma (fp16/bf16, d = 64, 128)
+    if method == "flash_wgmma" or (method == "flash" and config is None and tier == "fast" and
+                                   tc_methods.wgmma_bwd_is_default(q, causal, dropout_p)):
+        # §30 on Hopper's wgmma (fp16/bf16, d = 64, 128; the default where it measured ahead)
         checks.integer(seed, "seed", 0, 2**64)
         if config is not None and not isinstance(config, tc_methods.WgmmaBwdConfig):
             raise TypeError("config: method 'flash_wgmma' takes a WgmmaBwdConfig, not a "

@@ -430,6 +430,21 @@ def wgmma_is_default(q, k, causal, dropout_p):
     return compute_capability() == (9, 0)
 
 
+def wgmma_bwd_is_default(q, causal, dropout_p):
+    """Whether ``attention_backward`` with the default method runs "flash_wgmma" rather than
+    "flash_tc": fp16/bf16 inputs on a Hopper GPU (not the simulator), d = 64 or 128, no
+    dropout, no causal mask — there it measured ahead, kernel-only on the H200 (2026-12-01,
+    docs/logs/gpu_wgmma_bwd_h200.log: 1.03–1.14× flash_tc at B4 H16 N1024 d64, B2 H16 N4096
+    d64, B1 H16 N8192 d128, two runs); causal it measured behind (0.81–0.99×)."""
+    if device.SIMULATOR or dropout_p or causal is not False or not low_precision(q):
+        return False
+    try:
+        d = int(q.shape[-1])
+    except (AttributeError, IndexError, TypeError):
+        return False                            # (the full path names what is wrong)
+    return d in WGMMA_HEAD_DIMS and compute_capability() == (9, 0)
+
+
 def attention_wgmma(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropout_p=0.0,
                     return_lse=False, config=None):
     """``attention(..., method="flash_wgmma")``: fp16 or bf16 (BFloat16, torch bfloat16) q, k, v
