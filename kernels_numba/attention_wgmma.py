@@ -50,11 +50,6 @@ TFLOP/s recorded then.
 |      | (``WgmmaConfig()``), and the default method  | 317 TFLOP/s, 57.67× lesson   | config=WgmmaConfig(Bc=128,     |
 |      | for fp16/bf16 on Hopper at d = 128 (1.10×    |                              | CWG=2, STAGES=3,               |
 |      | SDPA flash causal, 0.88× not)                |                              | PRODUCER=True, OVERLAP=False)  |
-| 6    | FA3's intra-warpgroup pipelining (OVERLAP):  | not measured yet             | method='flash_wgmma',          |
-|      | tile j's S = Q Kᵀ and tile j − 1's P·V       |                              | config=WgmmaConfig(Bc=128,     |
-|      | issued together, the softmax of S_j on the   |                              | CWG=2, STAGES=3,               |
-|      | CUDA cores while P·V runs on the tensor      |                              | PRODUCER=True, OVERLAP=True)   |
-|      | cores (step 5's config otherwise)            |                              |                                |
 
 The loop (per consumer warpgroup of 64 query rows; CWG = 1 or 2 of them, Br = 64·CWG)::
 
@@ -93,6 +88,13 @@ same basic block, ptxas hoisted it above the softmax (WARPGROUP.DEPBAR.LE gsb0, 
 MUFU.EX2s in the SASS) and nothing overlapped. A stage is held one tile longer than without
 OVERLAP (until tile j + 1's loop top), so with STAGES = 2 the copy of tile j starts only when
 tile j's wait does: use 3.
+
+Measured (H200, 2026-12-01, kernel-only, docs/logs/gpu_wgmma_overlap_h200.log; correct: its
+GPU tests pass): slower than the default, so opt-in and not a ladder step — 0.87× and 0.90×
+the default at B2 H16 N4096 d64 (non-causal, causal), 0.96× and 0.96× at B1 H16 N8192 d128,
+with STAGES = 3 (STAGES = 2: 0.58–0.64×; Bc = 64: 0.74–0.87×). With two consumer
+warpgroups an SM already runs one warpgroup's softmax while the other's products run; OVERLAP
+adds its own waits and the deferred rescale, and holds each stage one tile longer.
 
 Who holds what. A thread of consumer warpgroup c (warp w of it, lane 4g + t) owns rows
 q0 + 64c + 16w + g and + 8, columns 8j + 2t, + 1 of S (Bc/2 floats) and of acc (D/2 floats).

@@ -14,6 +14,11 @@ Menu
 | ``wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES,         | one block per 64·CWG queries, K/V tiles   |
 |   CAUSAL, PAD, BF16)``                            | of Bk streamed: S = Q Kᵀ, dP = dO Vᵀ      |
 |                                                   | (SS), dQ += dS K (RS, B N-major)          |
+| ``wgmma_bwd_dkdv_kernel(…, FUSED=True)``,         | no dQ kernel: the dK/dV kernel also puts  |
+|   ``tc_bwd_preprocess(BF16, CLEAR=True)``,        | dS in shared memory, dQ_i += dS K (SS, B  |
+|   ``dq_finish(BF16)``                             | = its K rows N-major) and adds that to a  |
+|                                                   | float32 dQ in key-block order (turns on a |
+|                                                   | semaphore a Q tile); opt-in, slower here  |
 
 Ladder (issue 13): from the lesson kernel to this file, step by step, at B1 H16 N8192 d128 float16
 unless a step says otherwise; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's); kernel-only
@@ -27,17 +32,41 @@ in the code) and keeps the TFLOP/s recorded then.
 |      | float32 inputs of the same shape (there is   |                              |                                |
 |      | no lesson tensor-core backward) (float32)    |                              |                                |
 | 1    | the mma.sync backward                        | not measured yet             | method='flash_tc'              |
-|      | (``attention_tc_backward.py``, the default   |                              |                                |
-|      | for fp16/bf16): where this file starts       |                              |                                |
+|      | (``attention_tc_backward.py``, the fp16/bf16 |                              |                                |
+|      | default with a causal mask or off Hopper):   |                              |                                |
+|      | where this file starts                       |                              |                                |
 | 2    | every product on wgmma (Sᵀ, dPᵀ / S, dP from | not measured yet             | method='flash_wgmma',          |
 |      | shared memory; dV, dK / dQ with Pᵀ, dSᵀ / dS |                              | config=WgmmaBwdConfig(Bq=64,   |
-|      | in registers and B N-major), 2 consumer      |                              | Bk=64, CWG=2, STAGES=1)        |
-|      | warpgroups, tiles of 64 through one stage on |                              |                                |
+|      | in registers and B N-major), 2 consumer      |                              | Bk=64, CWG=2, STAGES=1,        |
+|      | warpgroups, tiles of 64 through one stage on |                              | FUSED=False)                   |
 |      | mbarriers: load, wait, compute (STAGES = 1)  |                              |                                |
 | 3    | two stages: the next tile's cp.async copies  | not measured yet             | method='flash_wgmma',          |
 |      | in flight during this tile's wgmmas; the     |                              | config=WgmmaBwdConfig(Bq=64,   |
-|      | method's default (``WgmmaBwdConfig()``),     |                              | Bk=64, CWG=2, STAGES=2)        |
-|      | opt-in                                       |                              |                                |
+|      | method's default (``WgmmaBwdConfig()``), and |                              | Bk=64, CWG=2, STAGES=2,        |
+|      | the default method for fp16/bf16 without a   |                              | FUSED=False)                   |
+|      | causal mask on Hopper (1.03–1.14× flash_tc)  |                              |                                |
+
+FUSED (``WgmmaBwdConfig(FUSED=True)``): the two kernels compute S and dP twice — seven
+products a tile pair where FlashAttention-2 and -3 do five, adding dQ from the dK/dV kernel
+with atomics in whatever order the blocks arrive (not deterministic). FUSED does the five and
+stays deterministic: after dV, dK are issued, each warpgroup stores its dSᵀ fragments as dS
+(queries as rows, K-major: ``dq_turns``' put_ds), a syncthreads publishes the whole 64 × Bk
+tile, and warpgroup c computes columns c·D/CWG … of dQ_i = dS K (m64n{D/CWG}k16 × Bk/16, SS,
+B = the block's K rows read N-major); then it waits for its turn on sem[Q tile] (hopper.
+sem_wait_geq: key blocks in order, CWG turns each), adds its part to a float32 dQ with
+atomic adds, and gives the turn on (sem_release_add). The preprocess zeroes the accumulator
+and the turns; ``dq_finish`` writes dq = scale · accumulator in the inputs' format.
+Measured (H200, 2026-12-01, kernel-only, docs/logs/gpu_wgmma_bwd_h200.log): 0.52–0.61×
+SDPA flash, 0.73–0.89× the two-kernel default — slower. Every tile now waits for a turn
+(an acquire load and a release at GPU scope, about two L2 round trips), both warpgroups meet
+at a syncthreads, and the dQ product runs alone after dV, dK; the two kernels overlap one
+warpgroup's softmax with the other's products instead. Two changes measured worse still and
+were taken out: rotating each key block's Q-tile order so that turns come in arrival order
+(non-causal 1 % slower, causal 5–25 %: the causal grid had to go lightest-first), and adding
+each tile's part at the next tile, under its first products (another 3–12 %). FlashAttention-3
+hides the turn behind a separate warp that writes dQ with a bulk reduce-add from shared
+memory — the next step here. Turns wait only for key blocks launched earlier (blocks start in
+launch order), so they cannot deadlock.
 
 The dK/dV kernel (keys as rows, as flash_tc's: Pᵀ and dSᵀ leave their wgmmas in the
 accumulator layout, which is the A-fragment layout of the next product, so they never touch
@@ -84,6 +113,8 @@ columns stored the other way round). No transposed copy, no second tile.
 Shared memory (dynamic, ``wgmma_bwd_smem_bytes``), in words (uint32 pairs of halves)::
 
     dK/dV: K rows (64·CWG × D, K-major) | V rows | stage 0: Qi | dOi | LSE_i | D_i | stage 1 …
+           FUSED: then dS tiles 0, 1 (Bq × 64·CWG halves, K-major by queries; tile i uses i % 2,
+           so that one warpgroup's stores of tile i + 1 never meet the other's reads of tile i)
     dQ:    Q rows (64·CWG × D, K-major) | dO rows | stage 0: Kj | Vj | stage 1 …
     bars   FULL[s] (count: every thread copies), EMPTY[s] (count: every thread)
 
@@ -108,14 +139,14 @@ dS = 0 where it masks a score. The documented exception is flash_tc's: on a caus
 tile, a key hidden from some rows but seen by others is in the tile, and 0·NaN = NaN in dS·K.
 
 Limits: fp16/bf16, d = D = 64 or 128 exactly (other d: method 'flash_tc'); Bq, Bk = 64 or 128
-(not Bq = 128 at d = 128: below); CWG = 1 or 2; sm_90a (wgmma, mbarrier). No producer
+(not Bq = 128 at d = 128: below; FUSED: Bq = 64); CWG = 1 or 2; sm_90a (wgmma, mbarrier). No producer
 warpgroup (every thread copies), no swizzle, one wgmma group waited for at once (the CUDA-core
 work of a tile does not overlap its products), no dropout, no varlen. The simulator runs it at
 tiny shapes (one to four blocks; the products computed at once, not asynchronously).
 
-Registers (2026-12-01, CUDA 13.5's NVVM and ptxas, sm_90a, no GPU run yet): the dK/dV kernel
+Registers (2026-12-01, CUDA 13.5's NVVM and ptxas, sm_90a; the H200's driver agrees): the dK/dV kernel
 holds Sᵀ, dPᵀ (Bq/2 floats each) and dK, dV (D/2 each) a thread — 192 at d = 128, Bq = 64: 255
-registers with 8–56 bytes of spills (the default); 202–225, none, at d = 64, Bq = 64; 255 with
+registers with 8–56 bytes of spills (the default; FUSED: 88 bytes); 202–225, none, at d = 64, Bq = 64; 255 with
 48–112 bytes at d = 64, Bq = 128; Bq = 128 at d = 128 (256 floats) spills 200–900 bytes and
 ptxas serializes the wgmmas (C7512), so ``WgmmaBwdConfig`` refuses it. The dQ kernel: 168–194
 registers at d = 128, Bk = 64, 246–255 at Bk = 128, no spills.
@@ -139,7 +170,7 @@ from .hopper import SWIZZLE_NONE, WGMMA, WGMMA_RS_TB, WGMMA_TB, bar_sync, cp_asy
     mbar_try_wait_parity, sem_release_add, sem_wait_geq, shared_addr, wgmma_commit_group, \
     wgmma_desc, wgmma_fence, wgmma_fence_operand, wgmma_wait_group
 from .mma import pack_bf16, pack_f16
-from .vector import cp_async4, cp_async_wait_all, load4, store4
+from .vector import cp_async4, cp_async_wait_all
 
 
 def wgmma_bwd_smem_bytes(D, B, CWG, STAGES, KEYS, FUSED=False):
@@ -148,7 +179,7 @@ def wgmma_bwd_smem_bytes(D, B, CWG, STAGES, KEYS, FUSED=False):
     FUSED: two dS tiles (B queries × 64·CWG keys)."""
     own = 2 * 64 * CWG * D // 2
     stage = 2 * B * D // 2 + (2 * B if KEYS else 0)
-    ds = 2 * B * 64 * CWG // 2 + 64 * D if FUSED else 0    # (+ the kept dQ parts, floats)
+    ds = 2 * B * 64 * CWG // 2 if FUSED else 0
     return 4 * (own + STAGES * stage + ds)
 
 
@@ -169,7 +200,7 @@ def nmajor_desc(addr, R, ks):
 @lru_cache(maxsize=None)
 def dq_turns(D, Bq, CWG):
     """FUSED: the part of dQ_i = dS_i K that one consumer warpgroup computes and adds, in its
-    block's turn. Returns (put_ds, keep_dq, add_dq):
+    block's turn. Returns (put_ds, add_dq):
 
     put_ds(pa_ds, hsm, at, key, t): this thread's dSᵀ A fragments (attention_tc.
     pack_accumulators: word 4ks + j holds keys key + 8·(j & 1), queries 16ks + 8·(j >> 1) + 2t
@@ -177,19 +208,12 @@ def dq_turns(D, Bq, CWG):
     (query, key, Bq)): one 16-bit store a half. A warp's 32 stores of one register fall in 16
     different 4-byte words of 16 different banks, two lanes a word: conflict-free.
 
-    keep_dq(dq_part, fsm, at, tid): the thread's dQ part (64 × N accumulator, N = D/CWG: rows
-    16w + g, + 8, columns 8j + 2t, + 1) into shared memory until the next tile, 16 bytes at a
-    time, thread-interleaved (float at + 4·(T·j4 + tid) + e: a warp's stores are 512
-    consecutive bytes); only this thread reads them back.
-
-    add_dq(dqa, sem, fsm, at, bh, q0, n_q, col0, turn, si, tid): wait until sem[si] ≥ turn
-    (the first thread of the warpgroup spins, a named barrier passes the turn on), add the kept
-    part (rows q0 + …, columns col0 + …) to dqa[bh] (float32, one atomic add an element:
-    red.global.add), then, after a second named barrier, sem[si] += 1. Called at the next
-    tile, after its first wgmmas are issued, so that the wait and the adds run while the
-    tensor cores work."""
+    add_dq(dqa, sem, dq_part, bh, q0, n_q, col0, turn, si, tid): wait until sem[si] ≥ turn (the
+    first thread of the warpgroup spins, a named barrier passes the turn on), add the 64 × N
+    part (N = D/CWG; rows q0 + 16w + g, + 8; columns col0 + 8j + 2t, + 1) to dqa[bh] (float32,
+    one atomic add an element: red.global.add), then, after a second named barrier, sem[si]
+    += 1."""
     N = D // CWG
-    T = WARPGROUP * CWG
 
     @cuda.jit(device=True)
     def put_ds(pa_ds, hsm, at, key, t):
@@ -202,13 +226,7 @@ def dq_turns(D, Bq, CWG):
                 hsm[base + off + 8] = uint16(word >> 16)             # query 2t + 1
 
     @cuda.jit(device=True)
-    def keep_dq(dq_part, fsm, at, tid):
-        for j4 in range(N // 8):
-            store4(fsm, at + 4 * (T * j4 + tid), dq_part[4 * j4], dq_part[4 * j4 + 1],
-                   dq_part[4 * j4 + 2], dq_part[4 * j4 + 3])
-
-    @cuda.jit(device=True)
-    def add_dq(dqa, sem, fsm, at, bh, q0, n_q, col0, turn, si, tid):
+    def add_dq(dqa, sem, dq_part, bh, q0, n_q, col0, turn, si, tid):
         cw = tid // WARPGROUP
         lane = tid % 32
         row = q0 + 16 * ((tid % WARPGROUP) // 32) + lane // 4
@@ -217,15 +235,14 @@ def dq_turns(D, Bq, CWG):
             sem_wait_geq(sem, si, turn)         # (acquire: the earlier blocks' adds)
         bar_sync(1 + cw, WARPGROUP)             # wait: my warpgroup's turn (its first thread)
         for j in range(N // 8):
-            x = load4(fsm, at + 4 * (T * j + tid))
             for e in range(4):
                 r = row + 8 * (e // 2)
                 if r < n_q:
-                    cuda.atomic.add(dqa, (bh, r, col + 8 * j + e % 2), x[e])
+                    cuda.atomic.add(dqa, (bh, r, col + 8 * j + e % 2), dq_part[4 * j + e])
         bar_sync(1 + cw, WARPGROUP)             # wait: every add of my warpgroup issued
         if tid % WARPGROUP == 0:
             sem_release_add(sem, si, 1)         # (release: the next block's turn)
-    return put_ds, keep_dq, add_dq
+    return put_ds, add_dq
 
 
 @lru_cache(maxsize=None)
@@ -270,20 +287,18 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False):
     NQ = D // CWG // 2                      # FUSED: dQ part floats per thread (64 × D/CWG)
     DSW = Bq * Bk // 2                      # FUSED: words of a dS tile (Bq queries × Bk keys)
     DS0 = RING + STAGES * STAGE             # FUSED: dS tiles 0 and 1 (tile i uses i % 2)
-    DQ0 = DS0 + 2 * DSW                     # FUSED: the kept dQ parts (T·NQ floats)
     mma_dq = WGMMA_TB[(kind, D // CWG)]     # FUSED: dQ_i += dS K: SS, B N-major
-    put_ds, keep_dq, add_dq = dq_turns(D, Bq, CWG)
+    put_ds, add_dq = dq_turns(D, Bq, CWG)
 
     @cuda.jit(device=True)
-    def issue(q, do, lse, dvec, smem, fsm, bars, i, first, tid, bh, n_q, kpm, n_qt):
-        """Every thread: the i-th tile of my order (Q tile (first + i) % n_qt) — its Qi, dOi
-        rows and LSE_i, D_i (0 past Nq) into stage i % STAGES by cp.async, then its arrival on
-        FULL (noinc, once they have landed)."""
+    def issue(q, do, lse, dvec, smem, fsm, bars, i, first, tid, bh, n_q, kpm):
+        """Every thread: tile first + i's Qi, dOi rows and LSE_i, D_i (0 past Nq) into stage
+        i % STAGES by cp.async, then its arrival on FULL (noinc, once they have landed)."""
         s = i % STAGES
         if i >= STAGES:                             # wait: tile i − STAGES left this stage
             mbar_try_wait_parity(bars, STAGES + s, ((i // STAGES) - 1) & 1)
         at = RING + STAGE * s
-        q0 = ((first + i) % n_qt) * Bq
+        q0 = (first + i) * Bq
         tile_rows(q, smem, at, tid, bh, n_q, q0, kpm, 0)
         tile_rows(do, smem, at + TW, tid, bh, n_q, q0, kpm, 0)
         for r in range(tid, 2 * Bq, T):
@@ -297,16 +312,11 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False):
         cp_async_mbar_arrive(bars, s)               # FULL[s]: once my copies have landed
 
     @cuda.jit
-    def dkdv(q, k, v, do, lse, dvec, dk, dv, dqa, sem, rot, scale, n_q, n_k, heads, kpm):
+    def dkdv(q, k, v, do, lse, dvec, dk, dv, dqa, sem, scale, n_q, n_k, heads, kpm):
         """q, do [BH, Nq, D/2], k, v [BH, Nk, D/2]: uint32 words of two halves; lse, dvec
         [BH, Nq] float32; dk, dv [BH, Nk, D/2] words; kpm uint8 [B, Nk] (PAD); FUSED: dqa
-        [BH, Nq, D] float32 (zeros), sem [BH·⌈Nq/Bq⌉] int32 (zeros) — else placeholders —
-        and rot, the rotation of the Q tiles' order (non-causal; 0: none; the menu)."""
-        bh, k0, tid, g, t, key_lo = lane_rows(Bk, CAUSAL and not FUSED, True)  # my keys:
-        if FUSED and CAUSAL:                    # key_lo, + 8. (FUSED causal: grid (key blocks,
-            shift = (cuda.gridDim.x - 1 - 2 * cuda.blockIdx.x) * Bk    # BH), a head's last
-            k0 += shift                         # key block first: the menu's turns)
-            key_lo += shift
+        [BH, Nq, D] float32 (zeros), sem [BH·⌈Nq/Bq⌉] int32 (zeros) — else placeholders."""
+        bh, k0, tid, g, t, key_lo = lane_rows(Bk, CAUSAL, True)     # my keys: key_lo, + 8
         smem = cuda.shared.array(0, uint32)     # K | V | stage 0 | stage 1 … (menu)
         fsm = cuda.shared.array(0, float32)     # (the same memory as float32: LSE_i, D_i)
         hsm = cuda.shared.array(0, uint16)      # (… as halves: FUSED, the dS tiles)
@@ -343,22 +353,16 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False):
         first = first_q_tile(CAUSAL, k0, Bq, n_q, n_k)  # (causal: earlier Q tiles see none
         n_qt = (n_q + Bq - 1) // Bq                      #  of this block's keys)
         count = max(n_qt - first, 0)
-        jb, nblk = k0 // Bk, (n_k + Bk - 1) // Bk        # my key block, of nblk
-        if FUSED and not CAUSAL:
-            first = rot * jb                            # (rotated: Q tiles rot·jb, + 1 …)
         dq_part = cuda.local.array(NQ, float32)         # FUSED: dQ_i's columns c·N … of mine
-        col0 = cw * (D // CWG)
-        prev_q0 = prev_turn = prev_si = 0               # (the kept part's tile and turn)
         kq_addr = shared_addr(smem, cw * (D // CWG) * Bk // 2)  # (… K read N-major from there)
         for i in range(min(STAGES - 1, count)):         # tiles 0 … STAGES − 2 before the loop
-            issue(q, do, lse, dvec, smem, fsm, bars, i, first, tid, bh, n_q, kpm, n_qt)
+            issue(q, do, lse, dvec, smem, fsm, bars, i, first, tid, bh, n_q, kpm)
         for i in range(count):
             if i + STAGES - 1 < count:
                 issue(q, do, lse, dvec, smem, fsm, bars, i + STAGES - 1, first, tid, bh, n_q,
-                      kpm, n_qt)
+                      kpm)
             s = i % STAGES
-            qt = (first + i) % n_qt             # my i-th Q tile
-            q0 = qt * Bq
+            q0 = (first + i) * Bq
             at = RING + STAGE * s
             mbar_try_wait_parity(bars, s, (i // STAGES) & 1)    # wait: tile i has landed
             fence_proxy_async()                 # the copies (generic proxy) before wgmma
@@ -374,9 +378,7 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False):
             for ks in range(KC):
                 mma_t(dpt, kmajor_desc(v_addr, Bk, ks), kmajor_desc(do_addr, Bq, ks), ks > 0)
             wgmma_commit_group()
-            if FUSED and i > 0:                 # the last tile's dQ part, in its turn, while
-                add_dq(dqa, sem, fsm, DQ0, bh, prev_q0, n_q, col0, prev_turn, prev_si, tid)
-            wgmma_wait_group(0)                 # wait: Sᵀ, dPᵀ are in st, dpt  (… these run)
+            wgmma_wait_group(0)                 # wait: Sᵀ, dPᵀ are in st, dpt
             wgmma_fence_operand(st, SH)
             wgmma_fence_operand(dpt, SH)
 
@@ -417,19 +419,10 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False):
             wgmma_fence_operand(dv_acc, OH)
             wgmma_fence_operand(dk_acc, OH)
             mbar_arrive(bars, STAGES + s)       # EMPTY[s]: the stage may be refilled
-            if FUSED:                           # my columns of dQ_i: kept, added in my turn
-                wgmma_fence_operand(dq_part, NQ)  # at the next tile (menu)
-                keep_dq(dq_part, fsm, DQ0, tid)
-                if CAUSAL:                      # after the key blocks right of mine
-                    rank = min((q0 + Bq - 1 + offset) // Bk, nblk - 1) - jb
-                elif rot > 0:                   # after those that reached Q tile qt before me
-                    rank = (min(qt // rot, nblk - 1) - jb + nblk) % nblk
-                else:                           # after those left of mine
-                    rank = jb
-                prev_q0, prev_turn, prev_si = q0, CWG * rank, bh * n_qt + qt
-
-        if FUSED and count > 0:                 # the last tile's
-            add_dq(dqa, sem, fsm, DQ0, bh, prev_q0, n_q, col0, prev_turn, prev_si, tid)
+            if FUSED:                           # my columns of dQ_i, after the key blocks
+                wgmma_fence_operand(dq_part, NQ)  # left of mine (key block k0 // Bk)
+                add_dq(dqa, sem, dq_part, bh, q0, n_q, cw * (D // CWG), CWG * (k0 // Bk),
+                       bh * n_qt + first + i, tid)
 
         if PAD:                                 # a padded key: dk = dv = 0, written
             unpad(dv_acc, pad_lo, pad_hi)

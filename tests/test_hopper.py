@@ -392,12 +392,12 @@ PTX_SCRIPT = textwrap.dedent("""
                                                       arr(types.uint8, 2))),
         "wgmma_bwd_dkdv": (KWB.wgmma_bwd_dkdv_kernel(128, 64, 2, 2, True, True, True).py_func,
                            (arr(u32, 3),) * 4 + (arr(f32, 2),) * 2 + (arr(u32, 3),) * 2
-                           + (arr(f32, 3), arr(types.int32, 1), i64)
+                           + (arr(f32, 3), arr(types.int32, 1))
                            + (f32, i64, i64, i64, arr(types.uint8, 2))),
         "wgmma_bwd_fused": (KWB.wgmma_bwd_dkdv_kernel(128, 64, 2, 2, True, True, False,
                                                       True).py_func,
                             (arr(u32, 3),) * 4 + (arr(f32, 2),) * 2 + (arr(u32, 3),) * 2
-                            + (arr(f32, 3), arr(types.int32, 1), i64)
+                            + (arr(f32, 3), arr(types.int32, 1))
                             + (f32, i64, i64, i64, arr(types.uint8, 2))),
         "wgmma_bwd_dq": (KWB.wgmma_bwd_dq_kernel(128, 64, 2, 2, True, True, True).py_func,
                          (arr(u32, 3),) * 4 + (arr(f32, 2),) * 2 + (arr(u32, 3),)

@@ -41,8 +41,7 @@ from kernels_numba.lesson import tensor_core as LT
 from . import checks, device
 from .arrays import Operand, empty, is_device_array, result, using
 from .configs import MAX_HEAD_DIM
-from .launch import compute_capability, dummy, launch, max_shared_bytes, sm_count, \
-    stride_grid
+from .launch import compute_capability, dummy, launch, max_shared_bytes, stride_grid
 
 
 @dataclass(frozen=True)
@@ -756,16 +755,10 @@ def _backward_wgmma(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, 
     rows_a_block = 64 * cfg.CWG
     if cfg.FUSED:                       # dQ in the dK/dV kernel: a float32 accumulator, turns
         dqa = empty((bh, nq, d), np.float32)
-        n_qt, nblk = -(-nq // cfg.Bq), -(-nk // rows_a_block)
-        sem = empty((bh * n_qt,), np.int32)
-        # Rotated Q-tile orders (non-causal): a block waits for blocks launched after it,
-        # so a head's key blocks must all fit on the GPU at once (one a multiprocessor here);
-        # the simulator runs blocks one at a time (there: none)
-        rot = (n_qt // nblk if not causal and not device.SIMULATOR and nblk <= sm_count()
-               else 0)
-        acc = (dqa, sem, rot)
+        sem = empty((bh * -(-nq // cfg.Bq),), np.int32)
+        acc = (dqa, sem)
     else:
-        acc = (dummy("acc"), dummy("turns"), 0)
+        acc = (dummy("acc"), dummy("turns"))
     launches = [(KWB.wgmma_bwd_dkdv_kernel(d, cfg.Bq, cfg.CWG, cfg.STAGES, *flags, cfg.FUSED),
                  -(-nk // rows_a_block), (dk, dv, *acc),
                  KWB.wgmma_bwd_smem_bytes(d, cfg.Bq, cfg.CWG, cfg.STAGES, True, cfg.FUSED))]
@@ -773,7 +766,7 @@ def _backward_wgmma(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, 
         launches.append((KWB.wgmma_bwd_dq_kernel(d, cfg.Bk, cfg.CWG, cfg.STAGES, *flags),
                          -(-nq // rows_a_block), (dq,),
                          KWB.wgmma_bwd_smem_bytes(d, cfg.Bk, cfg.CWG, cfg.STAGES, False)))
-    grid_of = (lambda blocks: (bh, blocks) if causal and not cfg.FUSED else (blocks, bh))
+    grid_of = (lambda blocks: (bh, blocks) if causal else (blocks, bh))
     for _, blocks, _, _ in launches:    # every grid checked before any launch
         checks.grid(grid_of(blocks),
                     f"q, k: {nq} queries, {nk} keys in row blocks of {rows_a_block}"
