@@ -35,6 +35,10 @@ What is modelled, per simulated block (state kept on the simulator's BlockManage
   _tb forms read B N-major through the descriptor; the protocol is checked per thread:
   a ``wgmma_fence()`` must come before the first mma and again after every ``wait_group``.
 
+- **A semaphore in global memory** (``sem_wait_geq``, ``sem_release_add``): the simulator runs
+  a grid's blocks one after another, each to its end, so a turn an earlier block gave is
+  there already and one that is not can never come — an error at the wait, not a spin.
+
 Errors, never hangs. A thread that waits (mbarrier, named barrier, warpgroup rendezvous)
 re-checks the block every ``POLL_S`` s (doubling up to ``MAX_POLL_S``). When no thread of the
 block can move any more — each has exited, or waits here for something not yet there, or in
