@@ -15,6 +15,11 @@ Menu
 | ``… STAGES=2, PRODUCER=True``                   | §43: one more warpgroup that only copies    |
 |                                                 | (setmaxnreg.dec 56), consumers compute only |
 |                                                 | (setmaxnreg.inc 224 / 240 for CWG 2 / 1)    |
+| ``… CWG=3, PRODUCER=True``                      | FA3's block at d = 64: Br = 192 rows, 3     |
+|                                                 | consumer warpgroups and the producer, 512   |
+|                                                 | threads (max_registers 128; setmaxnreg.dec  |
+|                                                 | 32, inc 160); no producer: 384 threads,     |
+|                                                 | max_registers 168                           |
 | ``… STAGES=3, PRODUCER=True, OVERLAP=True``     | FA3's intra-warpgroup pipelining (its       |
 |                                                 | Algorithm 2): tile j's S = Q Kᵀ and tile    |
 |                                                 | j − 1's P·V issued together, the softmax of |
@@ -51,7 +56,7 @@ TFLOP/s recorded then.
 |      | for fp16/bf16 on Hopper at d = 128 (1.10×    |                              | CWG=2, STAGES=3,               |
 |      | SDPA flash causal, 0.88× not)                |                              | PRODUCER=True, OVERLAP=False)  |
 
-The loop (per consumer warpgroup of 64 query rows; CWG = 1 or 2 of them, Br = 64·CWG)::
+The loop (per consumer warpgroup of 64 query rows; CWG = 1, 2 or 3 of them, Br = 64·CWG)::
 
     wait FULL[s]                     ← K_j, V_j have landed (mbarrier phase j // STAGES)
     S = Qi Kjᵀ                       ← wgmma m64n{Bc}k16, D/16 steps, A = Q, B = K tiles (SS)
@@ -128,7 +133,11 @@ keys zeros on chip, a row with no key: O = 0, LSE = −inf).
 
 Limits: fp16/bf16, d = D = 64 or 128 exactly (other d: method 'flash_tc'); Bc = 64 or 128;
 sm_90a (wgmma, setmaxnreg, mbarrier); every consumer warpgroup runs every tile of the block
-(wgmma is warpgroup-collective); OVERLAP needs STAGES ≥ 2. Not tuned: no swizzle (the tensor
+(wgmma is warpgroup-collective); OVERLAP needs STAGES ≥ 2. CWG = 3 (ptxas 13.5, SASS read
+with nvdisasm): a consumer uses 153 of its 160 registers at d = 64, Bc = 128 (157 with
+OVERLAP), 106 at Bc = 64, 141 at d = 128, Bc = 64, no spills; d = 128 with Bc = 128 is
+refused (about 190 needed); with a key padding mask at d = 64, Bc = 128 the consumers spill
+40 to 90 bytes (the mask's kpm reads; Bc = 64 does not). Not tuned: no swizzle (the tensor
 core reads core matrices of 128 contiguous bytes, conflict-free; a warp's cp.async writes are 4
 runs of 128 bytes: ``piece_of``); no ping-pong between the consumer warpgroups (FA3's named
 barriers that make one warpgroup's GEMMs overlap the other's softmax); without OVERLAP one
@@ -142,7 +151,7 @@ stage released too early shows on the GPU only.
 How to run: ``attention(q16, k16, v16, method="flash_wgmma", config=WgmmaConfig(...))``
 (``WgmmaConfig(OVERLAP=True)``: the pipelined loop), ``pytest tests/test_attention_tc.py -k
 wgmma``, on the H200 ``bash scripts/gpu_wgmma.sh`` (``OVERLAP=1``: the OVERLAP configs timed
-beside the default).
+beside the default; ``CWG3=1``: the CWG = 3 configs at d = 64).
 """
 
 import math
@@ -163,17 +172,31 @@ from .sim import gpu_options
 from .vector import cp_async16, cp_async_wait_all
 
 WARPGROUP = 128
-PRODUCER_REGS = 56          # setmaxnreg.dec of the producer warpgroup: ptxas allocates the code
-                            # after it within this (40: 40 bytes of spills at d = 128, 56: none)
-REG_CAP = 168               # max_registers of a PRODUCER kernel: ≤ 65536 / 384 threads, so the
-                            # block fits before setmaxnreg moves registers between warpgroups
+SM_REGS = 65536             # registers of an SM: what one block's threads share at most
 BUILT = {}                  # (factory, *arguments) → kernel, for resource reports
+
+
+def producer_regs(CWG):
+    """setmaxnreg.dec of the producer warpgroup: ptxas allocates the code after it within this
+    (d = 128, CWG = 2: 40 gave 40 bytes of spills, 56 none). CWG = 3: 32, FA3's figure, so
+    that the consumers can have 160 (the copy loop fits in it: copy_tile; 0 bytes of spills
+    at d = 64 and 128, ptxas 13.5)."""
+    return 32 if CWG == 3 else 56
+
+
+def reg_cap(WGS):
+    """max_registers of a block of WGS warpgroups (the producer's included): the whole block
+    must be resident before setmaxnreg moves registers between its warpgroups (128·WGS·cap ≤
+    65536), a multiple of 8; 2 warpgroups keep 3's cap. 168 for 2 or 3 warpgroups, 128 for 4
+    (CWG = 3 and a producer)."""
+    return SM_REGS // (WARPGROUP * max(WGS, 3)) // 8 * 8
 
 
 def consumer_regs(CWG):
     """setmaxnreg.inc of each consumer warpgroup: what the producer gave up, shared out
-    (128·(56 + CWG·n) ≤ 65536), a multiple of 8, at most 240."""
-    return min(240, (65536 // WARPGROUP - PRODUCER_REGS) // CWG // 8 * 8)
+    (128·(producer + CWG·n) ≤ 65536), a multiple of 8, at most 240: 240, 224, 160 for
+    CWG = 1, 2, 3."""
+    return min(240, (SM_REGS // WARPGROUP - producer_regs(CWG)) // CWG // 8 * 8)
 
 
 def wgmma_smem_bytes(D, Bc, CWG, STAGES):
@@ -221,7 +244,7 @@ def kmajor_rows(D, R, NL, PAD=False):
 @lru_cache(maxsize=None)
 def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=False):
     """fp16 (BF16=False) or bf16 FlashAttention forward on wgmma; see the module menu."""
-    assert D in (64, 128) and Bc in (64, 128) and CWG in (1, 2) and STAGES >= 1
+    assert D in (64, 128) and Bc in (64, 128) and CWG in (1, 2, 3) and STAGES >= 1
     assert STAGES >= 2 or not OVERLAP       # (OVERLAP holds tile j − 1's stage while j lands)
     kind = "bf16" if BF16 else "f16"
     mma_s = WGMMA[(kind, Bc)]               # S = Q Kᵀ: 64 × Bc, A and B from shared memory
@@ -233,6 +256,9 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
     NBARS = 2 * STAGES                                  # FULL[s], then EMPTY[s]
     DW = D // 2                             # words (half pairs) of a row in global memory
     PIECES = D // 8                         # 16-byte pieces of a row
+    STEP = NL // PIECES                     # rows between a copier's pieces of a K/V tile …
+    COPIES = -(-Bc // STEP)                 # … and how many it copies, at most
+    assert NL % (8 * PIECES) == 0           # (copy_tile: a copier's pieces share their c)
     QW = Br * DW                            # words of the Q tile; stage s follows at …
     KVW = Bc * DW                           # … QW + 2·KVW·s: K tile, then V tile
     SH, OH = Bc // 2, D // 2                # accumulator floats per thread: S, acc
@@ -245,7 +271,7 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
     to_a = pack_accumulators(KC2, 1, NBS, BF16)
     clear_acc = zeros(OH)
     _, _, _, put_word = head_io(D, D)
-    GROW = consumer_regs(CWG)
+    SHRINK, GROW = producer_regs(CWG), consumer_regs(CWG)   # setmaxnreg (PRODUCER)
     ML = 6 if OVERLAP else 4                # m, l (, OVERLAP: the deferred correction) of 2 rows
     AHEAD = STAGES if OVERLAP else STAGES - 1   # no PRODUCER: tiles copied before the loop
 
@@ -281,19 +307,26 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
     @cuda.jit(device=True)
     def copy_tile(k, v, smem, bars, i, lt, bh, n_k, kpm, b_idx):
         """Thread lt of the NL copiers: K and V rows of tile i into stage i % STAGES, by
-        cp.async (zeros past Nk / for padded keys), then its arrival on FULL (noinc)."""
+        cp.async (zeros past Nk / for padded keys), then its arrival on FULL (noinc). Its
+        pieces are piece_of(lt + NL·n): the same c, rows STEP apart (NL a multiple of
+        8·PIECES), so every offset is its first one plus a constant; the source row is clamped
+        rather than the index zeroed. Both keep the producer in 32 registers at CWG = 3 (ptxas
+        13.5): with piece_of per copy, or ``src if ok else 0``, LLVM hoisted one 64-bit offset
+        per piece out of the tile loop (4 to 120 bytes of spills)."""
         s = i % STAGES
         if i >= STAGES:                             # wait: tile i − STAGES left this stage
             mbar_try_wait_parity(bars, STAGES + s, ((i // STAGES) - 1) & 1)
-        k_at = QW + 2 * KVW * s
-        v_at = k_at + KVW
-        for p in range(lt, Bc * PIECES, NL):
-            r, c = piece_of(p)                      # key row of the tile, piece c of it
-            key = i * Bc + r
-            ok = key < n_k and (not PAD or kpm[b_idx, key] != 0)
-            src = (bh * n_k + key) * DW + 4 * c if ok else 0
-            cp_async16(smem, k_at + 4 * (c * Bc + r), k, src, ok)       # kmajor_index / 2
-            cp_async16(smem, v_at + (r // 8) * (4 * D) + 32 * c + 4 * (r % 8), v, src, ok)
+        r0, c = piece_of(lt)                        # my first piece: row r0, piece c; my
+        k_at = QW + 2 * KVW * s + 4 * (c * Bc + r0)             # others: STEP rows on, same c
+        v_at = QW + 2 * KVW * s + KVW + (r0 // 8) * (4 * D) + 32 * c + 4 * (r0 % 8)
+        for n in range(COPIES):                     # (unrolled: the offsets are constants)
+            r = r0 + STEP * n
+            if Bc % STEP == 0 or r < Bc:            # (compile-time True unless CWG = 3 and
+                key = i * Bc + r                    # no producer: 48 or 24 rows a step)
+                ok = key < n_k and (not PAD or kpm[b_idx, key] != 0)
+                src = (bh * n_k + min(key, n_k - 1)) * DW + 4 * c   # (in bounds; read if ok)
+                cp_async16(smem, k_at + 4 * STEP * n, k, src, ok)   # kmajor_index(r, 8c, Bc)/2
+                cp_async16(smem, v_at + DW * STEP * n, v, src, ok)  # mnmajor_index(r, 8c, D)/2
         cp_async_mbar_arrive(bars, s)               # FULL[s]: once my copies have landed
 
     @cuda.jit(device=True)
@@ -304,7 +337,8 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
         if not PRODUCER and i + STAGES < n_tiles:
             copy_tile(k, v, smem, bars, i + STAGES, ct, bh, n_k, kpm, b_idx)
 
-    @cuda.jit(**gpu_options(max_registers=REG_CAP) if PRODUCER else {})
+    @cuda.jit(**gpu_options(max_registers=reg_cap(T // WARPGROUP))
+              if PRODUCER or CWG == 3 else {})      # (1 or 2 warpgroups alone: no cap)
     def flash_wgmma(q, k, v, o, lse, scale, n_q, n_k, heads, kpm):
         """q [BH, Nq, D/2], k, v [BH, Nk, D/2], o [BH, Nq, D/2]: uint32 words of two halves;
         lse [BH, Nq] float32; kpm uint8 [B, Nk] (PAD)."""
@@ -332,7 +366,7 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
         cuda.syncthreads()                          # wait: Q in shared memory, barriers ready
 
         if PRODUCER and tid < WARPGROUP:            # (compile-time PRODUCER) §43: the copier
-            setmaxnreg_dec(PRODUCER_REGS)
+            setmaxnreg_dec(SHRINK)
             for i in range(n_tiles):
                 copy_tile(k, v, smem, bars, i, tid, bh, n_k, kpm, b_idx)
             cp_async_wait_all()                     # (no copy in flight when the thread exits)

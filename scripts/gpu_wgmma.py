@@ -3,6 +3,7 @@ kernel-only, checked against torch in the same run (H200; ``scripts/gpu_wgmma.sh
 
     python3 scripts/gpu_wgmma.py --json OUT.json
     python3 scripts/gpu_wgmma.py --overlap       # OVERLAP (FA3's pipelining) vs the default
+    python3 scripts/gpu_wgmma.py --cwg3          # CWG = 3 (Br = 192, d = 64) vs the default
 
 Per shape and causal mode: the inputs as fp16 torch tensors; each method is checked first (head
 (0, 0) against float64 SDPA on the same fp16 values: its max error beside torch flash's own),
@@ -11,8 +12,10 @@ kernel: the GPU's time, not Python's). TFLOP/s = ``reference.attention_flops`` /
 (4·B·H·N²·d, half when causal). ``--overlap`` times torch flash, the default config and the
 OVERLAP configs only (no flash_tc, no ladder steps), at the two larger shapes unless --shapes
 says otherwise, each method's kernels compiled first (at N = 256: compiling inside the budget
-of the first shape would skip shapes), with a "× default" column. A method that fails (an exception, NaN, or an error above 2×
-torch flash's + 1e-3) is reported and not timed. The table comes last.
+of the first shape would skip shapes), with a "× default" column; ``--cwg3`` the same with the
+CWG = 3 configs (FA3's block of 192 query rows at d = 64), at the two d = 64 shapes. A method
+that fails (an exception, NaN, or an error above 2× torch flash's + 1e-3) is reported and not
+timed. The table comes last.
 """
 
 import argparse
@@ -55,7 +58,17 @@ OVERLAP = {
 }
 
 
-def methods(torch, sweep=False, overlap=False):
+# --cwg3: three consumer warpgroups of 64 rows (Br = 192; with the producer 512 threads, 160
+# registers a consumer) — FA3's block for d = 64 — beside the default (CWG = 2, Br = 128)
+CWG3 = {
+    "wgmma default": WgmmaConfig(),
+    "wgmma CWG3 ST3": WgmmaConfig(Bc=128, CWG=3, STAGES=3, PRODUCER=True),
+    "wgmma CWG3 ST2": WgmmaConfig(Bc=128, CWG=3, STAGES=2, PRODUCER=True),
+    "wgmma CWG3 Bc64 ST3": WgmmaConfig(Bc=64, CWG=3, STAGES=3, PRODUCER=True),
+}
+
+
+def methods(torch, sweep=False, only=None):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     sdpa = torch.nn.functional.scaled_dot_product_attention
 
@@ -69,8 +82,8 @@ def methods(torch, sweep=False, overlap=False):
         return run
 
     out = {"torch sdpa flash": torch_flash}
-    if overlap:
-        out.update({name: ours("flash_wgmma", cfg) for name, cfg in OVERLAP.items()})
+    if only is not None:                        # --overlap, --cwg3: these configs alone
+        out.update({name: ours("flash_wgmma", cfg) for name, cfg in only.items()})
         return out
     out["flash_tc"] = ours("flash_tc", None)
     out.update({name: ours("flash_wgmma", cfg) for name, cfg in WGMMA.items()})
@@ -108,16 +121,21 @@ def main():
     ap.add_argument("--sweep", action="store_true", help="also the configs of SWEEP")
     ap.add_argument("--overlap", action="store_true", help="torch flash, the default and the "
                     "OVERLAP configs only (default shapes: 1,2)")
+    ap.add_argument("--cwg3", action="store_true", help="torch flash, the default and the "
+                    "CWG = 3 configs only (default shapes: 0,1)")
     ap.add_argument("--shapes", default=None, help="indices into SHAPES, e.g. 0,1")
     args = ap.parse_args()
-    picks = args.shapes or ("1,2" if args.overlap else None)
+    if args.overlap and args.cwg3:
+        raise SystemExit("--overlap and --cwg3: one at a time")
+    only = OVERLAP if args.overlap else CWG3 if args.cwg3 else None
+    picks = args.shapes or ("1,2" if args.overlap else "0,1" if args.cwg3 else None)
     shapes = SHAPES if picks is None else [SHAPES[int(i)] for i in picks.split(",")]
     torch = cuda_torch()
     if torch is None or flashlesson.SIMULATOR:
         raise SystemExit("gpu_wgmma.py needs a CUDA GPU and torch")
     start = time.time()
-    fns = methods(torch, args.sweep, args.overlap)
-    if args.overlap:
+    fns = methods(torch, args.sweep, only)
+    if only is not None:
         warm(torch, fns, shapes)
     rows = []
     for (b, h, n, d) in shapes:
@@ -161,7 +179,7 @@ def main():
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
     print()
-    bases = ("torch sdpa flash", "wgmma default") if args.overlap else ("torch sdpa flash",)
+    bases = ("torch sdpa flash",) if only is None else ("torch sdpa flash", "wgmma default")
     print("\n".join(versus_table(rows, bases)))
     return 0 if all(r["ok"] for r in rows) else 1
 

@@ -353,6 +353,43 @@ def test_wgmma_overlap_matches_oracle(rng, fmt, causal, pad, producer, stages, s
         assert np.all(_as_float(o)[0] == 0) and np.all(np.isneginf(lse[0]))
 
 
+# CWG = 3: FA3's block at d = 64 (Br = 192; with the producer 512 threads, setmaxnreg 32 / 160).
+# Simulator: one block each (Nq ≤ 192): the third warpgroup's rows partly past Nq, causal with
+# Nq > Nk (rows that see no key: O = 0, LSE = −inf), PAD; without a producer the 384 copiers'
+# pieces are 48 rows apart, so some copy one piece of a tile fewer (copy_tile's guard). GPU:
+# N not a multiple of 192, several query tiles, causal and not, PAD, OVERLAP, d = 128 at Bc = 64.
+CWG3_CASES = by_device(       # (fmt, causal, PAD, Bc, STAGES, PRODUCER, OVERLAP, shape)
+    [("bf16", True, True, 64, 2, True, False, (1, 1, 130, 70, 64)),
+     ("f16", False, False, 64, 2, False, False, (1, 1, 37, 70, 64))],
+    [("f16", False, False, 128, 3, True, False, (2, 3, 500, 500, 64)),
+     ("bf16", True, False, 128, 2, True, False, (1, 2, 1031, 517, 64)),
+     ("f16", True, True, 64, 3, True, False, (2, 2, 300, 457, 64)),
+     ("f16", True, False, 128, 3, True, True, (1, 2, 700, 700, 64)),
+     ("bf16", False, False, 128, 2, False, False, (1, 2, 385, 200, 64)),
+     ("f16", True, False, 64, 3, True, False, (1, 2, 385, 300, 128))])
+
+
+@pytest.mark.parametrize("fmt, causal, pad, Bc, stages, producer, overlap, shape", CWG3_CASES,
+                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
+def test_wgmma_cwg3_matches_oracle(rng, fmt, causal, pad, Bc, stages, producer, overlap,
+                                   shape):
+    """Three consumer warpgroups (Br = 192) against the oracle, with a producer or not."""
+    B, H, nq, nk, d = shape
+    (q, k, v), (q64, k64, v64) = _inputs(rng, *shape, fmt)
+    kpm = None
+    if pad:
+        kpm = rng.random((B, nk)) > 0.3
+        if B > 1:
+            kpm[0] = False                      # a batch row with no valid key: O = 0, −inf
+    cfg = WgmmaConfig(Bc=Bc, CWG=3, STAGES=stages, PRODUCER=producer, OVERLAP=overlap)
+    o, lse = attention(q, k, v, causal=causal, key_padding_mask=kpm, return_lse=True,
+                       method="flash_wgmma", config=cfg)
+    o_ref, lse_ref, tol = _ref(fmt, q64, k64, v64, causal=causal, key_padding_mask=kpm)
+    _check(o, lse, o_ref, lse_ref, tol, fmt)
+    if pad and B > 1:
+        assert np.all(_as_float(o)[0] == 0) and np.all(np.isneginf(lse[0]))
+
+
 def test_wgmma_refusals():
     """Head dims other than 64 and 128, float32, dropout, a TcConfig: refused, naming the
     argument and where to go instead."""
@@ -373,6 +410,11 @@ def test_wgmma_refusals():
         attention(q, q, q, method="flash_wgmma", config=WgmmaConfig(Bc=32))
     with pytest.raises(ValueError, match="OVERLAP needs STAGES ≥ 2"):
         attention(q, q, q, method="flash_wgmma", config=WgmmaConfig(STAGES=1, OVERLAP=True))
+    with pytest.raises(ValueError, match="CWG must be 1, 2 or 3"):
+        attention(q, q, q, method="flash_wgmma", config=WgmmaConfig(CWG=4))
+    q = np.zeros((1, 1, 8, 128), np.float16)
+    with pytest.raises(ValueError, match="CWG = 3 at d = 128 needs Bc = 64"):
+        attention(q, q, q, method="flash_wgmma", config=WgmmaConfig(CWG=3))
 
 
 def test_default_method_for_fp16_follows_the_measured_rule(rng):

@@ -390,6 +390,10 @@ PTX_SCRIPT = textwrap.dedent("""
                                                       OVERLAP=True).py_func,
                                 (arr(u32, 3),) * 4 + (arr(f32, 2), f32, i64, i64, i64,
                                                       arr(types.uint8, 2))),
+        "flash_wgmma_cwg3": (KW.flash_wgmma_kernel(64, 128, 3, 3, True, True, False,
+                                                   True).py_func,
+                             (arr(u32, 3),) * 4 + (arr(f32, 2), f32, i64, i64, i64,
+                                                   arr(types.uint8, 2))),
         "wgmma_bwd_dkdv": (KWB.wgmma_bwd_dkdv_kernel(128, 64, 2, 2, True, True, True).py_func,
                            (arr(u32, 3),) * 4 + (arr(f32, 2),) * 2 + (arr(u32, 3),) * 2
                            + (arr(f32, 3), arr(types.int32, 1))
@@ -432,6 +436,10 @@ PTX_EXPECT = {
                     "setmaxnreg.dec.sync.aligned.u32 56", "setmaxnreg.inc.sync.aligned.u32 224"],
     "flash_wgmma_overlap": ["wgmma.wait_group.sync.aligned 1;", "wgmma.wait_group.sync.aligned 0;",
                             "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "],
+    "flash_wgmma_cwg3": ["wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 ",
+                         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 ",
+                         "setmaxnreg.dec.sync.aligned.u32 32",
+                         "setmaxnreg.inc.sync.aligned.u32 160"],
     "wgmma_bwd_dkdv": ["wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 ",
                        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 ",
                        "cp.async.mbarrier.arrive.noinc.shared::cta.b64"],
@@ -495,12 +503,16 @@ def test_ptx_for_sm90a(tmp_path):
     for name in PTX_EXPECT:
         cap = {"setmaxnreg": ["-maxrregcount", "128"],      # as their max_registers
                "flash_wgmma": ["-maxrregcount", "168"],
-               "flash_wgmma_overlap": ["-maxrregcount", "168"]}.get(name, [])
+               "flash_wgmma_overlap": ["-maxrregcount", "168"],
+               "flash_wgmma_cwg3": ["-maxrregcount", "128"]}.get(name, [])
         a = subprocess.run([ptxas, "-arch=sm_90a", "-v", *cap, str(tmp_path / f"{name}.ptx"),
                             "-o", str(tmp_path / f"{name}.cubin")], capture_output=True, text=True)
         assert a.returncode == 0, f"ptxas {name}: {a.stderr[-2000:]}"
         # C7508: setmaxnreg ignored; the wgmma serialisation warnings: accumulator discipline
         assert "Performance Loss" not in a.stderr, f"ptxas {name}: {a.stderr[-2000:]}"
+        if name.startswith("flash_wgmma"):      # no spills: the producer's code within its
+            # setmaxnreg.dec (CWG = 3: 32), the consumers' within their .inc (CWG = 3: 160)
+            assert " 0 bytes spill stores" in a.stderr, f"ptxas {name}: {a.stderr[-2000:]}"
         used = [line.split(":", 1)[1].strip() for line in a.stderr.splitlines() if "Used" in line]
         print(f"ptxas {name}: {'; '.join(used)}")
     cuobjdump = shutil.which("cuobjdump")

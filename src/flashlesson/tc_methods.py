@@ -364,11 +364,13 @@ def wgmma_checks(d, what):
 @dataclass(frozen=True)
 class WgmmaConfig:
     """The wgmma kernel's compile-time variants: Bc keys per K/V tile (64 or 128), CWG consumer
-    warpgroups of 64 query rows (1 or 2: Br = 64·CWG), STAGES shared-memory stages of the K/V
-    ring (1: load, wait, compute; 2: §42, the next tile in flight), PRODUCER: one more
-    warpgroup that only copies (§43, needs STAGES ≥ 2 to overlap anything), OVERLAP:
-    FlashAttention-3's intra-warpgroup pipelining — tile j's S = Q Kᵀ and tile j − 1's P·V
-    issued together, the softmax of S running while P·V does (STAGES ≥ 2)."""
+    warpgroups of 64 query rows (1, 2 or 3: Br = 64·CWG; 3 is FA3's block at d = 64 — 512
+    threads with the producer, 160 registers a consumer thread, so not d = 128 with
+    Bc = 128), STAGES shared-memory stages of the K/V ring (1: load, wait, compute; 2: §42,
+    the next tile in flight), PRODUCER: one more warpgroup that only copies (§43, needs
+    STAGES ≥ 2 to overlap anything), OVERLAP: FlashAttention-3's intra-warpgroup pipelining —
+    tile j's S = Q Kᵀ and tile j − 1's P·V issued together, the softmax of S running while
+    P·V does (STAGES ≥ 2)."""
     Bc: int = 128
     CWG: int = 2
     STAGES: int = 3
@@ -381,8 +383,12 @@ class WgmmaConfig:
     def check(self, d):
         if self.Bc not in (64, 128):
             raise ValueError(f"config: Bc must be 64 or 128 (the wgmma's N), got {self.Bc}")
-        if self.CWG not in (1, 2):
-            raise ValueError(f"config: CWG must be 1 or 2 consumer warpgroups, got {self.CWG}")
+        if self.CWG not in (1, 2, 3):
+            raise ValueError(f"config: CWG must be 1, 2 or 3 consumer warpgroups, got {self.CWG}")
+        if self.CWG == 3 and d == 128 and self.Bc == 128:
+            raise ValueError("config: CWG = 3 at d = 128 needs Bc = 64: with Bc = 128 a consumer "
+                             "thread needs about 190 registers (S and acc, 64 floats each), and "
+                             "with 3 consumer warpgroups it gets 160 (168 without a producer)")
         if self.STAGES not in (1, 2, 3):
             raise ValueError(f"config: STAGES must be 1, 2 or 3, got {self.STAGES}")
         if self.OVERLAP and self.STAGES < 2:
@@ -686,8 +692,12 @@ class WgmmaBwdConfig:
         for name, tile in (("Bq", self.Bq), ("Bk", self.Bk)):
             if tile not in (64, 128):
                 raise ValueError(f"config: {name} must be 64 or 128 (the wgmma's N), got {tile}")
-        if self.CWG not in (1, 2):
-            raise ValueError(f"config: CWG must be 1 or 2 consumer warpgroups, got {self.CWG}")
+        if self.CWG not in (1, 2, 3):
+            raise ValueError(f"config: CWG must be 1, 2 or 3 consumer warpgroups, got {self.CWG}")
+        if self.CWG == 3 and d == 128 and self.Bc == 128:
+            raise ValueError("config: CWG = 3 at d = 128 needs Bc = 64: with Bc = 128 a consumer "
+                             "thread needs about 190 registers (S and acc, 64 floats each), and "
+                             "with 3 consumer warpgroups it gets 160 (168 without a producer)")
         if self.STAGES not in (1, 2, 3):
             raise ValueError(f"config: STAGES must be 1, 2 or 3, got {self.STAGES}")
         if self.Bq == 128 and d == 128:     # ptxas (CUDA 13.5, sm_90a): 255 registers, 200–900
