@@ -33,26 +33,26 @@ numbers here; a step without one is historical (no longer separable in the code)
 TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
-| 0    | the lesson kernel of §37                     | H200, 2026-12-01: 100 ms,    | method='flash_tc',             |
-|      | (``lesson/tensor_core.py``), as in           | 5.49 TFLOP/s                 | tier='lesson'                  |
+| 0    | the lesson kernel of §37                     | H200, 2026-12-01: 99.5 ms,   | method='flash_tc',             |
+|      | (``lesson/tensor_core.py``), as in           | 5.53 TFLOP/s                 | tier='lesson'                  |
 |      | attention_tc's ladder                        |                              |                                |
-| 1    | the mma.sync kernel (``attention_tc.py``,    | H200, 2026-12-01: 2.06 ms,   | method='flash_tc'              |
-|      | its default): where this file starts         | 267 TFLOP/s, 48.70× lesson   |                                |
-| 2    | both products on wgmma (S: Q, K from shared  | H200, 2026-12-01: 2.86 ms,   | method='flash_wgmma',          |
-|      | memory; P·V: P in registers, V N-major), 2   | 192 TFLOP/s, 34.97× lesson   | config=WgmmaConfig(Bc=128,     |
+| 1    | the mma.sync kernel (``attention_tc.py``,    | H200, 2026-12-01: 2.05 ms,   | method='flash_tc'              |
+|      | its default): where this file starts         | 268 TFLOP/s, 48.57× lesson   |                                |
+| 2    | both products on wgmma (S: Q, K from shared  | H200, 2026-12-01: 2.75 ms,   | method='flash_wgmma',          |
+|      | memory; P·V: P in registers, V N-major), 2   | 200 TFLOP/s, 36.22× lesson   | config=WgmmaConfig(Bc=128,     |
 |      | consumer warpgroups, Bc = 128, K/V through   |                              | CWG=2, STAGES=1,               |
 |      | one stage on mbarriers: load, wait, compute  |                              | PRODUCER=False, OVERLAP=False) |
 |      | (STAGES = 1)                                 |                              |                                |
-| 3    | §42: two stages, the next tile's cp.async    | H200, 2026-12-01: 2.38 ms,   | method='flash_wgmma',          |
-|      | copies in flight during this tile's wgmmas   | 231 TFLOP/s, 42.05× lesson   | config=WgmmaConfig(Bc=128,     |
+| 3    | §42: two stages, the next tile's cp.async    | H200, 2026-12-01: 2.31 ms,   | method='flash_wgmma',          |
+|      | copies in flight during this tile's wgmmas   | 238 TFLOP/s, 42.98× lesson   | config=WgmmaConfig(Bc=128,     |
 |      | (every thread copies)                        |                              | CWG=2, STAGES=2,               |
 |      |                                              |                              | PRODUCER=False, OVERLAP=False) |
-| 4    | §43: a producer warpgroup that only copies   | H200, 2026-12-01: 1.8 ms,    | method='flash_wgmma',          |
-|      | (setmaxnreg: 56 registers for it, 224 for    | 305 TFLOP/s, 55.59× lesson   | config=WgmmaConfig(Bc=128,     |
+| 4    | §43: a producer warpgroup that only copies   | H200, 2026-12-01: 1.76 ms,   | method='flash_wgmma',          |
+|      | (setmaxnreg: 56 registers for it, 224 for    | 313 TFLOP/s, 56.54× lesson   | config=WgmmaConfig(Bc=128,     |
 |      | the consumers), consumers that only compute  |                              | CWG=2, STAGES=2,               |
 |      |                                              |                              | PRODUCER=True, OVERLAP=False)  |
-| 5    | three stages in the ring: the default        | H200, 2026-12-01: 1.74 ms,   | method='flash_wgmma',          |
-|      | (``WgmmaConfig()``), and the default method  | 317 TFLOP/s, 57.67× lesson   | config=WgmmaConfig(Bc=128,     |
+| 5    | three stages in the ring: the default        | H200, 2026-12-01: 1.71 ms,   | method='flash_wgmma',          |
+|      | (``WgmmaConfig()``), and the default method  | 322 TFLOP/s, 58.17× lesson   | config=WgmmaConfig(Bc=128,     |
 |      | for fp16/bf16 on Hopper at d = 128 (1.10×    |                              | CWG=2, STAGES=3,               |
 |      | SDPA flash causal, 0.88× not)                |                              | PRODUCER=True, OVERLAP=False)  |
 

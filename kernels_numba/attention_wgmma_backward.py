@@ -28,20 +28,20 @@ timed call, ``--write`` puts its numbers here; a step without one is historical 
 in the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
-| 0    | the lesson kernels of §30 on CUDA cores, on  | not measured yet             | tier='lesson'                  |
-|      | float32 inputs of the same shape (there is   |                              |                                |
+| 0    | the lesson kernels of §30 on CUDA cores, on  | H200, 2026-12-01: 825 ms,    | tier='lesson'                  |
+|      | float32 inputs of the same shape (there is   | 1.67 TFLOP/s                 |                                |
 |      | no lesson tensor-core backward) (float32)    |                              |                                |
-| 1    | the mma.sync backward                        | not measured yet             | method='flash_tc'              |
-|      | (``attention_tc_backward.py``, the fp16/bf16 |                              |                                |
+| 1    | the mma.sync backward                        | H200, 2026-12-01: 7.32 ms,   | method='flash_tc'              |
+|      | (``attention_tc_backward.py``, the fp16/bf16 | 188 TFLOP/s, 112.78× lesson  |                                |
 |      | default with a causal mask or off Hopper):   |                              |                                |
 |      | where this file starts                       |                              |                                |
-| 2    | every product on wgmma (Sᵀ, dPᵀ / S, dP from | not measured yet             | method='flash_wgmma',          |
-|      | shared memory; dV, dK / dQ with Pᵀ, dSᵀ / dS |                              | config=WgmmaBwdConfig(Bq=64,   |
+| 2    | every product on wgmma (Sᵀ, dPᵀ / S, dP from | H200, 2026-12-01: 7.41 ms,   | method='flash_wgmma',          |
+|      | shared memory; dV, dK / dQ with Pᵀ, dSᵀ / dS | 186 TFLOP/s, 111.39× lesson  | config=WgmmaBwdConfig(Bq=64,   |
 |      | in registers and B N-major), 2 consumer      |                              | Bk=64, CWG=2, STAGES=1,        |
 |      | warpgroups, tiles of 64 through one stage on |                              | FUSED=False)                   |
 |      | mbarriers: load, wait, compute (STAGES = 1)  |                              |                                |
-| 3    | two stages: the next tile's cp.async copies  | not measured yet             | method='flash_wgmma',          |
-|      | in flight during this tile's wgmmas; the     |                              | config=WgmmaBwdConfig(Bq=64,   |
+| 3    | two stages: the next tile's cp.async copies  | H200, 2026-12-01: 6.4 ms,    | method='flash_wgmma',          |
+|      | in flight during this tile's wgmmas; the     | 215 TFLOP/s, 129.03× lesson  | config=WgmmaBwdConfig(Bq=64,   |
 |      | method's default (``WgmmaBwdConfig()``), and |                              | Bk=64, CWG=2, STAGES=2,        |
 |      | the default method for fp16/bf16 without a   |                              | FUSED=False)                   |
 |      | causal mask on Hopper (1.03–1.14× flash_tc)  |                              |                                |
