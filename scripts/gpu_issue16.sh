@@ -19,9 +19,8 @@ timeout 170 python3 scripts/gpu_defaults.py --json "$OUT/bench_defaults.json" \
   > "$OUT/bench_defaults.log" 2>&1
 rc_bench=$?
 cat "$OUT/gpu.txt"
-echo "--- pytest rc=$rc_tests ($(( $(date +%s) - start )) s)"
-grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -20; tail -1 "$OUT/pytest.log"
-echo "--- defaults rc=$rc_bench"; grep -E "Error|Traceback" "$OUT/bench_defaults.log" | head -5
-sed -n '/^shape /,$p' "$OUT/bench_defaults.log"
+tests_report pytest "$rc_tests" "$OUT/pytest.log"
+bench_report "$rc_bench" "$OUT/bench_defaults.log"
+echo "rc: tests $rc_tests, bench $rc_bench"   # (last: a tail keeps it)
 echo "wall $(( $(date +%s) - start )) s"
 [ "$rc_tests" = 0 ] && [ "$rc_bench" = 0 ]

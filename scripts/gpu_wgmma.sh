@@ -35,10 +35,11 @@ if [ -n "${LADDER:-}" ]; then
     --json "$OUT/ladder_wgmma.json" > "$OUT/ladder_wgmma.log" 2>&1; rc_ladder=$?
 fi
 cat "$OUT/gpu.txt"
-echo "--- test_hopper.py rc=$rc_hopper"; grep -E "^(FAILED|ERROR)|Error|N-major B|RS \(" "$OUT/pytest_hopper.log" | head -20; tail -2 "$OUT/pytest_hopper.log"
-echo "--- test_attention_tc.py -k wgmma rc=$rc_wgmma"; grep -E "^(FAILED|ERROR)" "$OUT/pytest_wgmma.log" | head -20; tail -2 "$OUT/pytest_wgmma.log"
-echo "--- bench rc=$rc_bench"; grep -E "Error|Traceback|warm-up|budget" "$OUT/bench_wgmma.log" | head -8
-sed -n '/^shape /,$p' "$OUT/bench_wgmma.log"
+tests_report test_hopper.py "$rc_hopper" "$OUT/pytest_hopper.log"
+grep -E "N-major B|RS \(" "$OUT/pytest_hopper.log" | head -8      # (a layout's diagnosis)
+tests_report "test_attention_tc.py -k wgmma" "$rc_wgmma" "$OUT/pytest_wgmma.log"
+bench_report "$rc_bench" "$OUT/bench_wgmma.log"
 [ -n "${LADDER:-}" ] && { echo "--- ladder rc=$rc_ladder"; tail -8 "$OUT/ladder_wgmma.log"; }
+echo "rc: test_hopper $rc_hopper, test_attention_tc -k wgmma $rc_wgmma, bench $rc_bench, ladder $rc_ladder"   # (last: a tail keeps it)
 echo "wall $(( $(date +%s) - start )) s"
 [ "$rc_hopper" = 0 ] && [ "$rc_wgmma" = 0 ] && [ "$rc_bench" = 0 ] && [ "$rc_ladder" = 0 ]

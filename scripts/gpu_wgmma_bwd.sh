@@ -24,9 +24,8 @@ rc_tests=$?
 touch "$OUT/tests.done"
 wait $p_bench; rc_bench=$?
 cat "$OUT/gpu.txt"
-echo "--- test_attention_wgmma_backward.py rc=$rc_tests"
-grep -E "^(FAILED|ERROR)|Error" "$OUT/pytest_wgmma_bwd.log" | head -20; tail -2 "$OUT/pytest_wgmma_bwd.log"
-echo "--- bench rc=$rc_bench"; grep -E "Error|Traceback" "$OUT/bench_wgmma_bwd.log" | head -5
-sed -n '/^shape /,$p' "$OUT/bench_wgmma_bwd.log"
+tests_report test_attention_wgmma_backward.py "$rc_tests" "$OUT/pytest_wgmma_bwd.log"
+bench_report "$rc_bench" "$OUT/bench_wgmma_bwd.log"
+echo "rc: tests $rc_tests, bench $rc_bench"   # (last: a tail keeps it)
 echo "wall $(( $(date +%s) - start )) s"
 [ "$rc_tests" = 0 ] && [ "$rc_bench" = 0 ]

@@ -321,6 +321,17 @@ OVERLAP_CASES = by_device(    # (fmt, causal, PAD, PRODUCER, STAGES, shape)
      ("bf16", False, False, True, 3, (1, 2, 1031, 517, 64))])
 
 
+def _wgmma_matches(fmt, causal, kpm, cfg, ins, ins64):
+    """flash_wgmma with cfg against the oracle; a batch row with no valid key (kpm[0] all
+    False) gives O = 0 and LSE = −inf exactly."""
+    o, lse = attention(*ins, causal=causal, key_padding_mask=kpm, return_lse=True,
+                       method="flash_wgmma", config=cfg)
+    o_ref, lse_ref, tol = _ref(fmt, *ins64, causal=causal, key_padding_mask=kpm)
+    _check(o, lse, o_ref, lse_ref, tol, fmt)
+    if kpm is not None and not kpm[0].any():
+        assert np.all(_as_float(o)[0] == 0) and np.all(np.isneginf(lse[0]))
+
+
 @pytest.mark.parametrize("fmt, causal, pad, producer, stages, shape", OVERLAP_CASES,
                          ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
 def test_wgmma_overlap_matches_oracle(rng, fmt, causal, pad, producer, stages, shape):
@@ -345,12 +356,7 @@ def test_wgmma_overlap_matches_oracle(rng, fmt, causal, pad, producer, stages, s
                 x.bits[hidden] = 0x7FC0         # a bf16 NaN
     cfg = WgmmaConfig(Bc=64 if SIM else 128, CWG=1 if SIM else 2, STAGES=stages,
                       PRODUCER=producer, OVERLAP=True)
-    o, lse = attention(q, k, v, causal=causal, key_padding_mask=kpm, return_lse=True,
-                       method="flash_wgmma", config=cfg)
-    o_ref, lse_ref, tol = _ref(fmt, q64, k64, v64, causal=causal, key_padding_mask=kpm)
-    _check(o, lse, o_ref, lse_ref, tol, fmt)
-    if pad and B > 1:
-        assert np.all(_as_float(o)[0] == 0) and np.all(np.isneginf(lse[0]))
+    _wgmma_matches(fmt, causal, kpm, cfg, (q, k, v), (q64, k64, v64))
 
 
 # CWG = 3: FA3's block at d = 64 (Br = 192; with the producer 512 threads, setmaxnreg 32 / 160).
@@ -382,12 +388,7 @@ def test_wgmma_cwg3_matches_oracle(rng, fmt, causal, pad, Bc, stages, producer, 
         if B > 1:
             kpm[0] = False                      # a batch row with no valid key: O = 0, −inf
     cfg = WgmmaConfig(Bc=Bc, CWG=3, STAGES=stages, PRODUCER=producer, OVERLAP=overlap)
-    o, lse = attention(q, k, v, causal=causal, key_padding_mask=kpm, return_lse=True,
-                       method="flash_wgmma", config=cfg)
-    o_ref, lse_ref, tol = _ref(fmt, q64, k64, v64, causal=causal, key_padding_mask=kpm)
-    _check(o, lse, o_ref, lse_ref, tol, fmt)
-    if pad and B > 1:
-        assert np.all(_as_float(o)[0] == 0) and np.all(np.isneginf(lse[0]))
+    _wgmma_matches(fmt, causal, kpm, cfg, (q, k, v), (q64, k64, v64))
 
 
 def test_wgmma_refusals():

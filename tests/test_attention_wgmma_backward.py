@@ -173,6 +173,10 @@ def test_refusals(rng):
     with pytest.raises(ValueError, match="config: FUSED .* takes Bq = 64 .*, got Bq = 128"):
         attention_backward(q, q, q, q, q, lse, method="flash_wgmma",
                            config=WgmmaBwdConfig(Bq=128, FUSED=True))
+    with pytest.raises(ValueError, match="config: CWG must be 1 or 2 consumer warpgroups, "
+                       "got 3"):                # (the forward's CWG = 3 is not the backward's)
+        attention_backward(q, q, q, q, q, lse, method="flash_wgmma",
+                           config=WgmmaBwdConfig(CWG=3))
     with pytest.raises(TypeError, match="WgmmaBwdConfig.FUSED: expected a bool"):
         WgmmaBwdConfig(FUSED=2)
     with pytest.raises(ValueError, match="config: STAGES must be 1, 2 or 3"):

@@ -697,12 +697,8 @@ class WgmmaBwdConfig:
         for name, tile in (("Bq", self.Bq), ("Bk", self.Bk)):
             if tile not in (64, 128):
                 raise ValueError(f"config: {name} must be 64 or 128 (the wgmma's N), got {tile}")
-        if self.CWG not in (1, 2, 3):
-            raise ValueError(f"config: CWG must be 1, 2 or 3 consumer warpgroups, got {self.CWG}")
-        if self.CWG == 3 and d == 128 and self.Bc == 128:
-            raise ValueError("config: CWG = 3 at d = 128 needs Bc = 64: with Bc = 128 a consumer "
-                             "thread needs about 190 registers (S and acc, 64 floats each), and "
-                             "with 3 consumer warpgroups it gets 160 (168 without a producer)")
+        if self.CWG not in (1, 2):
+            raise ValueError(f"config: CWG must be 1 or 2 consumer warpgroups, got {self.CWG}")
         if self.STAGES not in (1, 2, 3):
             raise ValueError(f"config: STAGES must be 1, 2 or 3, got {self.STAGES}")
         if self.Bq == 128 and d == 128:     # ptxas (CUDA 13.5, sm_90a): 255 registers, 200–900
