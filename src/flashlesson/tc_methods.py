@@ -428,7 +428,10 @@ def wgmma_is_default(q, k, causal, dropout_p):
     than 2048 keys, where the mma.sync kernel stays ahead. Measured on the H200, 2026-12-01
     (kernel-only TFLOP/s, flash_wgmma's default against flash_tc): B4 H16 N1024 d64 203 / 226,
     causal 152 / 143; B2 H16 N4096 d64 269 / 258, causal 248 / 225; B1 H16 N8192 d128
-    317 / 268, causal 312 / 251."""
+    317 / 268, causal 312 / 251. With three consumer warpgroups, the d = 64 default since,
+    flash_wgmma ran 230 TFLOP/s at B4 H16 N1024 d64 non-causal (docs/logs/
+    gpu_wgmma_cwg3_h200.log), level with flash_tc's 226 of the earlier run: the rule stays
+    until both are timed in one run."""
     if device.SIMULATOR or dropout_p or not low_precision(q):
         return False
     try:
