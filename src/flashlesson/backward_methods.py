@@ -47,7 +47,7 @@ METHODS = {m.name: m for m in [
     AttentionMethod("flash_wgmma", "30, 37, 42", "the flash backward on Hopper's wgmma: Sᵀ = "
                     "KQᵀ, dPᵀ = VdOᵀ from shared memory, dV += PᵀdO and dK += dSᵀQ with Pᵀ, "
                     "dSᵀ in registers; Q/dO and K/V tiles in a ring of stages on mbarriers; "
-                    "fp16/bf16, d = 64 or 128, opt-in (not the default)",
+                    "fp16/bf16, d = 64 or 128; the default without a causal mask on Hopper",
                     "attention_wgmma_backward.wgmma_bwd_dkdv_kernel, wgmma_bwd_dq_kernel",
                     "D [B·H, Nq] (nothing N × N)"),
 ]}

@@ -5,11 +5,13 @@
     flashlesson.attention(q, k, v, ..., method="flash_tc")  also float32: 3xTF32 on tensor cores
     flashlesson.attention(q, k, v, ..., method="flash_wgmma")  Hopper (sm_90a): §42–43 on
                                                    wgmma, fp16/bf16, d = 64 or 128 (a
-                                                   ``WgmmaConfig``; not the default): below,
+                                                   ``WgmmaConfig``; the default where it
+                                                   measured faster: wgmma_is_default):
                                                    kernels_numba/attention_wgmma.py
     flashlesson.attention_backward(..., method="flash_wgmma")  its backward on wgmma (a
-                                                   ``WgmmaBwdConfig``; opt-in: fp16/bf16 go
-                                                   to "flash_tc" by default):
+                                                   ``WgmmaBwdConfig``; the default without a
+                                                   causal mask on Hopper, else "flash_tc":
+                                                   wgmma_bwd_is_default):
                                                    kernels_numba/attention_wgmma_backward.py
 
 Input formats:
