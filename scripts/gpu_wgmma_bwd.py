@@ -3,7 +3,7 @@ method="flash_wgmma")``) against flash_tc's backward and torch SDPA's flash back
 kernel-only, each checked against torch's float64 autograd in the same run (H200;
 ``scripts/gpu_wgmma_bwd.sh`` runs it).
 
-    python3 scripts/gpu_wgmma_bwd.py --json OUT.json [--ladder] [--wait-for FILE]
+    python3 scripts/gpu_wgmma_bwd.py --json OUT.json [--ladder] [--fused] [--sweep] [--wait-for FILE]
 
 Every kernel is compiled first (small inputs of each shape's d and Nk); with --wait-for the
 timing then waits for FILE (scripts/gpu_wgmma_bwd.sh: the tests run meanwhile, so the
@@ -17,7 +17,8 @@ max|gradient|) is reported and not timed. Then timed with ``bench.time_gpu_adapt
 events, launches queued behind a sleeping kernel: the GPU's time; ours includes the D
 preprocess; torch's is ``autograd.grad`` of a kept graph: its preprocess and its dq
 conversion too). TFLOP/s = ``reference.attention_backward_flops`` / time: 2.5 × the forward's
-4·B·H·N²·d = 10·B·H·N²·d, half when causal. --ladder: also the ladder's STAGES = 1 step. Always: the fused variants (FUSED).
+4·B·H·N²·d = 10·B·H·N²·d, half when causal. --ladder: also the ladder's STAGES = 1 step; --fused: the FUSED variants (measured slower,
+2026-12-01); --sweep: the SWEEP configurations (those a head dim refuses are left out).
 The table comes last.
 """
 
@@ -35,11 +36,18 @@ from reference.attention_backward import attention_backward_flops
 
 SHAPES = ((1, 16, 8192, 128), (2, 16, 4096, 64), (4, 16, 1024, 64))    # (the ladder's first)
 LADDER = {"wgmma STAGES=1": WgmmaBwdConfig(Bq=64, Bk=64, CWG=2, STAGES=1)}
-FUSED = {"wgmma fused": WgmmaBwdConfig(FUSED=True),          # dQ in the dK/dV kernel
+FUSED = {"wgmma fused": WgmmaBwdConfig(FUSED=True),          # --fused: dQ in the dK/dV kernel
          "wgmma fused S3": WgmmaBwdConfig(STAGES=3, FUSED=True)}
+SWEEP = {                     # --sweep: the next configurations to try (causal lags flash_tc)
+    "wgmma CWG1": WgmmaBwdConfig(CWG=1),                    # 64-key / 64-query blocks
+    "wgmma CWG1 S3": WgmmaBwdConfig(CWG=1, STAGES=3),
+    "wgmma S3": WgmmaBwdConfig(STAGES=3),
+    "wgmma Bk128": WgmmaBwdConfig(Bk=128),                  # the dQ kernel's K/V tiles
+    "wgmma Bq128": WgmmaBwdConfig(Bq=128),                  # (d = 64 only)
+}
 
 
-def methods(torch, ladder=False):
+def methods(torch, ladder=False, fused=False, sweep=False):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     sdpa = torch.nn.functional.scaled_dot_product_attention
 
@@ -53,14 +61,27 @@ def methods(torch, ladder=False):
         def prepare(q, k, v, do, o, lse, causal):
             return lambda: flashlesson.attention_backward(do, q, k, v, o, lse, causal=causal,
                                                           method=method, config=config)
+        prepare.config = config                 # (a config that refuses a head dim: skipped)
         return prepare
 
     out = {"torch sdpa flash": torch_flash, "flash_tc": ours("flash_tc"),
            "flash_wgmma": ours("flash_wgmma")}
-    out.update({name: ours("flash_wgmma", cfg) for name, cfg in FUSED.items()})
-    if ladder:
-        out.update({name: ours("flash_wgmma", cfg) for name, cfg in LADDER.items()})
+    for wanted, configs in ((fused, FUSED), (sweep, SWEEP), (ladder, LADDER)):
+        if wanted:
+            out.update({name: ours("flash_wgmma", cfg) for name, cfg in configs.items()})
     return out
+
+
+def fits(prepare, d):
+    """False if the method's config refuses head dimension d (WgmmaBwdConfig.check)."""
+    cfg = getattr(prepare, "config", None)
+    if cfg is None:
+        return True
+    try:
+        cfg.check(d)
+    except ValueError:
+        return False
+    return True
 
 
 def warm(fns, shapes, torch):
@@ -72,8 +93,8 @@ def warm(fns, shapes, torch):
             k, v = (torch.randn(1, 1, n, d, device="cuda").half() for _ in range(2))
             o, lse = flashlesson.attention(q, k, v, causal=causal, return_lse=True)
             for name, prepare in fns.items():
-                if name.startswith("torch"):    # (nothing to compile; and SDPA flash
-                    continue                    #  refuses causal with Nq ≠ Nk)
+                if name.startswith("torch") or not fits(prepare, d):    # (torch: nothing to
+                    continue                    # compile, and SDPA flash refuses causal Nq ≠ Nk)
                 try:
                     prepare(q, k, v, do, o, lse, causal)()
                 except Exception:               # (reported again by the timed loop)
@@ -87,6 +108,8 @@ def main():
     ap.add_argument("--budget-s", type=float, default=150.0, help="stop starting new shapes "
                     "after this many seconds")
     ap.add_argument("--ladder", action="store_true", help="also the ladder's STAGES = 1 step")
+    ap.add_argument("--fused", action="store_true", help="also the FUSED variants")
+    ap.add_argument("--sweep", action="store_true", help="also the SWEEP configurations")
     ap.add_argument("--shapes", default=None, help="indices into SHAPES, e.g. 0,1")
     ap.add_argument("--wait-for", default=None, help="compile first, then wait until this file "
                     "exists before timing (the tests run on the GPU meanwhile)")
@@ -97,7 +120,7 @@ def main():
         raise SystemExit("gpu_wgmma_bwd.py needs a CUDA GPU and torch")
     sdpa = torch.nn.functional.scaled_dot_product_attention
     start = time.time()
-    fns = methods(torch, args.ladder)
+    fns = methods(torch, args.ladder, args.fused, args.sweep)
     warm(fns, shapes, torch)
     print(f"compiled in {time.time() - start:.0f} s", flush=True)
     from kernels_numba.attention_wgmma import BUILT
@@ -129,6 +152,8 @@ def main():
             flops = attention_backward_flops(b, h, n, n, d, causal)
             torch_err = None
             for name, prepare in fns.items():
+                if not fits(prepare, d):
+                    continue
                 row = {"shape": f"B{b} H{h} N{n} d{d}", "causal": causal, "method": name}
                 try:
                     fn = prepare(q, k, v, do, o, lse, causal)
