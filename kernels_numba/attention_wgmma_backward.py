@@ -56,14 +56,16 @@ B = the block's K rows read N-major); then it waits for its turn on sem[Q tile] 
 sem_wait_geq: key blocks in order, CWG turns each), adds its part to a float32 dQ with
 atomic adds, and gives the turn on (sem_release_add). The preprocess zeroes the accumulator
 and the turns; ``dq_finish`` writes dq = scale · accumulator in the inputs' format.
-Measured (H200, 2026-12-01, kernel-only, docs/logs/gpu_wgmma_bwd_h200.log): 0.52–0.61×
-SDPA flash, 0.73–0.89× the two-kernel default — slower. Every tile now waits for a turn
+Measured (H200, 2026-12-01, kernel-only, docs/logs/gpu_wgmma_bwd_h200.log): 0.46–0.61×
+SDPA flash, 0.68–0.88× the two-kernel default (run 2) — slower. Every tile now waits for a turn
 (an acquire load and a release at GPU scope, about two L2 round trips), both warpgroups meet
 at a syncthreads, and the dQ product runs alone after dV, dK; the two kernels overlap one
-warpgroup's softmax with the other's products instead. Two changes measured worse still and
-were taken out: rotating each key block's Q-tile order so that turns come in arrival order
-(non-causal 1 % slower, causal 5–25 %: the causal grid had to go lightest-first), and adding
-each tile's part at the next tile, under its first products (another 3–12 %). FlashAttention-3
+warpgroup's softmax with the other's products instead. Two changes did not help and were
+taken out: rotating each key block's Q-tile order so that turns come in arrival order
+(non-causal 1–6 % slower, causal 5–19 %: the causal grid had to go lightest-first; run 3),
+and, on top of it, adding each tile's part at the next tile under its first products (7–11 %
+slower at d = 128, within 4 % either way at d = 64; run 4). So the turns' latency is not the
+whole cost: the barrier and the lone dQ product are the rest. FlashAttention-3
 hides the turn behind a separate warp that writes dQ with a bulk reduce-add from shared
 memory — the next step here. Turns wait only for key blocks launched earlier (blocks start in
 launch order), so they cannot deadlock.
