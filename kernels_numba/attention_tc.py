@@ -255,15 +255,31 @@ def zeros(N):
 
 
 @lru_cache(maxsize=None)
+def scale_row_tc(NBO):
+    """acc = correction·acc on the lane's row (mt, half): elements 2·half, 2·half + 1 of each 4
+    in acc block mt (online_softmax_tc's rescale, and rescale_tc's)."""
+
+    @cuda.jit(device=True)
+    def scale(acc, mt, half, correction):
+        for nb in range(NBO):
+            i = 4 * (mt * NBO + nb) + 2 * half
+            acc[i] *= correction                                  # acc = correction·acc
+            acc[i + 1] *= correction
+    return scale
+
+
+@lru_cache(maxsize=None)
 def online_softmax_tc(NBS, NBO, MT=1, DEFER=False):
     """The CUDA-core part of one K/V tile, on the accumulator layout: masked S → P in place,
     m/l/acc of the lane's 2·MT rows updated (DEFER: acc left alone, each row's correction kept
     in ml[4·MT + r] for ``rescale_tc`` to apply later — FlashAttention-3's overlap, where acc
-    is still being written by the previous tile's P·V when the softmax runs). In base 2 (FlashAttention-2's trick): S arrives
-    as S₂ = Q Kᵀ·scale·log2e and m with it (m₂ = m·log2e), so each exponential is one ex2
-    (2^(S₂ − m₂) = e^(Q Kᵀ·scale − m)), and LSE = m₂·ln2 + ln l at the end. Row (mt, half) = rows g + 16·mt + 8·half of the
-    warp's 16·MT: elements 2·half, 2·half + 1 of each 4 in S block mt (s[4·(mt·NBS + nb) + …])
-    and in acc block mt; ml = [m of the 2·MT rows …, l of the 2·MT rows …]."""
+    is still being written by the previous tile's P·V when the softmax runs). In base 2
+    (FlashAttention-2's trick): S arrives as S₂ = Q Kᵀ·scale·log2e and m with it (m₂ =
+    m·log2e), so each exponential is one ex2 (2^(S₂ − m₂) = e^(Q Kᵀ·scale − m)), and LSE =
+    m₂·ln2 + ln l at the end. Row (mt, half) = rows g + 16·mt + 8·half of the warp's 16·MT:
+    elements 2·half, 2·half + 1 of each 4 in S block mt (s[4·(mt·NBS + nb) + …]) and in acc
+    block mt; ml = [m of the 2·MT rows …, l of the 2·MT rows …]."""
+    scale_row = scale_row_tc(NBO)
 
     @cuda.jit(device=True)
     def update(s, acc, ml):
@@ -287,10 +303,7 @@ def online_softmax_tc(NBS, NBO, MT=1, DEFER=False):
                 if DEFER:                                         # (l: this lane's part of it)
                     ml[4 * MT + r] = correction                   # (compile-time branch)
                 else:
-                    for nb in range(NBO):
-                        i = 4 * (mt * NBO + nb) + 2 * half
-                        acc[i] *= correction                      # acc = correction·acc …
-                        acc[i + 1] *= correction
+                    scale_row(acc, mt, half, correction)          # acc = correction·acc …
                 ml[r] = new_m
     return update
 
@@ -299,16 +312,13 @@ def online_softmax_tc(NBS, NBO, MT=1, DEFER=False):
 def rescale_tc(NBO, MT=1):
     """acc = correction·acc for the lane's 2·MT rows, the corrections that
     ``online_softmax_tc(…, DEFER=True)`` left in ml[4·MT + r]."""
+    scale_row = scale_row_tc(NBO)
 
     @cuda.jit(device=True)
     def rescale(acc, ml):
         for mt in range(MT):
             for half in range(2):
-                correction = ml[4 * MT + 2 * mt + half]
-                for nb in range(NBO):
-                    i = 4 * (mt * NBO + nb) + 2 * half
-                    acc[i] *= correction                          # acc = correction·acc
-                    acc[i + 1] *= correction
+                scale_row(acc, mt, half, ml[4 * MT + 2 * mt + half])
     return rescale
 
 

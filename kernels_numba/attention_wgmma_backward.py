@@ -200,6 +200,55 @@ def nmajor_desc(addr, R, ks):
 
 
 @lru_cache(maxsize=None)
+def block_start(D, R, T, STAGES, PAD):
+    """Both kernels' start, by all T threads: the block's own two row tiles (K and V, or Q and
+    dO: R rows of D each, K-major, at words 0 and R·D/2; zeros past n and, PAD, for padded
+    keys) copied by cp.async, waited for and published, and the ring's mbarriers made —
+    FULL[s] and EMPTY[s], each counting every thread (all copy, all compute)."""
+    own_rows = kmajor_rows(D, R, T, PAD)
+    OWN = R * D // 2
+
+    @cuda.jit(device=True)
+    def start(x, y, smem, bars, tid, bh, n, r0, kpm, b_idx):
+        own_rows(x, smem, 0, tid, bh, n, r0, kpm, b_idx)
+        own_rows(y, smem, OWN, tid, bh, n, r0, kpm, b_idx)
+        cp_async_wait_all()                     # my pieces have landed
+        fence_proxy_async()                     # … before wgmma's (async-proxy) reads
+        if tid == 0:
+            for s in range(STAGES):
+                mbar_init(bars, s, T)           # FULL[s]: one arrival per thread
+                mbar_init(bars, STAGES + s, T)  # EMPTY[s]: one per thread
+            fence_mbarrier_init()
+        cuda.syncthreads()                      # wait: the rows in shared memory, barriers ready
+    return start
+
+
+@lru_cache(maxsize=None)
+def paired_products(kind, D, RA, RB):
+    """Both kernels' first step: X = A₁ B₁ᵀ and Y = A₂ B₂ᵀ (64 × RB each, D/16 k16 steps; A
+    the warpgroup's 64 rows of a K-major tile of RA rows, B a K-major tile of RB rows, both
+    from shared memory) as one wgmma group, waited for — Sᵀ = K Qᵀ, dPᵀ = V dOᵀ in the dK/dV
+    kernel, S = Q Kᵀ, dP = dO Vᵀ in the dQ kernel."""
+    mma = WGMMA[(kind, RB)]
+    KC, SH = D // 16, RB // 2
+
+    @cuda.jit(device=True)
+    def run(x, y, a1, b1, a2, b2):
+        wgmma_fence_operand(x, SH)
+        wgmma_fence_operand(y, SH)
+        wgmma_fence()                           # (x, y last read by to_a, before)
+        for ks in range(KC):
+            mma(x, kmajor_desc(a1, RA, ks), kmajor_desc(b1, RB, ks), ks > 0)
+        for ks in range(KC):
+            mma(y, kmajor_desc(a2, RA, ks), kmajor_desc(b2, RB, ks), ks > 0)
+        wgmma_commit_group()
+        wgmma_wait_group(0)                     # wait: X, Y are in x, y
+        wgmma_fence_operand(x, SH)
+        wgmma_fence_operand(y, SH)
+    return run
+
+
+@lru_cache(maxsize=None)
 def dq_turns(D, Bq, CWG):
     """FUSED: the part of dQ_i = dS_i K that one consumer warpgroup computes and adds, in its
     block's turn. Returns (put_ds, add_dq):
@@ -267,7 +316,7 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False):
     assert D in (64, 128) and Bq in (64, 128) and CWG in (1, 2) and STAGES >= 1
     assert not FUSED or Bq == 64
     kind = "bf16" if BF16 else "f16"
-    mma_t = WGMMA[(kind, Bq)]               # Sᵀ = K Qᵀ, dPᵀ = V dOᵀ: 64 × Bq, SS
+    products = paired_products(kind, D, 64 * CWG, Bq)   # Sᵀ = K Qᵀ, dPᵀ = V dOᵀ: 64 × Bq
     mma_acc = WGMMA_RS_TB[(kind, D)]        # dV += Pᵀ dO, dK += dSᵀ Q: 64 × D, RS, B N-major
     Bk = 64 * CWG                           # keys per block
     T = WARPGROUP * CWG
@@ -277,9 +326,9 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False):
     RING = 2 * OWN                          # stage s at RING + STAGE·s
     NBARS = 2 * STAGES                      # FULL[s], then EMPTY[s]
     SH, OH = Bq // 2, D // 2                # accumulator floats per thread: Sᵀ (dPᵀ), dK (dV)
-    NBQ, KC2, KC = Bq // 8, Bq // 16, D // 16
+    NBQ, KC2 = Bq // 8, Bq // 16
     PA = 4 * KC2                            # words of Pᵀ (dSᵀ) as A fragments
-    own_rows = kmajor_rows(D, Bk, T, PAD)   # (PAD: padded keys' rows are zeros)
+    start = block_start(D, Bk, T, STAGES, PAD)  # (PAD: padded keys' rows are zeros)
     tile_rows = kmajor_rows(D, Bq, T, False)
     to_a = pack_accumulators(KC2, 1, NBQ, BF16)
     ds_t = ds_transposed(NBQ, Bq, CAUSAL, PAD)
@@ -327,16 +376,7 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False):
         offset = n_k - n_q                      # §34: query i sees key j iff j ≤ i + offset
         cw = tid // WARPGROUP                   # my warpgroup: keys k0 + 64·cw …
 
-        own_rows(k, smem, 0, tid, bh, n_k, k0, kpm, b_idx)      # the block's K and V rows
-        own_rows(v, smem, OWN, tid, bh, n_k, k0, kpm, b_idx)
-        cp_async_wait_all()                     # my pieces have landed
-        fence_proxy_async()                     # … before wgmma's (async-proxy) reads
-        if tid == 0:
-            for s in range(STAGES):
-                mbar_init(bars, s, T)           # FULL[s]: one arrival per thread (all copy)
-                mbar_init(bars, STAGES + s, T)  # EMPTY[s]: one per thread
-            fence_mbarrier_init()
-        cuda.syncthreads()                      # wait: K, V in shared memory, barriers ready
+        start(k, v, smem, bars, tid, bh, n_k, k0, kpm, b_idx)   # the block's K, V rows; ring
 
         pad_lo = pad_hi = False                 # §35: a padded key gets dk = dv = 0
         if PAD:
@@ -371,18 +411,7 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False):
             q_addr = shared_addr(smem, at)
             do_addr = shared_addr(smem, at + TW)
 
-            # Sᵀ = K Qiᵀ and dPᵀ = V dOiᵀ: D/16 k16 steps each, one group
-            wgmma_fence_operand(st, SH)
-            wgmma_fence_operand(dpt, SH)
-            wgmma_fence()                       # (st, dpt last read by to_a, before)
-            for ks in range(KC):
-                mma_t(st, kmajor_desc(k_addr, Bk, ks), kmajor_desc(q_addr, Bq, ks), ks > 0)
-            for ks in range(KC):
-                mma_t(dpt, kmajor_desc(v_addr, Bk, ks), kmajor_desc(do_addr, Bq, ks), ks > 0)
-            wgmma_commit_group()
-            wgmma_wait_group(0)                 # wait: Sᵀ, dPᵀ are in st, dpt
-            wgmma_fence_operand(st, SH)
-            wgmma_fence_operand(dpt, SH)
+            products(st, dpt, k_addr, q_addr, v_addr, do_addr)     # Sᵀ = K Qiᵀ, dPᵀ = V dOiᵀ
 
             ds_t(st, dpt, fsm, at + 2 * TW, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t,
                  scale)                         # Pᵀ, dSᵀ = Pᵀ∘(dPᵀ − D)
@@ -441,7 +470,7 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16):
     """dQ: one block per 64·CWG queries, K/V tiles of Bk streamed; see the module menu."""
     assert D in (64, 128) and Bk in (64, 128) and CWG in (1, 2) and STAGES >= 1
     kind = "bf16" if BF16 else "f16"
-    mma_s = WGMMA[(kind, Bk)]               # S = Q Kᵀ, dP = dO Vᵀ: 64 × Bk, SS
+    products = paired_products(kind, D, 64 * CWG, Bk)   # S = Q Kᵀ, dP = dO Vᵀ: 64 × Bk
     mma_acc = WGMMA_RS_TB[(kind, D)]        # dQ += dS K: 64 × D, RS, B N-major
     Bq = 64 * CWG                           # queries per block
     T = WARPGROUP * CWG
@@ -451,9 +480,9 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16):
     RING = 2 * OWN
     NBARS = 2 * STAGES
     SH, OH = Bk // 2, D // 2
-    NBK, KC2, KC = Bk // 8, Bk // 16, D // 16
+    NBK, KC2 = Bk // 8, Bk // 16
     PA = 4 * KC2
-    own_rows = kmajor_rows(D, Bq, T, False)
+    start = block_start(D, Bq, T, STAGES, False)
     tile_rows = kmajor_rows(D, Bk, T, PAD)  # (PAD: padded keys' rows are zeros)
     to_a = pack_accumulators(KC2, 1, NBK, BF16)
     ds = ds_rows(NBK, CAUSAL, PAD)
@@ -482,16 +511,7 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16):
         offset = n_k - n_q
         cw = tid // WARPGROUP
 
-        own_rows(q, smem, 0, tid, bh, n_q, q0, kpm, b_idx)      # the block's Q and dO rows
-        own_rows(do, smem, OWN, tid, bh, n_q, q0, kpm, b_idx)
-        cp_async_wait_all()                     # my pieces have landed
-        fence_proxy_async()                     # … before wgmma's (async-proxy) reads
-        if tid == 0:
-            for s in range(STAGES):
-                mbar_init(bars, s, T)           # FULL[s]: one arrival per thread
-                mbar_init(bars, STAGES + s, T)  # EMPTY[s]: one per thread
-            fence_mbarrier_init()
-        cuda.syncthreads()                      # wait: Q, dO in shared memory, barriers ready
+        start(q, do, smem, bars, tid, bh, n_q, q0, kpm, b_idx)  # the block's Q, dO rows; ring
 
         s_acc = cuda.local.array(SH, float32)   # S, then P
         dp = cuda.local.array(SH, float32)      # dP, then dS
@@ -516,18 +536,7 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16):
             k_addr = shared_addr(smem, at)
             v_addr = shared_addr(smem, at + TW)
 
-            # S = Qi Kjᵀ and dP = dOi Vjᵀ: D/16 k16 steps each, one group
-            wgmma_fence_operand(s_acc, SH)
-            wgmma_fence_operand(dp, SH)
-            wgmma_fence()                       # (s_acc, dp last read by to_a, before)
-            for ks in range(KC):
-                mma_s(s_acc, kmajor_desc(q_addr, Bq, ks), kmajor_desc(k_addr, Bk, ks), ks > 0)
-            for ks in range(KC):
-                mma_s(dp, kmajor_desc(do_addr, Bq, ks), kmajor_desc(v_addr, Bk, ks), ks > 0)
-            wgmma_commit_group()
-            wgmma_wait_group(0)                 # wait: S, dP are in s_acc, dp
-            wgmma_fence_operand(s_acc, SH)
-            wgmma_fence_operand(dp, SH)
+            products(s_acc, dp, q_addr, k_addr, do_addr, v_addr)   # S = Qi Kjᵀ, dP = dOi Vjᵀ
 
             ds(s_acc, dp, stats, r_lo, j * Bk, n_k, offset, kpm, b_idx, t,
                scale)                           # P, dS = P ∘ (dP − D)

@@ -20,7 +20,7 @@ import sys
 
 import flashlesson
 from flashlesson import tc_methods
-from flashlesson.bench import cuda_torch, time_end_to_end, time_gpu_adaptive
+from flashlesson.bench import check_and_time, cuda_torch
 from reference.attention import attention_flops
 from reference.attention_backward import attention_backward_flops
 
@@ -90,25 +90,22 @@ def _case(torch, sdpa, b, h, n, d, causal):
             lambda: flashlesson.attention_backward(do, q, k, v, o, lse, causal=causal),
             list),
     }
-    torch_err = {}
+    torch_err = {}                  # (torch's rows come first: their errors bound ours)
     for (way, name), (fn, parts) in calls.items():
         flops = (attention_flops if way == "forward" else attention_backward_flops)(
             b, h, n, n, d, causal)
-        got = parts(fn())
         want = refs[:1] if way == "forward" else refs[1:]
-        err = max(float((x[0, 0].double() - r).abs().max()) for x, r in zip(got, want))
         big = max(float(r.abs().max()) for r in want)
-        nan = any(bool(torch.isnan(x).any()) for x in got)
+
+        def measure(result, want=want, parts=parts):
+            got = parts(result)
+            return (max(float((x[0, 0].double() - r).abs().max()) for x, r in zip(got, want)),
+                    any(bool(torch.isnan(x).any()) for x in got))
+        row = {"shape": f"B{b} H{h} N{n} d{d}", "causal": causal, "way": way, "method": name}
+        limit = 2 * torch_err[way] + 1e-3 * (1 + big) if way in torch_err else None
+        err = check_and_time(row, lambda fn=fn: fn, measure, flops, limit, e2e=True)
         if name.startswith("torch"):
-            torch_err[way] = err
-        ok = not nan and err <= 2 * torch_err[way] + 1e-3 * (1 + big)
-        row = {"shape": f"B{b} H{h} N{n} d{d}", "causal": causal, "way": way,
-               "method": name, "err": err, "ok": ok}
-        if ok:
-            ms = time_gpu_adaptive(fn)
-            e2e = time_end_to_end(fn)
-            row.update({"ms": ms, "TFLOP/s": flops / ms / 1e9, "e2e ms": e2e,
-                        "e2e TFLOP/s": flops / e2e / 1e9})
+            torch_err[way] = err if err is not None else float("inf")
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows

@@ -22,11 +22,10 @@ import argparse
 import json
 import sys
 import time
-import traceback
 
 import flashlesson
 from flashlesson import WgmmaConfig
-from flashlesson.bench import cuda_torch, time_gpu_adaptive, versus_table
+from flashlesson.bench import budget_cases, check_and_time, cuda_torch, versus_table
 from reference.attention import attention_flops
 
 SHAPES = ((4, 16, 1024, 64), (2, 16, 4096, 64), (1, 16, 8192, 128))
@@ -138,43 +137,24 @@ def main():
     if only is not None:
         warm(torch, fns, shapes)
     rows = []
-    for (b, h, n, d) in shapes:
-        for causal in (False, True):
-            if time.time() - start > args.budget_s:
-                print(f"budget spent: B{b} H{h} N{n} d{d} causal={causal} skipped", flush=True)
-                continue
-            g = torch.Generator(device="cuda").manual_seed(1000 * n + d + causal)
-            q, k, v = (torch.randn(b, h, n, d, device="cuda", generator=g).half()
-                       for _ in range(3))
-            ref = torch.nn.functional.scaled_dot_product_attention(
-                *(x[:1, :1].double() for x in (q, k, v)), is_causal=causal)[0, 0]
-            flops = attention_flops(b, h, n, n, d, causal)
-            torch_err = None
-            for name, fn in fns.items():
-                row = {"shape": f"B{b} H{h} N{n} d{d}", "causal": causal, "method": name}
-                try:
-                    o = fn(q, k, v, causal)
-                    torch.cuda.synchronize()
-                    err = head_error(o, ref)
-                    if name == "torch sdpa flash":
-                        torch_err = err
-                    nan = bool(torch.isnan(o).any())
-                    row["err"] = err
-                    row["ok"] = (not nan and (torch_err is None or
-                                              err <= 2 * torch_err + 1e-3))
-                    if not row["ok"]:
-                        row["why"] = "NaN in O" if nan else f"error {err:.2e} > 2 × torch's"
-                    else:
-                        ms = time_gpu_adaptive(lambda q=q, k=k, v=v: fn(q, k, v, causal))
-                        row["ms"] = ms
-                        row["TFLOP/s"] = flops / ms / 1e9
-                except Exception as exc:        # reported, the next method still runs
-                    row["ok"] = False
-                    row["why"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-                    traceback.print_exc()
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-            del q, k, v
+    for (b, h, n, d, causal) in budget_cases(shapes, start, args.budget_s):
+        g = torch.Generator(device="cuda").manual_seed(1000 * n + d + causal)
+        q, k, v = (torch.randn(b, h, n, d, device="cuda", generator=g).half()
+                   for _ in range(3))
+        ref = torch.nn.functional.scaled_dot_product_attention(
+            *(x[:1, :1].double() for x in (q, k, v)), is_causal=causal)[0, 0]
+        flops = attention_flops(b, h, n, n, d, causal)
+        torch_err = None                    # (torch's row comes first: its error bounds ours)
+        for name, fn in fns.items():
+            row = {"shape": f"B{b} H{h} N{n} d{d}", "causal": causal, "method": name}
+            err = check_and_time(
+                row, lambda fn=fn: (lambda: fn(q, k, v, causal)),
+                lambda o: (head_error(o, ref), bool(torch.isnan(o).any())), flops,
+                None if torch_err is None else 2 * torch_err + 1e-3)
+            if name == "torch sdpa flash":
+                torch_err = err
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)

@@ -31,7 +31,7 @@ import traceback
 
 import flashlesson
 from flashlesson import WgmmaBwdConfig
-from flashlesson.bench import cuda_torch, time_gpu_adaptive, versus_table
+from flashlesson.bench import budget_cases, check_and_time, cuda_torch, versus_table
 from reference.attention_backward import attention_backward_flops
 
 SHAPES = ((1, 16, 8192, 128), (2, 16, 4096, 64), (4, 16, 1024, 64))    # (the ladder's first)
@@ -136,53 +136,34 @@ def main():
             time.sleep(0.5)
         print(f"timing from {time.time() - start:.0f} s", flush=True)
     rows = []
-    for (b, h, n, d) in shapes:
-        for causal in (False, True):
-            if time.time() - start > args.budget_s:
-                print(f"budget spent: B{b} H{h} N{n} d{d} causal={causal} skipped", flush=True)
+    for (b, h, n, d, causal) in budget_cases(shapes, start, args.budget_s):
+        g = torch.Generator(device="cuda").manual_seed(1000 * n + d + causal)
+        q, k, v, do = (torch.randn(b, h, n, d, device="cuda", generator=g).half()
+                       for _ in range(4))
+        x64 = [x[:1, :1].double().requires_grad_(True) for x in (q, k, v)]
+        refs = torch.autograd.grad(sdpa(*x64, is_causal=causal), x64, do[:1, :1].double())
+        refs = [r[0, 0] for r in refs]
+        big = max(float(r.abs().max()) for r in refs)
+        o, lse = flashlesson.attention(q, k, v, causal=causal, return_lse=True)
+        flops = attention_backward_flops(b, h, n, n, d, causal)
+        torch_err = None                    # (torch's row comes first: its error bounds ours)
+
+        def measure(grads):
+            return (max(float((gr[0, 0].double() - r).abs().max())
+                        for gr, r in zip(grads, refs)),
+                    any(bool(torch.isnan(gr).any()) for gr in grads))
+        for name, prepare in fns.items():
+            if not fits(prepare, d):
                 continue
-            g = torch.Generator(device="cuda").manual_seed(1000 * n + d + causal)
-            q, k, v, do = (torch.randn(b, h, n, d, device="cuda", generator=g).half()
-                           for _ in range(4))
-            x64 = [x[:1, :1].double().requires_grad_(True) for x in (q, k, v)]
-            refs = torch.autograd.grad(sdpa(*x64, is_causal=causal), x64, do[:1, :1].double())
-            refs = [r[0, 0] for r in refs]
-            big = max(float(r.abs().max()) for r in refs)
-            o, lse = flashlesson.attention(q, k, v, causal=causal, return_lse=True)
-            flops = attention_backward_flops(b, h, n, n, d, causal)
-            torch_err = None
-            for name, prepare in fns.items():
-                if not fits(prepare, d):
-                    continue
-                row = {"shape": f"B{b} H{h} N{n} d{d}", "causal": causal, "method": name}
-                try:
-                    fn = prepare(q, k, v, do, o, lse, causal)
-                    grads = fn()
-                    torch.cuda.synchronize()
-                    err = max(float((gr[0, 0].double() - r).abs().max())
-                              for gr, r in zip(grads, refs))
-                    nan = any(bool(torch.isnan(gr).any()) for gr in grads)
-                    if name == "torch sdpa flash":
-                        torch_err = err
-                    row["err"] = err
-                    row["ok"] = (not nan and (torch_err is None or
-                                              err <= 2 * torch_err + 1e-3 * (1 + big)))
-                    if not row["ok"]:
-                        row["why"] = "NaN in a gradient" if nan else \
-                            f"error {err:.2e} > 2 × torch's {torch_err:.2e} + slack"
-                    else:
-                        ms = time_gpu_adaptive(fn)
-                        row["ms"] = ms
-                        row["TFLOP/s"] = flops / ms / 1e9
-                    del grads
-                except Exception as exc:        # reported, the next method still runs
-                    row["ok"] = False
-                    row["why"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-                    traceback.print_exc()
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-            del q, k, v, do, o, lse
-            torch.cuda.empty_cache()
+            row = {"shape": f"B{b} H{h} N{n} d{d}", "causal": causal, "method": name}
+            err = check_and_time(
+                row, lambda prepare=prepare: prepare(q, k, v, do, o, lse, causal), measure,
+                flops, None if torch_err is None else 2 * torch_err + 1e-3 * (1 + big))
+            if name == "torch sdpa flash":
+                torch_err = err
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)

@@ -15,6 +15,8 @@ import contextlib
 import math
 import statistics
 import sys
+import time
+import traceback
 
 import numpy as np
 from numba import cuda
@@ -50,7 +52,6 @@ def time_gpu(fn, samples=SAMPLES, inner=INNER, warmup=WARMUP, defer=True):
     False for calls that allocate gigabytes, such as naive attention's S and P: ten of them held
     at once would not fit, and their kernels run long enough for a drain not to matter.)
     """
-    import time
 
     from kernels_numba.timing import gpu_sleep
     for _ in range(warmup):
@@ -669,7 +670,6 @@ def host_us_per_call(fn, calls=200, warmup=3, busy_us=None):
     sleeps on the GPU while ``calls`` calls are timed with ``time.perf_counter`` (so the GPU
     never drains the queue and only the host is timed), then one synchronisation. The sleep is
     sized from one timed call (×1.5 ×calls, at least 2 ms)."""
-    import time
 
     from kernels_numba.timing import gpu_sleep
     for _ in range(warmup):
@@ -747,9 +747,51 @@ def bench_overhead(calls=200, log=print):
     return records
 
 
+def budget_cases(shapes, start, budget_s):
+    """The kernel-only GPU scripts' cases: (b, h, n, d, causal) for each shape, not causal then
+    causal; one that would begin more than budget_s seconds after start (time.time()) is
+    skipped, and said (the device call's time limit is the budget's reason)."""
+    for (b, h, n, d) in shapes:
+        for causal in (False, True):
+            if time.time() - start > budget_s:
+                print(f"budget spent: B{b} H{h} N{n} d{d} causal={causal} skipped", flush=True)
+                continue
+            yield b, h, n, d, causal
+
+
+def check_and_time(row, make, measure, flops, limit=None, e2e=False):
+    """One method's row of the kernel-only GPU scripts (``scripts/gpu_wgmma.py``,
+    ``gpu_wgmma_bwd.py``, ``gpu_defaults.py``): fn = make(), fn() once, measure(its result) →
+    (max |error| against the float64 reference, whether it holds a NaN); the row passes with
+    no NaN and, given a limit (the scripts: 2 × torch's own error plus slack), an error within
+    it. A passing row is timed kernel-only (``time_gpu_adaptive``: "ms", "TFLOP/s" = flops /
+    time) and, e2e, end to end (``time_end_to_end``: "e2e ms", "e2e TFLOP/s"); a failing or
+    raising one says why (the script goes on). Returns the error (None when make or fn
+    raised)."""
+    try:
+        fn = make()
+        err, nan = measure(fn())
+        row["err"] = err
+        row["ok"] = not nan and (limit is None or err <= limit)
+        if not row["ok"]:
+            row["why"] = "NaN in the result" if nan else f"error {err:.2e} > {limit:.2e}"
+            return err
+        ms = time_gpu_adaptive(fn)
+        row.update({"ms": ms, "TFLOP/s": flops / ms / 1e9})
+        if e2e:
+            ms = time_end_to_end(fn)
+            row.update({"e2e ms": ms, "e2e TFLOP/s": flops / ms / 1e9})
+        return err
+    except Exception as exc:                    # reported, the next method still runs
+        row["ok"] = False
+        row["why"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        traceback.print_exc()
+        return None
+
+
 def versus_table(rows, bases=("torch sdpa flash",), width=22):
     """The closing table of the kernel-only scripts (``scripts/gpu_wgmma.py``,
-    ``gpu_wgmma_bwd.py``): per row shape, causal, method, ms, TFLOP/s, the ratio to each of
+    ``gpu_wgmma_bwd.py``; their rows from ``check_and_time``): per row shape, causal, method, ms, TFLOP/s, the ratio to each of
     ``bases`` (the methods of the same shape and causal mode), the error and the check."""
     rate = {(r["shape"], r["causal"], r["method"]): r["TFLOP/s"] for r in rows
             if r.get("TFLOP/s") and r["method"] in bases}

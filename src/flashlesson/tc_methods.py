@@ -293,10 +293,8 @@ def _forward_tc(qo, ko, vo, fq, B, H, nq, nk, d, cfg, causal, scale, kpm, tf32, 
     else:
         kernel = KT.flash_tc_kernel(D, cfg.Bc, cfg.WARPS, causal, kpm is not None,
                                     fq == "bf16", cfg.MT, bool(cfg.PF), bool(cfg.ASYNC), d)
-    tiles = -(-nq // cfg.Br)
-    grid = (bh, tiles) if causal else (tiles, bh)
-    checks.grid(grid, f"q: {nq} queries in tiles of Br = {cfg.Br}"
-                + (" (causal: query tiles on the grid's y axis)" if causal else ""))
+    grid = row_grid(causal, bh, -(-nq // cfg.Br), f"q: {nq} queries in tiles of Br = {cfg.Br}",
+                    "query tiles")
     launch(kernel, grid, 32 * cfg.WARPS,
            (q3, k3, v3, o3, lse2, np.float32(scale), nq, nk, H, mask),
            KT.tc_smem_bytes(D, cfg.Bc, tf32, bool(cfg.ASYNC)))
@@ -311,6 +309,15 @@ def _row_format(d, tf32):
         return d, np.float32
     return (d // 2, np.uint32) if KT.word_rows(d) else (d, np.uint16)
 
+
+def row_grid(causal, bh, blocks, what, tiles="row blocks"):
+    """The grid of a kernel with a block per row tile, as its block_tile / lane_rows reads it:
+    causal (B·H, blocks) — the tiles on the y axis, heaviest first — else (blocks, B·H);
+    refused before any launch where CUDA could not launch it (checks.grid; what names the
+    tiling, tiles what they are called)."""
+    grid = (bh, blocks) if causal else (blocks, bh)
+    checks.grid(grid, what + (f" (causal: {tiles} on the grid's y axis)" if causal else ""))
+    return grid
 
 
 def _words(op, shape, word):
@@ -434,15 +441,14 @@ def wgmma_is_default(q, k, causal, dropout_p):
     flash_wgmma ran 230 TFLOP/s at B4 H16 N1024 d64 non-causal (docs/logs/
     gpu_wgmma_cwg3_h200.log), level with flash_tc's 226 of the earlier run: the rule stays
     until both are timed in one run."""
-    if device.SIMULATOR or dropout_p or not low_precision(q):
+    d = _wgmma_head_dim(q, dropout_p)
+    if d is None:
         return False
     try:
-        d, nk = int(q.shape[-1]), int(k.shape[-2])
+        nk = int(k.shape[-2])
     except (AttributeError, IndexError, TypeError):
         return False                            # (the full path names what is wrong)
-    if d not in WGMMA_HEAD_DIMS or (d == 64 and causal is not True and nk < 2048):
-        return False
-    return compute_capability() == (9, 0)
+    return not (d == 64 and causal is not True and nk < 2048)
 
 
 def wgmma_bwd_is_default(q, causal, dropout_p):
@@ -451,13 +457,20 @@ def wgmma_bwd_is_default(q, causal, dropout_p):
     dropout, no causal mask — there it measured ahead, kernel-only on the H200 (2026-12-01,
     docs/logs/gpu_wgmma_bwd_h200.log: 1.03–1.14× flash_tc at B4 H16 N1024 d64, B2 H16 N4096
     d64, B1 H16 N8192 d128, two runs); causal it measured behind (0.81–0.99×)."""
-    if device.SIMULATOR or dropout_p or causal is not False or not low_precision(q):
-        return False
+    return causal is False and _wgmma_head_dim(q, dropout_p) is not None
+
+
+def _wgmma_head_dim(q, dropout_p):
+    """d where a default call could take a wgmma method: fp16/bf16 q with d = 64 or 128, no
+    dropout, on a Hopper GPU (compute capability 9.0, not the simulator); else None (also
+    for a q too odd to read: the full path names what is wrong)."""
+    if device.SIMULATOR or dropout_p or not low_precision(q):
+        return None
     try:
         d = int(q.shape[-1])
     except (AttributeError, IndexError, TypeError):
-        return False                            # (the full path names what is wrong)
-    return d in WGMMA_HEAD_DIMS and compute_capability() == (9, 0)
+        return None
+    return d if d in WGMMA_HEAD_DIMS and compute_capability() == (9, 0) else None
 
 
 def attention_wgmma(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropout_p=0.0,
@@ -503,10 +516,8 @@ def attention_wgmma(q, k, v, *, causal=False, scale=None, key_padding_mask=None,
         kernel = KW.flash_wgmma_kernel(d, cfg.Bc, cfg.CWG, cfg.STAGES, bool(cfg.PRODUCER),
                                        causal, kpm is not None, fq == "bf16",
                                        bool(cfg.OVERLAP))
-        tiles = -(-nq // cfg.Br)
-        grid = (bh, tiles) if causal else (tiles, bh)
-        checks.grid(grid, f"q: {nq} queries in tiles of Br = {cfg.Br}"
-                    + (" (causal: query tiles on the grid's y axis)" if causal else ""))
+        grid = row_grid(causal, bh, -(-nq // cfg.Br),
+                        f"q: {nq} queries in tiles of Br = {cfg.Br}", "query tiles")
         launch(kernel, grid, 128 * (cfg.CWG + bool(cfg.PRODUCER)),
                (q3, k3, v3, o3, lse2, np.float32(scale), nq, nk, H,
                 kpm if kpm is not None else dummy("mask")),
@@ -665,15 +676,12 @@ def _backward_tc(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, sca
         qk = KB.flash_tc_bwd_dq_kernel(D, cfg.Bk, wq, causal, pad, bf, cfg.Q_ASYNC, d)
         kv_smem = KB.tc_bwd_smem_bytes(D, cfg.Bq, wk, cfg.KV_ASYNC)
         q_smem = KB.tc_bwd_smem_bytes(D, cfg.Bk, wq, cfg.Q_ASYNC)
-    # grids as the kernels' lane_rows reads them: causal (B·H, row blocks), else (blocks, B·H)
-    launches = ((kv, -(-nk // (16 * wk)), wk, (dk, dv), kv_smem),
-                (qk, -(-nq // (16 * wq)), wq, (dq,), q_smem))
-    for _, blocks, warps, _, _ in launches:     # both grids checked before either launch
-        checks.grid((bh, blocks) if causal else (blocks, bh),
-                    f"q, k: {nq} queries, {nk} keys in row blocks of {16 * warps}"
-                    + (" (causal: row blocks on the grid's y axis)" if causal else ""))
-    for kern, blocks, warps, out, smem in launches:
-        launch(kern, (bh, blocks) if causal else (blocks, bh), 32 * warps,
+    launches = ((kv, nk, wk, (dk, dv), kv_smem), (qk, nq, wq, (dq,), q_smem))
+    grids = [row_grid(causal, bh, -(-n // (16 * warps)),   # (both checked before either launch)
+                      f"q, k: {nq} queries, {nk} keys in row blocks of {16 * warps}")
+             for _, n, warps, _, _ in launches]
+    for (kern, _, warps, out, smem), grid in zip(launches, grids):
+        launch(kern, grid, 32 * warps,
                (q3, k3, v3, do3, lse2, dvec, *out, np.float32(scale), nq, nk, H, mask), smem)
     return grads
 
@@ -782,18 +790,16 @@ def _backward_wgmma(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, 
         launches.append((KWB.wgmma_bwd_dq_kernel(d, cfg.Bk, cfg.CWG, cfg.STAGES, *flags),
                          -(-nq // rows_a_block), (dq,),
                          KWB.wgmma_bwd_smem_bytes(d, cfg.Bk, cfg.CWG, cfg.STAGES, False)))
-    grid_of = (lambda blocks: (bh, blocks) if causal else (blocks, bh))
-    for _, blocks, _, _ in launches:    # every grid checked before any launch
-        checks.grid(grid_of(blocks),
-                    f"q, k: {nq} queries, {nk} keys in row blocks of {rows_a_block}"
-                    + (" (causal: row blocks on the grid's y axis)" if causal else ""))
+    grids = [row_grid(causal, bh, blocks,   # (every grid checked before any launch)
+                      f"q, k: {nq} queries, {nk} keys in row blocks of {rows_a_block}")
+             for _, blocks, _, _ in launches]
     if cfg.FUSED:
         launch(KB.tc_bwd_preprocess(fmt == "bf16", True), *stride_grid(rows),
                (*pre_args, dqa.reshape(rows * d), sem))
     else:
         launch(KB.tc_bwd_preprocess(fmt == "bf16"), *stride_grid(rows), pre_args)
-    for kern, blocks, out, smem in launches:
-        launch(kern, grid_of(blocks), 128 * cfg.CWG,
+    for (kern, _, out, smem), grid in zip(launches, grids):
+        launch(kern, grid, 128 * cfg.CWG,
                (q3, k3, v3, do3, lse2, dvec, *out, np.float32(scale), nq, nk, H, mask), smem)
     if cfg.FUSED:                       # dq = scale · the accumulator, in the inputs' format
         launch(KWB.dq_finish(fmt == "bf16"), *stride_grid(rows * d // 2),
