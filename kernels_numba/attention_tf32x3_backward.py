@@ -51,6 +51,16 @@ else differs is the operand format:
   accumulators with their k index permuted (lane t's columns 2t, 2t + 1 as k = t, t + 4), B
   the tile's rows read in the same order — no transposed copy.
 
+Two-level sums (d ≤ 64, ``two_level``): the dK/dV kernel adds each k8 step into a partial sum
+of the Q tile (Bq = 32 queries), zeroed per tile, and the partial into dV or dK once a tile, so
+dV and dK take Nq/32 roundings of their own size instead of Nq/8. The H200 measured dV of B1 H1
+N4096 d64 causal at 2.2× and 2.9× torch efficient's error on two of three draws with one level;
+a NumPy model of the accumulation (exact products, each step's mma sum cut toward zero, float32
+adds: ``scripts/tf32x3_error.py --accumulation``) gave 2.4–4.6e-6 for one level, 1.3–2.0e-6 for
+torch's staging, 1.7–2.0e-6 with the per-tile partial (over 128 queries: 0.8–1.0e-6, but two
+persistent partials spill). One partial serves dV and then dK. At d = 128 (Bq = 16) the kernel
+has no registers left for it and keeps one level.
+
 Shared memory (float32, rows padded to D + 4): the block's two row tiles (K, V or Q, dO), the
 streamed tile's two (Q, dO or K, V), and LSE_i, D_i for the dK/dV kernel. Single-buffered, two
 barriers a tile, plain 16-byte loads. No atomics: bitwise the same from run to run.
@@ -88,6 +98,26 @@ def parts(D, B, WARPS, PAD_BLOCK, PAD_TILE):
             tf32_by_keys(NBO, NB), zeros(S), zeros(AO), write_rows(NBO, False, True))
 
 
+def two_level(D):
+    """Whether the dK/dV kernel sums dV and dK in two levels (module menu): d ≤ 64, where one
+    more d-wide accumulator fits (171 → 250 registers at d = 64, Bq = 32, no spills, still
+    2 blocks an SM; ptxas 13.5). At d = 128 the kernel uses all 255 and spills already."""
+    return D <= 64
+
+
+@lru_cache(maxsize=None)
+def flush_part(N):
+    """flush(part, acc): acc += part (to nearest), part = 0, N floats (a compile-time count,
+    so that both stay in registers): a partial sum of the two-level accumulation."""
+
+    @cuda.jit(device=True)
+    def flush(part, acc):
+        for i in range(N):
+            acc[i] += part[i]
+            part[i] = ZERO
+    return flush
+
+
 @lru_cache(maxsize=None)
 def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
     """dK, dV for float32 inputs, 3xTF32; see the module menu."""
@@ -102,6 +132,9 @@ def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
     block_rows, rows, by_rows, by_keys, clear_s, clear_o, write = parts(D, Bq, WARPS, PAD, False)
     ds_t = ds_transposed(NBQ, Bq, CAUSAL, PAD, True)    # (NAT: see exponent)
     unpad = clear_padded(NBO, False)
+    TWO = two_level(D)
+    PART = AO if TWO else 1                             # (1: unused)
+    flush = flush_part(AO)
 
     @cuda.jit
     def dkdv(q, k, v, do, lse, dvec, dk, dv, scale, n_q, n_k, heads, kpm):
@@ -114,6 +147,7 @@ def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
         dpt = cuda.local.array(SQ, float32)     # dPᵀ, then dSᵀ
         dk_acc = cuda.local.array(AO, float32)
         dv_acc = cuda.local.array(AO, float32)
+        part = cuda.local.array(PART, float32)  # TWO: this tile's dV, then its dK
         pa = cuda.local.array(4, float32)       # one k8 step of A, split: big …
         ps = cuda.local.array(4, float32)       # … and small
         pad_lo = pad_hi = False                 # §35: a padded key gets dk = dv = 0 (its K,
@@ -121,6 +155,8 @@ def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
             pad_lo, pad_hi = padded_keys(kpm, bh // heads, key_lo, n_k)
         clear_o(dk_acc)
         clear_o(dv_acc)
+        if TWO:
+            clear_o(part)
         block_rows(k, v, bh, n_k, k0, smem, K_AT, V_AT, tid, kpm,
                    bh // heads)                 # (seen after the 1st barrier)
 
@@ -140,8 +176,14 @@ def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
             by_rows(V_AT + mine, smem, DO_AT, KS, g, t, dpt, pa, ps)    # dPᵀ = V dOiᵀ
             ds_t(st, dpt, smem, FL, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t,
                  scale)                         # Pᵀ, dSᵀ = Pᵀ∘(dPᵀ − D)
-            by_keys(st, smem, DO_AT, KS, g, t, dv_acc, pa, ps)          # dV += Pᵀ dOi
-            by_keys(dpt, smem, Q_AT, KS, g, t, dk_acc, pa, ps)          # dK += dSᵀ Qi
+            if TWO:                             # (compile-time) the tile's sum first
+                by_keys(st, smem, DO_AT, KS, g, t, part, pa, ps)        # Pᵀ dOi …
+                flush(part, dv_acc)                                     # … dV += it
+                by_keys(dpt, smem, Q_AT, KS, g, t, part, pa, ps)        # dSᵀ Qi …
+                flush(part, dk_acc)                                     # … dK += it
+            else:
+                by_keys(st, smem, DO_AT, KS, g, t, dv_acc, pa, ps)      # dV += Pᵀ dOi
+                by_keys(dpt, smem, Q_AT, KS, g, t, dk_acc, pa, ps)      # dK += dSᵀ Qi
 
         if PAD:                                 # a padded key: dk = dv = 0, written
             unpad(dv_acc, pad_lo, pad_hi)

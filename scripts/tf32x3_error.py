@@ -41,6 +41,7 @@ dV = Pᵀ dO, dK = dSᵀ Q·scale, dQ = dS K·scale, over tiles of Bq queries / 
 can be exact (float64) or as the GPU does it, so the table shows what each step adds alone.
 
     python3 scripts/tf32x3_error.py [--n 1024] [--d 64] [--causal] [--seed 0] [--summary]
+    python3 scripts/tf32x3_error.py --accumulation [--seed 0]   (dV's sum alone, ~1 min)
 
 (N = 1024, d = 64: about 15 minutes on one core, --summary 7.)
 
@@ -309,6 +310,56 @@ def run(n=1024, d=64, causal=False, seed=0, summary=False, log=print):
     return out
 
 
+def accumulation(n=4096, d=64, causal=True, seed=0, log=print):
+    """dV = Pᵀ dO over n queries alone, three ways of summing its k8 steps (--accumulation):
+    the products exact (P and dO split, small·small dropped), each k8 step's sum cut toward
+    zero once (an mma from zero), then added in float32 to nearest — into dV at once (one
+    level), into a partial of ``tile`` queries added to dV once a tile (two levels), or chained
+    on the tensor core over 4 steps before the add (torch's staging). → {name: max |error|}
+    against float64."""
+    rng = np.random.default_rng(seed)
+    q, k, do = (rng.standard_normal((n, d)).astype(F32) for _ in range(3))
+    x = (q.astype(np.float64) @ k.T.astype(np.float64)) * d ** -0.5
+    if causal:
+        x = np.where(np.tril(np.ones((n, n), bool)), x, -np.inf)
+    p = np.exp(x - x.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    ref = p.T @ do.astype(np.float64)
+    pb, ps = split(p.astype(F32))
+    db, ds = split(do)
+
+    def rz(y):                                          # float32, toward zero
+        r = y.astype(F32)
+        return np.where(np.abs(r.astype(np.float64)) > np.abs(y), np.nextafter(r, F32(0)), r)
+
+    def steps(i0, i1, c):                               # k8 steps i0 … i1 chained on the TC
+        for i in range(i0, i1, 8):
+            w = slice(i, i + 8)
+            c = rz(pb[w].T @ db[w] + pb[w].T @ ds[w] + ps[w].T @ db[w] + c)
+        return c.astype(np.float64)
+
+    def run(chain, tile):
+        acc, part = np.zeros((n, d), F32), np.zeros((n, d), F32)
+        for i in range(0, n, 8 * chain):
+            s = steps(i, min(n, i + 8 * chain), np.zeros((n, d)))
+            if tile is None:
+                acc = (acc + s).astype(F32)
+            else:
+                part = (part + s).astype(F32)
+                if (i + 8 * chain) % tile == 0 or i + 8 * chain >= n:
+                    acc, part = (acc + part).astype(F32), np.zeros((n, d), F32)
+        return float(np.max(np.abs(acc - ref)))
+
+    out = {}
+    for name, chain, tile in (("one level (a k8 step at a time)", 1, None),
+                              ("torch: 4 k8 steps chained, then added", 4, None),
+                              ("two levels, a partial of 32 queries", 1, 32),
+                              ("two levels, a partial of 128 queries", 1, 128)):
+        out[name] = run(chain, tile)
+        log(f"{name:<45} {out[name]:9.2e}")
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=1024)
@@ -316,7 +367,15 @@ def main(argv=None):
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--summary", action="store_true", help="the 'all' rows only")
+    ap.add_argument("--accumulation", action="store_true", help="dV's sum over the queries "
+                    "alone, one level / torch's staging / two levels (default N 4096, causal)")
     a = ap.parse_args(argv)
+    if a.accumulation:
+        n = 4096 if a.n == 1024 else a.n
+        print(f"dV = Pᵀ dO alone, N = {n}, d = {a.d}, causal, seed {a.seed}: max |error| "
+              f"against float64")
+        accumulation(n, a.d, True, a.seed)
+        return
     print(f"N = {a.n}, d = {a.d}, causal = {a.causal}, seed {a.seed}: error against float64 "
           f"(rel: max |err| / max |ref|; backward: the worst of dq, dk, dv)")
     print(f"{'step alone (the rest exact) / configuration':<70} {'fwd rel':>9} {'bwd rel':>9} "
