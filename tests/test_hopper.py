@@ -156,6 +156,7 @@ WGMMA_CASES = [      # kind, N, k16 steps, swizzle, first mma with scale_d = 0
     ("bf16", 128, 4, H.SWIZZLE_NONE, True),
     ("f16", 64, 4, H.SWIZZLE_128B, True),
     ("bf16", 128, 4, H.SWIZZLE_128B, False),
+    ("f16", 176, 2, H.SWIZZLE_NONE, False),     # (attention_wgmma's wide K/V tile: N = Bc)
     pytest.param("f16", 256, 4, H.SWIZZLE_NONE, False, marks=pytest.mark.skipif(
         SIM, reason="N = 256 on the GPU only (the simulator covers 64 and 128)")),
     pytest.param("bf16", 256, 4, H.SWIZZLE_128B, True, marks=pytest.mark.skipif(
