@@ -136,8 +136,8 @@ sm_90a (wgmma, setmaxnreg, mbarrier); every consumer warpgroup runs every tile o
 (wgmma is warpgroup-collective); OVERLAP needs STAGES ≥ 2. CWG = 3 (ptxas 13.5, SASS read
 with nvdisasm): a consumer uses 153 of its 160 registers at d = 64, Bc = 128 (157 with
 OVERLAP), 106 at Bc = 64, 141 at d = 128, Bc = 64, no spills; d = 128 with Bc = 128 is
-refused (about 190 needed); with a key padding mask at d = 64, Bc = 128 the consumers spill
-40 to 90 bytes (the mask's kpm reads; Bc = 64 does not). Not tuned: no swizzle (the tensor
+refused (about 190 needed); with a key padding mask at d = 64, Bc = 128 the consumers spilled
+8–88 bytes (OVERLAP: 152–176) before the CLAMPED mask, 0–8 since. Not tuned: no swizzle (the tensor
 core reads core matrices of 128 contiguous bytes, conflict-free; a warp's cp.async writes are 4
 runs of 128 bytes: ``piece_of``); no ping-pong between the consumer warpgroups (FA3's named
 barriers that make one warpgroup's GEMMs overlap the other's softmax); without OVERLAP one
@@ -267,7 +267,7 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
     pack = pack_bf16 if BF16 else pack_f16
     update = online_softmax_tc(NBS, NBO, 1, OVERLAP)   # OVERLAP: acc's rescale deferred …
     rescale = rescale_tc(NBO, 1)                        # … to this, once P·V is waited for
-    mask = mask_scores_tc(NBS, CAUSAL, PAD, 1)
+    mask = mask_scores_tc(NBS, CAUSAL, PAD, 1, CLAMPED=True)
     to_a = pack_accumulators(KC2, 1, NBS, BF16)
     clear_acc = zeros(OH)
     _, _, _, put_word = head_io(D, D)
