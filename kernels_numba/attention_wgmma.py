@@ -144,13 +144,13 @@ not 3. Registers: a consumer holds S (Bc/2 floats), P (Bc/4 words) and acc (D/2 
 Bc = 176 uses 221 of 224, no spills (causal, PAD, bf16 alike), Bc = 160 208–213; Bc = 192
 spills 0–24 bytes (0–9 local loads and stores a tile, cached in L1); with OVERLAP 176 spills
 48–64 bytes (11–19 a tile) and 192 is refused (136–184). d = 64: CWG = 2 takes Bc = 192
-without spills (200 of 224, 217 with OVERLAP); CWG = 3 spills 8 bytes at Bc = 160, 24–32 at
-176 (1–10 local accesses a tile), 192 is refused (80–144), and with OVERLAP past 128. CWG = 1
-(240): 192, 40–48 bytes with OVERLAP at d = 128. ``widest_bc`` holds these limits
-(``WgmmaConfig.check`` refuses wider); the PAD mask reads its byte in the entry's one test
-(``mask_scores_tc(…, CLAMPED=True)``: in a branch of its own LLVM left the mask loop rolled at
-Bc = 192 and S went to local memory). Not timed on the GPU yet (``scripts/gpu_wgmma.py
---wide``).
+without spills (200–202 of 224, 212–217 with OVERLAP); CWG = 3 spills 0–8 bytes at Bc = 160,
+24–32 at 176 (1–10 local accesses a tile), 192 is refused (80–144), and with OVERLAP past
+128. CWG = 1 (240): 192, 40–48 bytes with OVERLAP at d = 128. ``widest_bc`` holds these
+limits (``WgmmaConfig.check`` refuses wider); the PAD mask reads its byte in the entry's one
+test (``mask_scores_tc(…, CLAMPED=True)``: in a branch of its own LLVM left the mask loop
+rolled at Bc = 192 and S went to local memory). Not timed on the GPU yet
+(``scripts/gpu_wgmma.py --wide``).
 
 Limits: fp16/bf16, d = D = 64 or 128 exactly (other d: method 'flash_tc'); Bc: BC_WIDTHS;
 sm_90a (wgmma, setmaxnreg, mbarrier); every consumer warpgroup runs every tile of the block
