@@ -323,9 +323,16 @@ def rescale_tc(NBO, MT=1):
 
 
 @lru_cache(maxsize=None)
-def mask_scores_tc(NBS, CAUSAL, PAD, MT=1):
+def mask_scores_tc(NBS, CAUSAL, PAD, MT=1, CLAMPED=False):
     """S entries of keys past Nk, above the causal diagonal (§34) or padded (§35) → −inf.
-    r_lo: the lane's first row (g of the warp's first m16 block)."""
+    r_lo: the lane's first row (g of the warp's first m16 block). CLAMPED (attention_wgmma):
+    PAD's mask byte read in the one test of the entry, at a clamped key (always in bounds)
+    rather than in a branch of its own. flash_wgmma with PAD (ptxas 13.5): its consumers use
+    188 registers, not 211, at d = 128, Bc = 128; spill 0–8 bytes, not 8–176, at d = 64,
+    Bc = 128, CWG = 3, and 0, not 92, at d = 128, Bc = 176; and at Bc = 192 (NBS = 24) the
+    branch made LLVM leave the loop rolled, S in local memory. flash_tc keeps the branch, as
+    it was timed (CLAMPED there: 80 bytes of spills → 0 at d = 64, MT = 2, causal, but
+    0 → 72 at d = 128)."""
 
     @cuda.jit(device=True)
     def mask(s, k0, r_lo, g_t2, n_k, offset, kpm, b_idx):
@@ -334,9 +341,10 @@ def mask_scores_tc(NBS, CAUSAL, PAD, MT=1):
                 for e in range(4):
                     key = k0 + 8 * nb + g_t2 + (e & 1)
                     row = r_lo + 16 * mt + 8 * (e >> 1)
-                    if key >= n_k or (CAUSAL and key > row + offset):
+                    if key >= n_k or (CAUSAL and key > row + offset) or \
+                            (PAD and CLAMPED and kpm[b_idx, min(key, n_k - 1)] == 0):
                         s[4 * (mt * NBS + nb) + e] = NEG_INF
-                    elif PAD and kpm[b_idx, key] == 0:
+                    elif PAD and not CLAMPED and kpm[b_idx, key] == 0:
                         s[4 * (mt * NBS + nb) + e] = NEG_INF
     return mask
 

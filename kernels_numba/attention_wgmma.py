@@ -20,6 +20,9 @@ Menu
 |                                                 | threads (max_registers 128; setmaxnreg.dec  |
 |                                                 | 32, inc 160); no producer: 384 threads,     |
 |                                                 | max_registers 168                           |
+| ``… Bc=176, STAGES=2, PRODUCER=True``           | FA3's d = 128 tile: 176 keys a K/V tile (S  |
+|                                                 | by m64n176k16), 2 stages to fit 227 KB;     |
+|                                                 | Bc = 96 … 192 up to ``widest_bc`` (below)   |
 | ``… STAGES=3, PRODUCER=True, OVERLAP=True``     | FA3's intra-warpgroup pipelining (its       |
 |                                                 | Algorithm 2): tile j's S = Q Kᵀ and tile    |
 |                                                 | j − 1's P·V issued together, the softmax of |
@@ -131,13 +134,31 @@ hand-off, so no named barrier is used); producer threads wait for their last cop
 exiting. Masking, causal tiles and the epilogue are flash_tc's (bottom-right causal, padded
 keys zeros on chip, a row with no key: O = 0, LSE = −inf).
 
-Limits: fp16/bf16, d = D = 64 or 128 exactly (other d: method 'flash_tc'); Bc = 64 or 128;
+Wide K/V tiles (Bc = 96, 160, 176, 192; FA3's d = 128 forward: Br = 128, Bc = 176, 2 stages).
+Only S = Q Kᵀ changes instruction (m64n{Bc}k16: any multiple of 8 is a wgmma N); P·V takes
+Bc/16 k16 steps, and the mask, softmax, packing and copies loop over Bc/8 column blocks as
+before. Shared memory, Q (2·Br·D bytes) and STAGES × K, V (4·Bc·D bytes): at d = 128,
+Br = 128, Bc = 176 and 192 fit in the H200's 232,448 bytes with 2 stages (212,992 and 229,376),
+not 3. Registers: a consumer holds S (Bc/2 floats), P (Bc/4 words) and acc (D/2 floats); ptxas
+13.5 with a producer, the consumers' share of the SASS read with nvdisasm: d = 128, CWG = 2,
+Bc = 176 uses 221 of 224, no spills (causal, PAD, bf16 alike), Bc = 160 208–213; Bc = 192
+spills 0–24 bytes (0–9 local loads and stores a tile, cached in L1); with OVERLAP 176 spills
+48–64 bytes (11–19 a tile) and 192 is refused (136–184). d = 64: CWG = 2 takes Bc = 192
+without spills (200–202 of 224, 212–217 with OVERLAP); CWG = 3 spills 0–8 bytes at Bc = 160,
+24–32 at 176 (1–10 local accesses a tile), 192 is refused (80–144), and with OVERLAP past
+128. CWG = 1 (240): 192, 40–48 bytes with OVERLAP at d = 128. ``widest_bc`` holds these
+limits (``WgmmaConfig.check`` refuses wider); the PAD mask reads its byte in the entry's one
+test (``mask_scores_tc(…, CLAMPED=True)``: in a branch of its own LLVM left the mask loop
+rolled at Bc = 192 and S went to local memory). Not timed on the GPU yet
+(``scripts/gpu_wgmma.py --wide``).
+
+Limits: fp16/bf16, d = D = 64 or 128 exactly (other d: method 'flash_tc'); Bc: BC_WIDTHS;
 sm_90a (wgmma, setmaxnreg, mbarrier); every consumer warpgroup runs every tile of the block
 (wgmma is warpgroup-collective); OVERLAP needs STAGES ≥ 2. CWG = 3 (ptxas 13.5, SASS read
 with nvdisasm): a consumer uses 153 of its 160 registers at d = 64, Bc = 128 (157 with
 OVERLAP), 106 at Bc = 64, 141 at d = 128, Bc = 64, no spills; d = 128 with Bc = 128 is
-refused (about 190 needed); with a key padding mask at d = 64, Bc = 128 the consumers spill
-40 to 90 bytes (the mask's kpm reads; Bc = 64 does not). Not tuned: no swizzle (the tensor
+refused (about 190 needed); with a key padding mask at d = 64, Bc = 128 the consumers spilled
+8–88 bytes (OVERLAP: 152–176) before the CLAMPED mask, 0–8 since. Not tuned: no swizzle (the tensor
 core reads core matrices of 128 contiguous bytes, conflict-free; a warp's cp.async writes are 4
 runs of 128 bytes: ``piece_of``); no ping-pong between the consumer warpgroups (FA3's named
 barriers that make one warpgroup's GEMMs overlap the other's softmax); without OVERLAP one
@@ -151,7 +172,7 @@ stage released too early shows on the GPU only.
 How to run: ``attention(q16, k16, v16, method="flash_wgmma", config=WgmmaConfig(...))``
 (``WgmmaConfig(OVERLAP=True)``: the pipelined loop), ``pytest tests/test_attention_tc.py -k
 wgmma``, on the H200 ``bash scripts/gpu_wgmma.sh`` (``OVERLAP=1``: the OVERLAP configs timed
-beside the default; ``CWG3=1``: the CWG = 3 configs at d = 64).
+beside the default; ``CWG3=1``: the CWG = 3 configs at d = 64; ``WIDE=1``: the wide tiles).
 """
 
 import math
@@ -174,6 +195,7 @@ from .vector import cp_async16, cp_async_wait_all
 WARPGROUP = 128
 SM_REGS = 65536             # registers of an SM: what one block's threads share at most
 BUILT = {}                  # (factory, *arguments) → kernel, for resource reports
+BC_WIDTHS = (64, 96, 128, 160, 176, 192)   # Bc: wgmma N of S = Q Kᵀ and k16 steps of P·V
 
 
 def producer_regs(CWG):
@@ -197,6 +219,21 @@ def consumer_regs(CWG):
     (128·(producer + CWG·n) ≤ 65536), a multiple of 8, at most 240: 240, 224, 160 for
     CWG = 1, 2, 3."""
     return min(240, (SM_REGS // WARPGROUP - producer_regs(CWG)) // CWG // 8 * 8)
+
+
+def widest_bc(D, CWG, OVERLAP):
+    """The widest K/V tile whose consumers fit their registers (consumer_regs): a consumer
+    thread holds S (Bc/2 floats), P as A fragments (Bc/4 words) and acc (D/2 floats), all
+    live at the packing step (and, OVERLAP, through the softmax). Compiled for sm_90a (ptxas
+    13.5, with a producer; fp16 and bf16, causal and PAD or not), the widest whose consumers
+    spill at most 64 bytes (a few local loads and stores a tile, in L1) in the worst case:
+    CWG = 1 (240 registers): 192 (d = 128 with OVERLAP: 40–48 bytes). CWG = 2 (224): 192 at
+    d = 64; at d = 128 192 (8–24 bytes) and with OVERLAP 176 (48–64 bytes; 192: 136–184).
+    CWG = 3 (160): at d = 64 176 (24–32 bytes; 192: 80–144) and with OVERLAP 128 (0–8; 160:
+    224); at d = 128 64 (96: 16 bytes; 128: about 190 registers needed)."""
+    if CWG == 3:
+        return 64 if D == 128 else 128 if OVERLAP else 176
+    return 176 if D == 128 and CWG == 2 and OVERLAP else 192
 
 
 def wgmma_smem_bytes(D, Bc, CWG, STAGES):
@@ -244,7 +281,7 @@ def kmajor_rows(D, R, NL, PAD=False):
 @lru_cache(maxsize=None)
 def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=False):
     """fp16 (BF16=False) or bf16 FlashAttention forward on wgmma; see the module menu."""
-    assert D in (64, 128) and Bc in (64, 128) and CWG in (1, 2, 3) and STAGES >= 1
+    assert D in (64, 128) and Bc in BC_WIDTHS and CWG in (1, 2, 3) and STAGES >= 1
     assert STAGES >= 2 or not OVERLAP       # (OVERLAP holds tile j − 1's stage while j lands)
     kind = "bf16" if BF16 else "f16"
     mma_s = WGMMA[(kind, Bc)]               # S = Q Kᵀ: 64 × Bc, A and B from shared memory
@@ -267,7 +304,7 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
     pack = pack_bf16 if BF16 else pack_f16
     update = online_softmax_tc(NBS, NBO, 1, OVERLAP)   # OVERLAP: acc's rescale deferred …
     rescale = rescale_tc(NBO, 1)                        # … to this, once P·V is waited for
-    mask = mask_scores_tc(NBS, CAUSAL, PAD, 1)
+    mask = mask_scores_tc(NBS, CAUSAL, PAD, 1, CLAMPED=True)
     to_a = pack_accumulators(KC2, 1, NBS, BF16)
     clear_acc = zeros(OH)
     _, _, _, put_word = head_io(D, D)
@@ -321,8 +358,10 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
         v_at = QW + 2 * KVW * s + KVW + (r0 // 8) * (4 * D) + 32 * c + 4 * (r0 % 8)
         for n in range(COPIES):                     # (unrolled: the offsets are constants)
             r = r0 + STEP * n
-            if Bc % STEP == 0 or r < Bc:            # (compile-time True unless CWG = 3 and
-                key = i * Bc + r                    # no producer: 48 or 24 rows a step)
+            if Bc % STEP == 0 or r < Bc:            # (compile-time True unless STEP does not
+                key = i * Bc + r                    # divide Bc: CWG = 3, no producer, 48 or
+                                                    # 24 rows a step; d = 64, CWG = 2, no
+                                                    # producer, 32 rows, at Bc = 176)
                 ok = key < n_k and (not PAD or kpm[b_idx, key] != 0)
                 src = (bh * n_k + min(key, n_k - 1)) * DW + 4 * c   # (in bounds; read if ok)
                 cp_async16(smem, k_at + 4 * STEP * n, k, src, ok)   # kmajor_index(r, 8c, Bc)/2

@@ -66,6 +66,7 @@ shared arrays, ``src`` a global one; indices are flat element indices (as in ``v
         fence before the first mma and between touching the accumulators and the next mma;
         commit the mmas issued so far as a group; wait until at most n groups are pending.
     wgmma_f16_n64(acc, desc_a, desc_b, scale_d)   and _n128, _n256, and wgmma_bf16_n64 …
+        (N = 96, 160, 176, 192 as well, through WGMMA[(kind, N)] only: attention_wgmma's tiles)
         wgmma.mma_async.sync.aligned.m64nNk16.f32.f16.f16 {acc…}, da, db, p, 1, 1, 0, 0;
         (…f32.bf16.bf16 for bf16): the warpgroup (128 threads, 4 consecutive warps, the
         first a multiple of 4) computes D = A·B + (D if scale_d else 0), A 64×16 and B 16×N
@@ -596,6 +597,10 @@ wgmma_bf16_n256 = helper(_wgmma("bf16", 256))
 WGMMA = {("f16", 64): wgmma_f16_n64, ("f16", 128): wgmma_f16_n128,
          ("f16", 256): wgmma_f16_n256, ("bf16", 64): wgmma_bf16_n64,
          ("bf16", 128): wgmma_bf16_n128, ("bf16", 256): wgmma_bf16_n256}
+# N between them (any multiple of 8 up to 256 is one): attention_wgmma's wider K/V tiles, whose
+# S = Q Kᵀ is 64 × Bc (FA3 takes Bc = 176 at d = 128)
+WGMMA.update({(kind, n): helper(_wgmma(kind, n)) for kind in ("f16", "bf16")
+              for n in (96, 160, 176, 192)})
 
 # B N-major (imm-trans-b 1; SS), A from registers (RS, B K-major), and both (RS, B N-major: P·V)
 wgmma_f16_n32_tb = helper(_wgmma("f16", 32, False, 1))

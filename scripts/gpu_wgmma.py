@@ -4,6 +4,7 @@ kernel-only, checked against torch in the same run (H200; ``scripts/gpu_wgmma.sh
     python3 scripts/gpu_wgmma.py --json OUT.json
     python3 scripts/gpu_wgmma.py --overlap       # OVERLAP (FA3's pipelining) vs the default
     python3 scripts/gpu_wgmma.py --cwg3          # CWG = 3 (Br = 192, d = 64) vs the default
+    python3 scripts/gpu_wgmma.py --wide          # K/V tiles of 176 and 192 keys vs the default
 
 Per shape and causal mode: the inputs as fp16 torch tensors; each method is checked first (head
 (0, 0) against float64 SDPA on the same fp16 values: its max error beside torch flash's own),
@@ -13,9 +14,11 @@ kernel: the GPU's time, not Python's). TFLOP/s = ``reference.attention_flops`` /
 OVERLAP configs only (no flash_tc, no ladder steps), at the two larger shapes unless --shapes
 says otherwise, each method's kernels compiled first (at N = 256: compiling inside the budget
 of the first shape would skip shapes), with a "× default" column; ``--cwg3`` the same with the
-CWG = 3 configs (FA3's block of 192 query rows at d = 64), at the two d = 64 shapes. A method
-that fails (an exception, NaN, or an error above 2× torch flash's + 1e-3) is reported and not
-timed. The table comes last.
+CWG = 3 configs (FA3's block of 192 query rows at d = 64), at the two d = 64 shapes; ``--wide``
+the same with the wide K/V tiles (FA3's d = 128 forward: Bc = 176, 2 stages), each at its head
+dim, beside that head dim's default config, at all three shapes. A method that fails (an
+exception, NaN, or an error above 2× torch flash's + 1e-3) is reported and not timed. The table
+comes last.
 """
 
 import argparse
@@ -67,6 +70,21 @@ CWG3 = {
 }
 
 
+# --wide: K/V tiles wider than 128 keys beside each head dim's default (config None: CWG = 2,
+# Bc = 128 at d = 128; CWG = 3, Bc = 128 at d = 64), a config timed at the head dims it is
+# listed for. d = 128: FA3's Bc = 176 and 192 with 2 stages (3 exceed 227 KB), 176 with OVERLAP
+# (192 with OVERLAP is refused: its consumers spill, attention_wgmma.widest_bc); d = 64: the
+# widest for CWG = 3 (176; 192 refused) and CWG = 2 (192)
+WIDE = {
+    "wgmma default": {64: None, 128: None},
+    "wgmma Bc176 ST2": {128: WgmmaConfig(Bc=176, STAGES=2)},
+    "wgmma Bc192 ST2": {128: WgmmaConfig(Bc=192, STAGES=2)},
+    "wgmma Bc176 ST2 OVERLAP": {128: WgmmaConfig(Bc=176, STAGES=2, OVERLAP=True)},
+    "wgmma CWG3 Bc176 ST3": {64: WgmmaConfig(Bc=176, CWG=3, STAGES=3)},
+    "wgmma CWG2 Bc192 ST3": {64: WgmmaConfig(Bc=192, CWG=2, STAGES=3)},
+}
+
+
 def methods(torch, sweep=False, only=None):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     sdpa = torch.nn.functional.scaled_dot_product_attention
@@ -76,12 +94,16 @@ def methods(torch, sweep=False, only=None):
             return sdpa(q, k, v, is_causal=causal)
 
     def ours(method, config):
+        by_d = isinstance(config, dict)             # (--wide: {head dim: config})
+
         def run(q, k, v, causal):
-            return flashlesson.attention(q, k, v, causal=causal, method=method, config=config)
+            cfg = config[q.shape[-1]] if by_d else config
+            return flashlesson.attention(q, k, v, causal=causal, method=method, config=cfg)
+        run.head_dims = tuple(config) if by_d else None
         return run
 
     out = {"torch sdpa flash": torch_flash}
-    if only is not None:                        # --overlap, --cwg3: these configs alone
+    if only is not None:                        # --overlap, --cwg3, --wide: these alone
         out.update({name: ours("flash_wgmma", cfg) for name, cfg in only.items()})
         return out
     out["flash_tc"] = ours("flash_tc", None)
@@ -99,6 +121,8 @@ def warm(torch, fns, shapes):
         x = torch.randn(1, 1, 256, d, device="cuda").half()
         for causal in (False, True):
             for name, fn in fns.items():
+                if not runs_at(fn, d):
+                    continue
                 try:
                     fn(x, x, x, causal)
                 except Exception as exc:        # (reported where it is timed)
@@ -106,6 +130,12 @@ def warm(torch, fns, shapes):
                           f"{str(exc)[:200]}", flush=True)
     torch.cuda.synchronize()
     print(f"warm-up (compiling) {time.time() - start:.1f} s", flush=True)
+
+
+def runs_at(fn, d):
+    """Whether a method is timed at head dim d (--wide: only where its config is listed)."""
+    dims = getattr(fn, "head_dims", None)
+    return dims is None or d in dims
 
 
 def head_error(o, ref):
@@ -122,11 +152,13 @@ def main():
                     "OVERLAP configs only (default shapes: 1,2)")
     ap.add_argument("--cwg3", action="store_true", help="torch flash, the default and the "
                     "CWG = 3 configs only (default shapes: 0,1)")
+    ap.add_argument("--wide", action="store_true", help="torch flash, each head dim's default "
+                    "and the wide K/V tiles (Bc 176, 192) only (default shapes: all)")
     ap.add_argument("--shapes", default=None, help="indices into SHAPES, e.g. 0,1")
     args = ap.parse_args()
-    if args.overlap and args.cwg3:
-        raise SystemExit("--overlap and --cwg3: one at a time")
-    only = OVERLAP if args.overlap else CWG3 if args.cwg3 else None
+    if args.overlap + args.cwg3 + args.wide > 1:
+        raise SystemExit("--overlap, --cwg3, --wide: one at a time")
+    only = OVERLAP if args.overlap else CWG3 if args.cwg3 else WIDE if args.wide else None
     picks = args.shapes or ("1,2" if args.overlap else "0,1" if args.cwg3 else None)
     shapes = SHAPES if picks is None else [SHAPES[int(i)] for i in picks.split(",")]
     torch = cuda_torch()
@@ -146,6 +178,8 @@ def main():
         flops = attention_flops(b, h, n, n, d, causal)
         torch_err = None                    # (torch's row comes first: its error bounds ours)
         for name, fn in fns.items():
+            if not runs_at(fn, d):
+                continue
             row = {"shape": f"B{b} H{h} N{n} d{d}", "causal": causal, "method": name}
             err = check_and_time(
                 row, lambda fn=fn: (lambda: fn(q, k, v, causal)),
@@ -160,7 +194,7 @@ def main():
             json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
     print()
     bases = ("torch sdpa flash",) if only is None else ("torch sdpa flash", "wgmma default")
-    print("\n".join(versus_table(rows, bases)))
+    print("\n".join(versus_table(rows, bases, width=24 if args.wide else 22)))
     return 0 if all(r["ok"] for r in rows) else 1
 
 

@@ -7,24 +7,28 @@
 #   device run: bash scripts/gpu_wgmma.sh   (carry .whl; SWEEP=1: the benchmark's --sweep
 #   configs too, and 400 s; LADDER=1: then the attention_wgmma ladder; OVERLAP=1: the benchmark
 #   is --overlap instead — torch flash, the default and the OVERLAP configs — < 4 min in all;
-#   CWG3=1: --cwg3 instead — the default and the CWG = 3 configs at d = 64, < 4 min in all)
+#   CWG3=1: --cwg3 instead — the default and the CWG = 3 configs at d = 64, < 4 min in all;
+#   WIDE=1: --wide instead — each head dim's default and the wide K/V tiles (Bc 176, 192) at
+#   the three shapes, < 6 min in all)
 set -uo pipefail
 . "$(dirname "$0")/gpu_env.sh"        # wheels, PYTHONPATH, FLASHLESSON_DEVICE=gpu, $OUT
 start=$(date +%s)
 gpu_facts > "$OUT/gpu.txt" 2>&1
 # 1. the helpers alone (a layout error shows here with its diagnosis) and flash_wgmma against
-# the oracle: two pytest processes side by side (compilation is most of their time)
+# the oracle: two pytest processes side by side (compilation is most of their time; the wgmma
+# one 120 s since the wide-tile cases)
 timeout 90 python3 -m pytest -q -rs --tb=short -p no:cacheprovider -n 6 tests/test_hopper.py \
   > "$OUT/pytest_hopper.log" 2>&1 &
 p_hopper=$!
-timeout 90 python3 -m pytest -q -rs --tb=short -p no:cacheprovider -n 8 tests/test_attention_tc.py \
+timeout 120 python3 -m pytest -q -rs --tb=short -p no:cacheprovider -n 8 tests/test_attention_tc.py \
   -k wgmma > "$OUT/pytest_wgmma.log" 2>&1 &
 p_wgmma=$!
 wait $p_hopper; rc_hopper=$?
 wait $p_wgmma; rc_wgmma=$?
 # 2. the benchmark alone on the GPU, with what is left of 195 s
-left=$(( ${SWEEP:+200 +} ${OVERLAP:+20 +} ${CWG3:+20 +} 195 - $(date +%s) + start))
+left=$(( ${SWEEP:+200 +} ${OVERLAP:+20 +} ${CWG3:+20 +} ${WIDE:+120 +} 195 - $(date +%s) + start))
 timeout $left python3 scripts/gpu_wgmma.py ${SWEEP:+--sweep} ${OVERLAP:+--overlap} ${CWG3:+--cwg3} \
+  ${WIDE:+--wide} \
   --json "$OUT/bench_wgmma.json" \
   --budget-s $((left - 30)) > "$OUT/bench_wgmma.log" 2>&1
 rc_bench=$?

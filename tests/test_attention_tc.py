@@ -363,7 +363,8 @@ def test_wgmma_overlap_matches_oracle(rng, fmt, causal, pad, producer, stages, s
 # Simulator: one block each (Nq ≤ 192): the third warpgroup's rows partly past Nq, causal with
 # Nq > Nk (rows that see no key: O = 0, LSE = −inf), PAD; without a producer the 384 copiers'
 # pieces are 48 rows apart, so some copy one piece of a tile fewer (copy_tile's guard). GPU:
-# N not a multiple of 192, several query tiles, causal and not, PAD, OVERLAP, d = 128 at Bc = 64.
+# N not a multiple of 192, several query tiles, causal and not, PAD, OVERLAP, d = 128 at Bc = 64,
+# Bc = 176 (the widest at CWG = 3; the simulator runs wide tiles in test_wgmma_wide_…).
 CWG3_CASES = by_device(       # (fmt, causal, PAD, Bc, STAGES, PRODUCER, OVERLAP, shape)
     [("bf16", True, True, 64, 2, True, False, (1, 1, 130, 70, 64)),
      ("f16", False, False, 64, 2, False, False, (1, 1, 37, 70, 64))],
@@ -372,7 +373,8 @@ CWG3_CASES = by_device(       # (fmt, causal, PAD, Bc, STAGES, PRODUCER, OVERLAP
      ("f16", True, True, 64, 3, True, False, (2, 2, 300, 457, 64)),
      ("f16", True, False, 128, 3, True, True, (1, 2, 700, 700, 64)),
      ("bf16", False, False, 128, 2, False, False, (1, 2, 385, 200, 64)),
-     ("f16", True, False, 64, 3, True, False, (1, 2, 385, 300, 128))])
+     ("f16", True, False, 64, 3, True, False, (1, 2, 385, 300, 128)),
+     ("bf16", True, True, 176, 3, True, False, (2, 2, 500, 700, 64))])
 
 
 @pytest.mark.parametrize("fmt, causal, pad, Bc, stages, producer, overlap, shape", CWG3_CASES,
@@ -391,9 +393,45 @@ def test_wgmma_cwg3_matches_oracle(rng, fmt, causal, pad, Bc, stages, producer, 
     _wgmma_matches(fmt, causal, kpm, cfg, (q, k, v), (q64, k64, v64))
 
 
+# Wide K/V tiles (Bc = 96 … 192, up to attention_wgmma.widest_bc; FA3's d = 128 forward takes
+# Bc = 176 with 2 stages). Simulator: one query tile, keys in 2–3 tiles of 176 or 192 (the last
+# partial), causal with several tiles, PAD with a batch row of padded keys only (O = 0,
+# LSE = −inf); CWG = 2 without a producer copies 32 rows a step, which does not divide 176
+# (copy_tile's guard). GPU: d = 128 at 176 and 192 with 2 stages (the shared memory allows no
+# more), OVERLAP, d = 64 at 192 with CWG = 2, and the other widths, 160 and 96, once each.
+WIDE_CASES = by_device(       # (fmt, causal, PAD, Bc, CWG, STAGES, PRODUCER, OVERLAP, shape)
+    [("f16", False, True, 176, 2, 3, False, False, (2, 1, 100, 300, 64)),
+     ("bf16", True, False, 192, 1, 2, True, True, (1, 1, 60, 450, 128))],
+    [("f16", False, False, 176, 2, 2, True, False, (2, 3, 1000, 1000, 128)),
+     ("bf16", True, True, 176, 2, 2, True, False, (2, 2, 1031, 517, 128)),
+     ("f16", True, False, 192, 2, 2, True, False, (1, 2, 700, 900, 128)),
+     ("f16", False, True, 176, 2, 2, True, True, (2, 2, 500, 457, 128)),
+     ("bf16", True, False, 192, 2, 3, True, False, (1, 2, 1031, 517, 64)),
+     ("f16", True, True, 160, 3, 3, True, False, (1, 2, 385, 300, 64)),
+     ("bf16", False, False, 96, 2, 3, True, False, (1, 2, 385, 300, 128))])
+
+
+@pytest.mark.parametrize("fmt, causal, pad, Bc, cwg, stages, producer, overlap, shape",
+                         WIDE_CASES,
+                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
+def test_wgmma_wide_matches_oracle(rng, fmt, causal, pad, Bc, cwg, stages, producer, overlap,
+                                   shape):
+    """K/V tiles wider than 128 keys (S = Q Kᵀ by m64n176k16 or m64n192k16) against the
+    oracle."""
+    B, H, nq, nk, d = shape
+    (q, k, v), (q64, k64, v64) = _inputs(rng, *shape, fmt)
+    kpm = None
+    if pad:
+        kpm = rng.random((B, nk)) > 0.3
+        kpm[0] = False                          # a batch row with no valid key: O = 0, −inf
+    cfg = WgmmaConfig(Bc=Bc, CWG=cwg, STAGES=stages, PRODUCER=producer, OVERLAP=overlap)
+    _wgmma_matches(fmt, causal, kpm, cfg, (q, k, v), (q64, k64, v64))
+
+
 def test_wgmma_refusals():
-    """Head dims other than 64 and 128, float32, dropout, a TcConfig: refused, naming the
-    argument and where to go instead."""
+    """Head dims other than 64 and 128, float32, dropout, a TcConfig, a Bc that is not one of
+    the kernel's widths or too wide for the consumers' registers: refused, naming the argument
+    and where to go instead."""
     assert TC_METHODS == ("flash_tc", "flash_wgmma")
     q = np.zeros((1, 1, 8, 80), np.float16)
     with pytest.raises(ValueError, match="q: method 'flash_wgmma' takes a head dimension of 64 "
@@ -407,15 +445,31 @@ def test_wgmma_refusals():
         attention(q, q, q, method="flash_wgmma", dropout_p=0.1)
     with pytest.raises(TypeError, match="WgmmaConfig"):
         attention(q, q, q, method="flash_wgmma", config=TcConfig())
-    with pytest.raises(ValueError, match="Bc must be 64 or 128"):
-        attention(q, q, q, method="flash_wgmma", config=WgmmaConfig(Bc=32))
+    for Bc in (32, 144, 256):
+        with pytest.raises(ValueError, match="Bc must be 64, 96, 128, 160, 176 or 192"):
+            attention(q, q, q, method="flash_wgmma", config=WgmmaConfig(Bc=Bc))
+    with pytest.raises(ValueError, match="Bc = 192 is too wide at d = 64 with CWG = 3: .* 160 "
+                       "registers .* wider than Bc = 176 its consumers spill"):
+        attention(q, q, q, method="flash_wgmma", config=WgmmaConfig(Bc=192, CWG=3))
+    with pytest.raises(ValueError, match="Bc = 160 is too wide at d = 64 with CWG = 3 and "
+                       "OVERLAP"):
+        attention(q, q, q, method="flash_wgmma", config=WgmmaConfig(Bc=160, CWG=3,
+                                                                    OVERLAP=True))
     with pytest.raises(ValueError, match="OVERLAP needs STAGES ≥ 2"):
         attention(q, q, q, method="flash_wgmma", config=WgmmaConfig(STAGES=1, OVERLAP=True))
     with pytest.raises(ValueError, match="CWG must be 1, 2 or 3"):
         attention(q, q, q, method="flash_wgmma", config=WgmmaConfig(CWG=4))
     q = np.zeros((1, 1, 8, 128), np.float16)
-    with pytest.raises(ValueError, match="CWG = 3 at d = 128 needs Bc = 64"):
+    with pytest.raises(ValueError, match="Bc = 128 is too wide at d = 128 with CWG = 3: .* "
+                       "wider than Bc = 64"):
         attention(q, q, q, method="flash_wgmma", config=WgmmaConfig(CWG=3))
+    with pytest.raises(ValueError, match="Bc = 192 is too wide at d = 128 with CWG = 2 and "
+                       "OVERLAP: .* 224 registers"):
+        attention(q, q, q, method="flash_wgmma", config=WgmmaConfig(Bc=192, STAGES=2,
+                                                                    OVERLAP=True))
+    if GPU:                             # (the simulator does not check shared memory)
+        with pytest.raises(ValueError, match="bytes of shared memory at d = 128 .* fewer STAGES"):
+            attention(q, q, q, method="flash_wgmma", config=WgmmaConfig(Bc=176, STAGES=3))
 
 
 def test_default_method_for_fp16_follows_the_measured_rule(rng):

@@ -156,6 +156,7 @@ WGMMA_CASES = [      # kind, N, k16 steps, swizzle, first mma with scale_d = 0
     ("bf16", 128, 4, H.SWIZZLE_NONE, True),
     ("f16", 64, 4, H.SWIZZLE_128B, True),
     ("bf16", 128, 4, H.SWIZZLE_128B, False),
+    ("f16", 176, 2, H.SWIZZLE_NONE, False),     # (attention_wgmma's wide K/V tile: N = Bc)
     pytest.param("f16", 256, 4, H.SWIZZLE_NONE, False, marks=pytest.mark.skipif(
         SIM, reason="N = 256 on the GPU only (the simulator covers 64 and 128)")),
     pytest.param("bf16", 256, 4, H.SWIZZLE_128B, True, marks=pytest.mark.skipif(
@@ -394,6 +395,10 @@ PTX_SCRIPT = textwrap.dedent("""
                                                    True).py_func,
                              (arr(u32, 3),) * 4 + (arr(f32, 2), f32, i64, i64, i64,
                                                    arr(types.uint8, 2))),
+        "flash_wgmma_wide": (KW.flash_wgmma_kernel(128, 176, 2, 2, True, True, True,
+                                                   True).py_func,
+                             (arr(u32, 3),) * 4 + (arr(f32, 2), f32, i64, i64, i64,
+                                                   arr(types.uint8, 2))),
         "wgmma_bwd_dkdv": (KWB.wgmma_bwd_dkdv_kernel(128, 64, 2, 2, True, True, True).py_func,
                            (arr(u32, 3),) * 4 + (arr(f32, 2),) * 2 + (arr(u32, 3),) * 2
                            + (arr(f32, 3), arr(types.int32, 1))
@@ -440,6 +445,8 @@ PTX_EXPECT = {
                          "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 ",
                          "setmaxnreg.dec.sync.aligned.u32 32",
                          "setmaxnreg.inc.sync.aligned.u32 160"],
+    "flash_wgmma_wide": ["wgmma.mma_async.sync.aligned.m64n176k16.f32.bf16.bf16 ",
+                         "setmaxnreg.inc.sync.aligned.u32 224"],
     "wgmma_bwd_dkdv": ["wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 ",
                        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 ",
                        "cp.async.mbarrier.arrive.noinc.shared::cta.b64"],
@@ -504,6 +511,7 @@ def test_ptx_for_sm90a(tmp_path):
         cap = {"setmaxnreg": ["-maxrregcount", "128"],      # as their max_registers
                "flash_wgmma": ["-maxrregcount", "168"],
                "flash_wgmma_overlap": ["-maxrregcount", "168"],
+               "flash_wgmma_wide": ["-maxrregcount", "168"],
                "flash_wgmma_cwg3": ["-maxrregcount", "128"]}.get(name, [])
         a = subprocess.run([ptxas, "-arch=sm_90a", "-v", *cap, str(tmp_path / f"{name}.ptx"),
                             "-o", str(tmp_path / f"{name}.cubin")], capture_output=True, text=True)

@@ -781,7 +781,7 @@ def _warpgroup_collective(t, op, payload, compute):
 
 
 for _kind in ("f16", "bf16"):
-    for _n in (64, 128, 256):
+    for _n in (64, 96, 128, 160, 176, 192, 256):
         globals()[f"wgmma_{_kind}_n{_n}"] = _make_wgmma(_kind, _n)
     for _n in (32, 64, 128):
         globals()[f"wgmma_{_kind}_n{_n}_tb"] = _make_wgmma(_kind, _n, False, 1)

@@ -372,14 +372,17 @@ def wgmma_checks(d, what):
 
 @dataclass(frozen=True)
 class WgmmaConfig:
-    """The wgmma kernel's compile-time variants: Bc keys per K/V tile (64 or 128), CWG consumer
-    warpgroups of 64 query rows (1, 2 or 3: Br = 64·CWG; 3 is FA3's block at d = 64 — 512
-    threads with the producer, 160 registers a consumer thread, so not d = 128 with
-    Bc = 128), STAGES shared-memory stages of the K/V ring (1: load, wait, compute; 2: §42,
-    the next tile in flight), PRODUCER: one more warpgroup that only copies (§43, needs
-    STAGES ≥ 2 to overlap anything), OVERLAP: FlashAttention-3's intra-warpgroup pipelining —
-    tile j's S = Q Kᵀ and tile j − 1's P·V issued together, the softmax of S running while
-    P·V does (STAGES ≥ 2)."""
+    """The wgmma kernel's compile-time variants: Bc keys per K/V tile (64, 96, 128, 160, 176
+    or 192 — up to ``attention_wgmma.widest_bc(d, CWG, OVERLAP)``, the widest whose consumers
+    fit their registers: 192, but 176 at d = 128 with CWG = 2 and OVERLAP, and with CWG = 3
+    176 at d = 64 (128 with OVERLAP) and 64 at d = 128; FA3's d = 128 forward takes 176, with
+    STAGES = 2: three stages of 176 keys exceed the H200's 227 KB of shared memory), CWG
+    consumer warpgroups of 64 query rows (1, 2 or 3: Br = 64·CWG; 3 is FA3's block at
+    d = 64 — 512 threads with the producer, 160 registers a consumer thread), STAGES
+    shared-memory stages of the K/V ring (1: load, wait, compute; 2: §42, the next tile in
+    flight), PRODUCER: one more warpgroup that only copies (§43, needs STAGES ≥ 2 to overlap
+    anything), OVERLAP: FlashAttention-3's intra-warpgroup pipelining — tile j's S = Q Kᵀ and
+    tile j − 1's P·V issued together, the softmax of S running while P·V does (STAGES ≥ 2)."""
     Bc: int = 128
     CWG: int = 2
     STAGES: int = 3
@@ -390,14 +393,21 @@ class WgmmaConfig:
         checks.config_fields(self)
 
     def check(self, d):
-        if self.Bc not in (64, 128):
-            raise ValueError(f"config: Bc must be 64 or 128 (the wgmma's N), got {self.Bc}")
+        widths = KW.BC_WIDTHS
+        if self.Bc not in widths:
+            raise ValueError(f"config: Bc must be {', '.join(map(str, widths[:-1]))} or "
+                             f"{widths[-1]} (the wgmma's N of S = Q Kᵀ, a multiple of 16 for "
+                             f"P·V's k16 steps), got {self.Bc}")
         if self.CWG not in (1, 2, 3):
             raise ValueError(f"config: CWG must be 1, 2 or 3 consumer warpgroups, got {self.CWG}")
-        if self.CWG == 3 and d == 128 and self.Bc == 128:
-            raise ValueError("config: CWG = 3 at d = 128 needs Bc = 64: with Bc = 128 a consumer "
-                             "thread needs about 190 registers (S and acc, 64 floats each), and "
-                             "with 3 consumer warpgroups it gets 160 (168 without a producer)")
+        widest = KW.widest_bc(d, self.CWG, bool(self.OVERLAP))
+        if self.Bc > widest:
+            raise ValueError(f"config: Bc = {self.Bc} is too wide at d = {d} with CWG = "
+                             f"{self.CWG}{' and OVERLAP' if self.OVERLAP else ''}: a consumer "
+                             f"thread holds S (Bc/2 floats), P (Bc/4 words) and acc (d/2 "
+                             f"floats) in {KW.consumer_regs(self.CWG)} registers (with a "
+                             f"producer); wider than Bc = {widest} its consumers spill over 64 "
+                             f"bytes (ptxas: attention_wgmma.widest_bc)")
         if self.STAGES not in (1, 2, 3):
             raise ValueError(f"config: STAGES must be 1, 2 or 3, got {self.STAGES}")
         if self.OVERLAP and self.STAGES < 2:
@@ -407,7 +417,7 @@ class WgmmaConfig:
         if not device.SIMULATOR and smem > max_shared_bytes():
             raise ValueError(f"config: {smem} bytes of shared memory at d = {d} (Bc, CWG, "
                              f"STAGES = {self.Bc}, {self.CWG}, {self.STAGES}); this GPU allows "
-                             f"{max_shared_bytes()}")
+                             f"{max_shared_bytes()} (fewer STAGES or a narrower Bc)")
 
     @property
     def Br(self):
