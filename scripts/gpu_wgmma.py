@@ -4,6 +4,7 @@ kernel-only, checked against torch in the same run (H200; ``scripts/gpu_wgmma.sh
     python3 scripts/gpu_wgmma.py --json OUT.json
     python3 scripts/gpu_wgmma.py --overlap       # OVERLAP (FA3's pipelining) vs the default
     python3 scripts/gpu_wgmma.py --cwg3          # CWG = 3 (Br = 192, d = 64) vs the default
+    python3 scripts/gpu_wgmma.py --pingpong      # PINGPONG (FA3's ping-pong) vs the default
 
 Per shape and causal mode: the inputs as fp16 torch tensors; each method is checked first (head
 (0, 0) against float64 SDPA on the same fp16 values: its max error beside torch flash's own),
@@ -13,9 +14,12 @@ kernel: the GPU's time, not Python's). TFLOP/s = ``reference.attention_flops`` /
 OVERLAP configs only (no flash_tc, no ladder steps), at the two larger shapes unless --shapes
 says otherwise, each method's kernels compiled first (at N = 256: compiling inside the budget
 of the first shape would skip shapes), with a "× default" column; ``--cwg3`` the same with the
-CWG = 3 configs (FA3's block of 192 query rows at d = 64), at the two d = 64 shapes. A method
-that fails (an exception, NaN, or an error above 2× torch flash's + 1e-3) is reported and not
-timed. The table comes last.
+CWG = 3 configs (FA3's block of 192 query rows at d = 64), at the two d = 64 shapes;
+``--pingpong`` the same with the PINGPONG configs (the consumer warpgroups take turns issuing
+their wgmmas) on each head dim's default block, with and without OVERLAP, beside the default
+config of that d (``config=None``), at all three shapes. A method that fails (an exception,
+NaN, or an error above 2× torch flash's + 1e-3) is reported and not timed. The table comes
+last.
 """
 
 import argparse
@@ -67,6 +71,19 @@ CWG3 = {
 }
 
 
+# --pingpong: FA3's inter-warpgroup ping-pong (WgmmaConfig.PINGPONG) on each head dim's default
+# block — d = 128: CWG = 2 (FA3's own d = 128 configuration is OVERLAP + ping-pong); d = 64:
+# CWG = 3, Br = 192 — beside that d's default (config=None); a config per head dim
+_CWG3 = {"Bc": 128, "CWG": 3, "STAGES": 3, "PRODUCER": True}
+PINGPONG = {
+    "wgmma default": None,
+    "wgmma PINGPONG": {128: WgmmaConfig(PINGPONG=True),
+                       64: WgmmaConfig(**_CWG3, PINGPONG=True)},
+    "wgmma OVERLAP PINGPONG": {128: WgmmaConfig(OVERLAP=True, PINGPONG=True),
+                               64: WgmmaConfig(**_CWG3, OVERLAP=True, PINGPONG=True)},
+}
+
+
 def methods(torch, sweep=False, only=None):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     sdpa = torch.nn.functional.scaled_dot_product_attention
@@ -76,12 +93,15 @@ def methods(torch, sweep=False, only=None):
             return sdpa(q, k, v, is_causal=causal)
 
     def ours(method, config):
+        """config: a WgmmaConfig, None (the method's default for the inputs' d) or {d: config}
+        (--pingpong)."""
         def run(q, k, v, causal):
-            return flashlesson.attention(q, k, v, causal=causal, method=method, config=config)
+            cfg = config.get(q.shape[-1]) if isinstance(config, dict) else config
+            return flashlesson.attention(q, k, v, causal=causal, method=method, config=cfg)
         return run
 
     out = {"torch sdpa flash": torch_flash}
-    if only is not None:                        # --overlap, --cwg3: these configs alone
+    if only is not None:                        # --overlap, --cwg3, --pingpong: these alone
         out.update({name: ours("flash_wgmma", cfg) for name, cfg in only.items()})
         return out
     out["flash_tc"] = ours("flash_tc", None)
@@ -122,11 +142,13 @@ def main():
                     "OVERLAP configs only (default shapes: 1,2)")
     ap.add_argument("--cwg3", action="store_true", help="torch flash, the default and the "
                     "CWG = 3 configs only (default shapes: 0,1)")
+    ap.add_argument("--pingpong", action="store_true", help="torch flash, the default and the "
+                    "PINGPONG configs only (default shapes: all)")
     ap.add_argument("--shapes", default=None, help="indices into SHAPES, e.g. 0,1")
     args = ap.parse_args()
-    if args.overlap and args.cwg3:
-        raise SystemExit("--overlap and --cwg3: one at a time")
-    only = OVERLAP if args.overlap else CWG3 if args.cwg3 else None
+    if args.overlap + args.cwg3 + args.pingpong > 1:
+        raise SystemExit("--overlap, --cwg3, --pingpong: one at a time")
+    only = OVERLAP if args.overlap else CWG3 if args.cwg3 else PINGPONG if args.pingpong else None
     picks = args.shapes or ("1,2" if args.overlap else "0,1" if args.cwg3 else None)
     shapes = SHAPES if picks is None else [SHAPES[int(i)] for i in picks.split(",")]
     torch = cuda_torch()
