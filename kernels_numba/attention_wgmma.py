@@ -27,6 +27,13 @@ Menu
 |                                                 | Algorithm 2): tile j's S = Q Kᵀ and tile    |
 |                                                 | j − 1's P·V issued together, the softmax of |
 |                                                 | S_j while P·V runs (STAGES ≥ 2; 3 advised)  |
+| ``… CWG=2 or 3, PINGPONG=True``                 | FA3's inter-warpgroup ping-pong: the        |
+|                                                 | consumer warpgroups take turns, round-robin |
+|                                                 | on named barriers, to issue their wgmmas    |
+|                                                 | (S; with OVERLAP, S and P·V), so one        |
+|                                                 | warpgroup's softmax runs while another's    |
+|                                                 | products do (CWG ≥ 2; with or without       |
+|                                                 | OVERLAP)                                    |
 
 Ladder (issue 13): from the lesson kernel to this file, step by step, at B1 H16 N8192 d128 float16
 unless a step says otherwise; TFLOP/s = 4·B·H·N²·d / time (half when causal); kernel-only CUDA-event
@@ -44,20 +51,23 @@ TFLOP/s recorded then.
 | 2    | both products on wgmma (S: Q, K from shared  | H200, 2026-12-01: 2.75 ms,   | method='flash_wgmma',          |
 |      | memory; P·V: P in registers, V N-major), 2   | 200 TFLOP/s, 36.22× lesson   | config=WgmmaConfig(Bc=128,     |
 |      | consumer warpgroups, Bc = 128, K/V through   |                              | CWG=2, STAGES=1,               |
-|      | one stage on mbarriers: load, wait, compute  |                              | PRODUCER=False, OVERLAP=False) |
-|      | (STAGES = 1)                                 |                              |                                |
+|      | one stage on mbarriers: load, wait, compute  |                              | PRODUCER=False, OVERLAP=False, |
+|      | (STAGES = 1)                                 |                              | PINGPONG=False)                |
 | 3    | §42: two stages, the next tile's cp.async    | H200, 2026-12-01: 2.31 ms,   | method='flash_wgmma',          |
 |      | copies in flight during this tile's wgmmas   | 238 TFLOP/s, 42.98× lesson   | config=WgmmaConfig(Bc=128,     |
 |      | (every thread copies)                        |                              | CWG=2, STAGES=2,               |
-|      |                                              |                              | PRODUCER=False, OVERLAP=False) |
+|      |                                              |                              | PRODUCER=False, OVERLAP=False, |
+|      |                                              |                              | PINGPONG=False)                |
 | 4    | §43: a producer warpgroup that only copies   | H200, 2026-12-01: 1.76 ms,   | method='flash_wgmma',          |
 |      | (setmaxnreg: 56 registers for it, 224 for    | 313 TFLOP/s, 56.54× lesson   | config=WgmmaConfig(Bc=128,     |
 |      | the consumers), consumers that only compute  |                              | CWG=2, STAGES=2,               |
-|      |                                              |                              | PRODUCER=True, OVERLAP=False)  |
+|      |                                              |                              | PRODUCER=True, OVERLAP=False,  |
+|      |                                              |                              | PINGPONG=False)                |
 | 5    | three stages in the ring: the default        | H200, 2026-12-01: 1.71 ms,   | method='flash_wgmma',          |
 |      | (``WgmmaConfig()``), and the default method  | 322 TFLOP/s, 58.17× lesson   | config=WgmmaConfig(Bc=128,     |
 |      | for fp16/bf16 on Hopper at d = 128 (1.10×    |                              | CWG=2, STAGES=3,               |
-|      | SDPA flash causal, 0.88× not)                |                              | PRODUCER=True, OVERLAP=False)  |
+|      | SDPA flash causal, 0.88× not)                |                              | PRODUCER=True, OVERLAP=False,  |
+|      |                                              |                              | PINGPONG=False)                |
 
 The loop (per consumer warpgroup of 64 query rows; CWG = 1, 2 or 3 of them, Br = 64·CWG)::
 
@@ -104,6 +114,41 @@ with STAGES = 3 (STAGES = 2: 0.58–0.64×; Bc = 64: 0.74–0.87×). With two co
 warpgroups an SM already runs one warpgroup's softmax while the other's products run; OVERLAP
 adds its own waits and the deferred rescale, and holds each stage one tile longer.
 
+PINGPONG (FlashAttention-3's inter-warpgroup overlap, its §3.1): the consumer warpgroups issue
+their wgmmas in turns, round-robin, so that their softmaxes fall in between each other's
+products rather than all at once. Turn of warpgroup c: named barrier TURN + c (id 1 + c; 0 is
+syncthreads', the producer touches none), count 256 — c's own 128 threads in ``bar_sync``
+and the 128 of the warpgroup before it, whose ``bar_arrive`` passes the turn on::
+
+    wait FULL[tile]                  ← the data first: a warpgroup never waits for its turn
+                                       while the others wait for its copies or its release
+    bar_sync(TURN + c)               ← my turn
+    issue (commit)                   ← S; OVERLAP: S_j and P_{j−1}·V_{j−1}
+    bar_arrive(TURN + (c + 1) % CWG) ← the next warpgroup's turn; then wait_group as before
+
+Warpgroup 0 takes the first turn by its own ``bar_arrive(TURN)`` before the loop. Turns a
+warpgroup: n_tiles without OVERLAP (each tile's S); n_tiles + 1 with it (tile 0's S, the
+loop's S_j + P_{j−1}·V_{j−1} for j = 1 … n − 1, the last P·V). Every warpgroup runs the same
+tiles, so each barrier's arrivals and syncs match — but for the last turn of the rotation
+(warpgroup CWG − 1's last), which would pass to nobody: it is not passed on, and a block with
+no key tile takes no turn, so no arrival is left pending when the block exits. No deadlock:
+the turns are totally ordered, (turn, c) in order, and every wait a warpgroup makes before
+its turn in tile j (FULL of tile j; without a producer, EMPTY of an earlier tile, before its
+copies) needs only what the others did in earlier tiles, which they did before taking their
+own earlier turns; while it waits for its turn it holds nothing another warpgroup needs (its
+EMPTY arrivals and copies of earlier tiles are made). A turn cannot be passed twice to one
+barrier before it is taken: passing again needs the whole rotation, which goes through the
+warpgroup that takes it. (FA3 without intra-warpgroup overlap holds the turn from the P·V of
+tile j − 1 to the S of tile j; here it is the S alone: the copies and EMPTY arrivals of the
+non-producer ring sit between those two, and a turn held across them would deadlock.)
+Registers (ptxas 13.5, the highest register the SASS names, nvdisasm; without PINGPONG in
+brackets): d = 128, Bc = 128, CWG = 2, STAGES = 3, a producer — 187 of 224 (187), causal 191
+(185), OVERLAP 198 (198), OVERLAP causal 199 (196), with causal, PAD and bf16 208 (211) and
+OVERLAP 218 (216); d = 64, Bc = 128, CWG = 3 — 153 of 160 (153), OVERLAP 157 (157); no spills
+but where CWG = 3 with a key padding mask spilled already (56 bytes; OVERLAP 8, was 176). The
+simulator counts each barrier's arrivals: a turn never passed on fails there (named barrier …
+never fills), where the GPU would hang. Not measured on the GPU yet: opt-in.
+
 Who holds what. A thread of consumer warpgroup c (warp w of it, lane 4g + t) owns rows
 q0 + 64c + 16w + g and + 8, columns 8j + 2t, + 1 of S (Bc/2 floats) and of acc (D/2 floats).
 
@@ -130,9 +175,9 @@ before its products of tile j it issues tile j + STAGES − 1's copies (STAGES =
 own — load, wait, compute; STAGES = 2: the next tile's, in flight during this one's wgmmas,
 §42). With PRODUCER, warpgroup 0 runs the copy loop alone, up to STAGES tiles ahead (§43);
 the consumers never copy and need no barrier between themselves (the mbarriers are the only
-hand-off, so no named barrier is used); producer threads wait for their last copies before
-exiting. Masking, causal tiles and the epilogue are flash_tc's (bottom-right causal, padded
-keys zeros on chip, a row with no key: O = 0, LSE = −inf).
+hand-off; the named barriers of PINGPONG only order their turns); producer threads wait for
+their last copies before exiting. Masking, causal tiles and the epilogue are flash_tc's
+(bottom-right causal, padded keys zeros on chip, a row with no key: O = 0, LSE = −inf).
 
 Wide K/V tiles (Bc = 96, 160, 176, 192; FA3's d = 128 forward: Br = 128, Bc = 176, 2 stages).
 Only S = Q Kᵀ changes instruction (m64n{Bc}k16: any multiple of 8 is a wgmma N); P·V takes
@@ -154,25 +199,28 @@ rolled at Bc = 192 and S went to local memory). Not timed on the GPU yet
 
 Limits: fp16/bf16, d = D = 64 or 128 exactly (other d: method 'flash_tc'); Bc: BC_WIDTHS;
 sm_90a (wgmma, setmaxnreg, mbarrier); every consumer warpgroup runs every tile of the block
-(wgmma is warpgroup-collective); OVERLAP needs STAGES ≥ 2. CWG = 3 (ptxas 13.5, SASS read
-with nvdisasm): a consumer uses 153 of its 160 registers at d = 64, Bc = 128 (157 with
-OVERLAP), 106 at Bc = 64, 141 at d = 128, Bc = 64, no spills; d = 128 with Bc = 128 is
-refused (about 190 needed); with a key padding mask at d = 64, Bc = 128 the consumers spilled
-8–88 bytes (OVERLAP: 152–176) before the CLAMPED mask, 0–8 since. Not tuned: no swizzle (the tensor
-core reads core matrices of 128 contiguous bytes, conflict-free; a warp's cp.async writes are 4
-runs of 128 bytes: ``piece_of``); no ping-pong between the consumer warpgroups (FA3's named
-barriers that make one warpgroup's GEMMs overlap the other's softmax); without OVERLAP one
-wgmma group is waited for at once; with it, K and V of a tile share one EMPTY barrier (FA3
-releases K after S, V after P·V), so a stage is held until P·V is done. OVERLAP is not the
-default: not measured yet. The simulator runs it at tiny shapes (one block); it holds each
-wgmma accumulator back (NaN) until the wait_group that retires its group, so an accumulator
-read or written too early fails there, but it reads shared memory when the wgmma is issued: a
-stage released too early shows on the GPU only.
+(wgmma is warpgroup-collective; PINGPONG's turns count on it too); OVERLAP needs STAGES ≥ 2,
+PINGPONG CWG ≥ 2. CWG = 3 (ptxas 13.5, SASS read with nvdisasm): a consumer uses 153 of its 160
+registers at d = 64, Bc = 128 (157 with OVERLAP), 106 at Bc = 64, 141 at d = 128, Bc = 64, no
+spills; d = 128 with Bc = 128 is refused (about 190 needed); with a key padding mask at d = 64,
+Bc = 128 the consumers spilled 8–88 bytes (OVERLAP: 152–176) before the CLAMPED mask, 0–8 since. Not tuned:
+no swizzle (the tensor core reads core matrices of 128 contiguous bytes, conflict-free; a warp's
+cp.async writes are 4 runs of 128 bytes: ``piece_of``); the ping-pong between the consumer
+warpgroups (PINGPONG, FA3's named barriers that make one warpgroup's GEMMs overlap the other's
+softmax) is opt-in and not measured yet; without OVERLAP one wgmma group is waited for at once;
+with it, K and V of a tile share one EMPTY barrier (FA3 releases K after S, V after P·V), so a
+stage is held until P·V is done. OVERLAP is not the default: not measured yet. The simulator
+runs it at tiny shapes (one block); it holds each wgmma accumulator back (NaN) until the
+wait_group that retires its group, so an accumulator read or written too early fails there, but
+it reads shared memory when the wgmma is issued: a stage released too early shows on the GPU
+only.
 
 How to run: ``attention(q16, k16, v16, method="flash_wgmma", config=WgmmaConfig(...))``
-(``WgmmaConfig(OVERLAP=True)``: the pipelined loop), ``pytest tests/test_attention_tc.py -k
-wgmma``, on the H200 ``bash scripts/gpu_wgmma.sh`` (``OVERLAP=1``: the OVERLAP configs timed
-beside the default; ``CWG3=1``: the CWG = 3 configs at d = 64; ``WIDE=1``: the wide tiles).
+(``WgmmaConfig(OVERLAP=True)``: the pipelined loop; ``PINGPONG=True``: the turns),
+``pytest tests/test_attention_tc.py -k wgmma``, on the H200 ``bash scripts/gpu_wgmma.sh``
+(``OVERLAP=1``: the OVERLAP configs timed beside the default; ``CWG3=1``: the CWG = 3 configs
+at d = 64; ``WIDE=1``: the wide tiles; ``PINGPONG=1``: the PINGPONG configs at both head
+dims).
 """
 
 import math
@@ -183,9 +231,9 @@ from numba import cuda, float32, uint32, uint64
 from .attention import block_tile, kv_tiles
 from .attention_tc import LN2, LOG2E, QUAD, head_io, mask_scores_tc, online_softmax_tc, \
     pack_accumulators, rescale_tc, zeros
-from .hopper import SWIZZLE_NONE, WGMMA, WGMMA_RS_TB, cp_async_mbar_arrive, fence_mbarrier_init, \
-    fence_proxy_async, mbar_arrive, mbar_init, mbar_try_wait_parity, setmaxnreg_dec, \
-    setmaxnreg_inc, shared_addr, wgmma_commit_group, wgmma_desc, wgmma_fence, \
+from .hopper import SWIZZLE_NONE, WGMMA, WGMMA_RS_TB, bar_arrive, bar_sync, cp_async_mbar_arrive, \
+    fence_mbarrier_init, fence_proxy_async, mbar_arrive, mbar_init, mbar_try_wait_parity, \
+    setmaxnreg_dec, setmaxnreg_inc, shared_addr, wgmma_commit_group, wgmma_desc, wgmma_fence, \
     wgmma_fence_operand, wgmma_wait_group
 from .mma import pack_bf16, pack_f16
 from .reductions import NEG_INF, ZERO, lanes_sum, safe_reciprocal
@@ -194,6 +242,10 @@ from .vector import cp_async16, cp_async_wait_all
 
 WARPGROUP = 128
 SM_REGS = 65536             # registers of an SM: what one block's threads share at most
+TURN = 1                    # PINGPONG: named barrier TURN + c is consumer warpgroup c's turn to
+TURN_THREADS = 2 * WARPGROUP    # issue its wgmmas (ids 1 … CWG; 0 is cuda.syncthreads()'s):
+                                # c's bar_sync (128 threads) and the arrival that passes the
+                                # turn on (128: the warpgroup before it in the rotation)
 BUILT = {}                  # (factory, *arguments) → kernel, for resource reports
 BC_WIDTHS = (64, 96, 128, 160, 176, 192)   # Bc: wgmma N of S = Q Kᵀ and k16 steps of P·V
 
@@ -279,10 +331,12 @@ def kmajor_rows(D, R, NL, PAD=False):
 
 
 @lru_cache(maxsize=None)
-def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=False):
+def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=False,
+                       PINGPONG=False):
     """fp16 (BF16=False) or bf16 FlashAttention forward on wgmma; see the module menu."""
     assert D in (64, 128) and Bc in BC_WIDTHS and CWG in (1, 2, 3) and STAGES >= 1
     assert STAGES >= 2 or not OVERLAP       # (OVERLAP holds tile j − 1's stage while j lands)
+    assert CWG >= 2 or not PINGPONG         # (a rotation needs two warpgroups to take turns)
     kind = "bf16" if BF16 else "f16"
     mma_s = WGMMA[(kind, Bc)]               # S = Q Kᵀ: 64 × Bc, A and B from shared memory
     mma_o = WGMMA_RS_TB[(kind, D)]          # acc += P V: 64 × D, A in registers, B N-major
@@ -313,6 +367,31 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
     AHEAD = STAGES if OVERLAP else STAGES - 1   # no PRODUCER: tiles copied before the loop
 
     piece_of = piece_order(D)
+
+    @cuda.jit(device=True)
+    def take_turn(cw):
+        """PINGPONG: wait until the warpgroup before cw in the rotation has issued its wgmmas
+        (its arrival on my barrier; warpgroup 0's first turn: its own arrival before the
+        loop). One bar_sync per id, so that each id is an immediate: an id computed from cw
+        kept a register through the loop (ptxas 13.5: 28 bytes of spills at d = 128 with
+        OVERLAP, causal, PAD and bf16) and made ptxas reserve all 16 barriers."""
+        if cw == 0:
+            bar_sync(TURN, TURN_THREADS)            # wait: my turn (warpgroup 0)
+        elif CWG == 2 or cw == 1:
+            bar_sync(TURN + 1, TURN_THREADS)        # wait: my turn (warpgroup 1)
+        else:
+            bar_sync(TURN + 2, TURN_THREADS)        # wait: my turn (warpgroup 2)
+
+    @cuda.jit(device=True)
+    def pass_turn(cw):
+        """PINGPONG: my wgmmas are issued (and committed): the next warpgroup in the rotation,
+        (cw + 1) % CWG, may issue its own; an arrival, no wait (ids immediate: take_turn)."""
+        if cw == CWG - 1:
+            bar_arrive(TURN, TURN_THREADS)          # … to warpgroup 0
+        elif CWG == 2 or cw == 0:
+            bar_arrive(TURN + 1, TURN_THREADS)      # … to warpgroup 1
+        else:
+            bar_arrive(TURN + 2, TURN_THREADS)      # … to warpgroup 2
 
     @cuda.jit(device=True)
     def issue_s(sacc, q_addr, k_addr):
@@ -434,6 +513,9 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
         if not PRODUCER:                            # tiles 0 … AHEAD − 1 before the loop
             for i in range(min(AHEAD, n_tiles)):
                 copy_tile(k, v, smem, bars, i, ct, bh, n_k, kpm, b_idx)
+        if PINGPONG:                                # (compile-time) warpgroup 0 has the first
+            if cw == 0 and n_tiles > 0:             # turn: its arrival here and its bar_sync
+                bar_arrive(TURN, TURN_THREADS)      # fill its barrier (none with no tile)
         if not OVERLAP:                             # (compile-time) one group waited for at once
             for j in range(n_tiles):
                 if not PRODUCER and j + STAGES - 1 < n_tiles:
@@ -444,9 +526,13 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
                 k_addr = shared_addr(smem, QW + 2 * KVW * s)
                 v_addr = shared_addr(smem, QW + 2 * KVW * s + KVW)
 
+                if PINGPONG:                        # (compile-time) after the data, my turn
+                    take_turn(cw)
                 wgmma_fence_operand(sacc, SH)
                 wgmma_fence()                       # (sacc last read by to_a, before)
                 issue_s(sacc, q_addr, k_addr)       # S = Qi Kjᵀ
+                if PINGPONG and (cw < CWG - 1 or j < n_tiles - 1):  # (the rotation's last
+                    pass_turn(cw)                   # turn is nobody's: not passed on)
                 wgmma_wait_group(0)                 # wait: S is in sacc
                 wgmma_fence_operand(sacc, SH)
 
@@ -463,9 +549,13 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
         elif n_tiles > 0:                           # OVERLAP: FA3's two-stage pipelining (menu)
             mbar_try_wait_parity(bars, 0, 0)        # wait: K_0, V_0 have landed
             fence_proxy_async()
+            if PINGPONG:                            # turn 0 (n_tiles + 1 turns a warpgroup:
+                take_turn(cw)                       # this S, the loop's n − 1, the last P·V)
             wgmma_fence_operand(sacc, SH)
             wgmma_fence()
             issue_s(sacc, q_addr, shared_addr(smem, QW))        # S = Qi K0ᵀ
+            if PINGPONG:
+                pass_turn(cw)
             wgmma_wait_group(0)                     # wait: S is in sacc
             wgmma_fence_operand(sacc, SH)
             scores(sacc, scale2, 0, r_lo, t, n_k, q0, offset, kpm, b_idx)
@@ -481,11 +571,15 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
                 s = j % STAGES
                 mbar_try_wait_parity(bars, s, (j // STAGES) & 1)    # wait: K_j, V_j have landed
                 fence_proxy_async()
+                if PINGPONG:                        # turn j: both groups below in it
+                    take_turn(cw)
                 wgmma_fence_operand(sacc, SH)
                 wgmma_fence_operand(acc, OH)
                 wgmma_fence()                       # sacc read by to_a, acc rescaled: before
                 issue_s(sacc, q_addr, shared_addr(smem, QW + 2 * KVW * s))   # S = Qi Kjᵀ
                 issue_pv(acc, pa, shared_addr(smem, QW + 2 * KVW * ((j - 1) % STAGES) + KVW))
+                if PINGPONG:
+                    pass_turn(cw)
                 wgmma_wait_group(1)                 # wait: S is in sacc (P_j−1 V_j−1 runs on)
                 wgmma_fence_operand(sacc, SH)
                 scores(sacc, scale2, j * Bc, r_lo, t, n_k, q0, offset, kpm, b_idx)
@@ -501,9 +595,13 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
             rescale(acc, ml)
             to_a(sacc, pa)
             last = (n_tiles - 1) % STAGES           # the last tile's P·V
+            if PINGPONG:                            # turn n
+                take_turn(cw)
             wgmma_fence_operand(acc, OH)
             wgmma_fence()
             issue_pv(acc, pa, shared_addr(smem, QW + 2 * KVW * last + KVW))
+            if PINGPONG and cw < CWG - 1:           # (the rotation's last turn is nobody's:
+                pass_turn(cw)                       # not passed on)
             wgmma_wait_group(0)                     # wait: acc final, its stage read
             wgmma_fence_operand(acc, OH)
             mbar_arrive(bars, STAGES + last)        # (no copy waits for it: symmetry only)
@@ -522,5 +620,5 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
                         ml[half] * LN2 + math.log(l_row)        # LSE = m·ln2 + ln l
 
     BUILT[("flash_wgmma_kernel", D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16,
-           OVERLAP)] = flash_wgmma
+           OVERLAP, PINGPONG)] = flash_wgmma
     return flash_wgmma

@@ -5,6 +5,7 @@ kernel-only, checked against torch in the same run (H200; ``scripts/gpu_wgmma.sh
     python3 scripts/gpu_wgmma.py --overlap       # OVERLAP (FA3's pipelining) vs the default
     python3 scripts/gpu_wgmma.py --cwg3          # CWG = 3 (Br = 192, d = 64) vs the default
     python3 scripts/gpu_wgmma.py --wide          # K/V tiles of 176 and 192 keys vs the default
+    python3 scripts/gpu_wgmma.py --pingpong      # PINGPONG (FA3's ping-pong) vs the default
 
 Per shape and causal mode: the inputs as fp16 torch tensors; each method is checked first (head
 (0, 0) against float64 SDPA on the same fp16 values: its max error beside torch flash's own),
@@ -16,9 +17,11 @@ says otherwise, each method's kernels compiled first (at N = 256: compiling insi
 of the first shape would skip shapes), with a "× default" column; ``--cwg3`` the same with the
 CWG = 3 configs (FA3's block of 192 query rows at d = 64), at the two d = 64 shapes; ``--wide``
 the same with the wide K/V tiles (FA3's d = 128 forward: Bc = 176, 2 stages), each at its head
-dim, beside that head dim's default config, at all three shapes. A method that fails (an
-exception, NaN, or an error above 2× torch flash's + 1e-3) is reported and not timed. The table
-comes last.
+dim, beside that head dim's default config, at all three shapes; ``--pingpong`` with the
+PINGPONG configs (the consumer warpgroups take turns issuing their wgmmas) on each head dim's
+default block and on the wide tiles, with and without OVERLAP. ``--wide --pingpong``: both
+lists in one table (the default and torch once). A method that fails (an exception, NaN, or
+an error above 2× torch flash's + 1e-3) is reported and not timed. The table comes last.
 """
 
 import argparse
@@ -85,6 +88,23 @@ WIDE = {
 }
 
 
+# --pingpong: FA3's inter-warpgroup ping-pong (WgmmaConfig.PINGPONG) on each head dim's default
+# block — d = 128: CWG = 2 (FA3's own d = 128 configuration is OVERLAP + ping-pong); d = 64:
+# CWG = 3, Br = 192 — beside that d's default (config=None); a config per head dim
+_CWG3 = {"Bc": 128, "CWG": 3, "STAGES": 3, "PRODUCER": True}
+PINGPONG = {
+    "wgmma default": {64: None, 128: None},
+    "wgmma PINGPONG": {128: WgmmaConfig(PINGPONG=True),
+                       64: WgmmaConfig(**_CWG3, PINGPONG=True)},
+    "wgmma OVERLAP PINGPONG": {128: WgmmaConfig(OVERLAP=True, PINGPONG=True),
+                               64: WgmmaConfig(**_CWG3, OVERLAP=True, PINGPONG=True)},
+    "wgmma Bc176 PINGPONG": {128: WgmmaConfig(Bc=176, STAGES=2, PINGPONG=True),   # (the
+                             64: WgmmaConfig(**dict(_CWG3, Bc=176), PINGPONG=True)},  # wide
+    "wgmma Bc176 OVERLAP PINGPONG": {128: WgmmaConfig(Bc=176, STAGES=2, OVERLAP=True,  # tiles)
+                                                      PINGPONG=True)},
+}
+
+
 def methods(torch, sweep=False, only=None):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     sdpa = torch.nn.functional.scaled_dot_product_attention
@@ -94,7 +114,7 @@ def methods(torch, sweep=False, only=None):
             return sdpa(q, k, v, is_causal=causal)
 
     def ours(method, config):
-        by_d = isinstance(config, dict)             # (--wide: {head dim: config})
+        by_d = isinstance(config, dict)             # (--wide, --pingpong: {d: config})
 
         def run(q, k, v, causal):
             cfg = config[q.shape[-1]] if by_d else config
@@ -103,7 +123,7 @@ def methods(torch, sweep=False, only=None):
         return run
 
     out = {"torch sdpa flash": torch_flash}
-    if only is not None:                        # --overlap, --cwg3, --wide: these alone
+    if only is not None:                        # --overlap, --cwg3, --wide, --pingpong
         out.update({name: ours("flash_wgmma", cfg) for name, cfg in only.items()})
         return out
     out["flash_tc"] = ours("flash_tc", None)
@@ -154,11 +174,15 @@ def main():
                     "CWG = 3 configs only (default shapes: 0,1)")
     ap.add_argument("--wide", action="store_true", help="torch flash, each head dim's default "
                     "and the wide K/V tiles (Bc 176, 192) only (default shapes: all)")
+    ap.add_argument("--pingpong", action="store_true", help="torch flash, the default and the "
+                    "PINGPONG configs only (default shapes: all); with --wide: both lists")
     ap.add_argument("--shapes", default=None, help="indices into SHAPES, e.g. 0,1")
     args = ap.parse_args()
-    if args.overlap + args.cwg3 + args.wide > 1:
-        raise SystemExit("--overlap, --cwg3, --wide: one at a time")
-    only = OVERLAP if args.overlap else CWG3 if args.cwg3 else WIDE if args.wide else None
+    if args.overlap + args.cwg3 + (args.wide or args.pingpong) > 1:
+        raise SystemExit("--overlap, --cwg3, --wide/--pingpong: one at a time")
+    only = OVERLAP if args.overlap else CWG3 if args.cwg3 else None
+    if args.wide or args.pingpong:
+        only = {**(WIDE if args.wide else {}), **(PINGPONG if args.pingpong else {})}
     picks = args.shapes or ("1,2" if args.overlap else "0,1" if args.cwg3 else None)
     shapes = SHAPES if picks is None else [SHAPES[int(i)] for i in picks.split(",")]
     torch = cuda_torch()

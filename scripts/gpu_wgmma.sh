@@ -10,6 +10,8 @@
 #   CWG3=1: --cwg3 instead — the default and the CWG = 3 configs at d = 64, < 4 min in all;
 #   WIDE=1: --wide instead — each head dim's default and the wide K/V tiles (Bc 176, 192) at
 #   the three shapes, < 6 min in all)
+#   PINGPONG=1: --pingpong instead — the default and the PINGPONG configs of each head dim, with
+#   and without OVERLAP, at all three shapes, and 60 s more)
 set -uo pipefail
 . "$(dirname "$0")/gpu_env.sh"        # wheels, PYTHONPATH, FLASHLESSON_DEVICE=gpu, $OUT
 start=$(date +%s)
@@ -26,10 +28,9 @@ p_wgmma=$!
 wait $p_hopper; rc_hopper=$?
 wait $p_wgmma; rc_wgmma=$?
 # 2. the benchmark alone on the GPU, with what is left of 195 s
-left=$(( ${SWEEP:+200 +} ${OVERLAP:+20 +} ${CWG3:+20 +} ${WIDE:+120 +} 195 - $(date +%s) + start))
+left=$(( ${SWEEP:+200 +} ${OVERLAP:+20 +} ${CWG3:+20 +} ${WIDE:+120 +} ${PINGPONG:+60 +} 195 - $(date +%s) + start))
 timeout $left python3 scripts/gpu_wgmma.py ${SWEEP:+--sweep} ${OVERLAP:+--overlap} ${CWG3:+--cwg3} \
-  ${WIDE:+--wide} \
-  --json "$OUT/bench_wgmma.json" \
+  ${WIDE:+--wide} ${PINGPONG:+--pingpong} --json "$OUT/bench_wgmma.json" \
   --budget-s $((left - 30)) > "$OUT/bench_wgmma.log" 2>&1
 rc_bench=$?
 # 3. LADDER=1: the ladder of attention_wgmma.py, checked and timed (--write --from F fills it)

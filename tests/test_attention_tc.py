@@ -321,6 +321,24 @@ OVERLAP_CASES = by_device(    # (fmt, causal, PAD, PRODUCER, STAGES, shape)
      ("bf16", False, False, True, 3, (1, 2, 1031, 517, 64))])
 
 
+def _nan_padded_keys(rng, fmt, shape, k, v):
+    """A key padding mask for shape (B, H, Nq, Nk, d) — the last key padded everywhere and,
+    with B > 1, every key of batch row 0 (O = 0, LSE = −inf there) — with NaN written into the
+    padded keys' K and V (never read: cp.async zero-fills them)."""
+    B, H, _, nk, _ = shape
+    kpm = rng.random((B, nk)) > 0.3
+    kpm[:, -1] = False
+    if B > 1:
+        kpm[0] = False                          # a batch row with no valid key: O = 0, −inf
+    hidden = np.broadcast_to(~kpm[:, None, :], (B, H, nk))
+    for x in (k, v):                            # padded keys: NaN (never read: zero-filled)
+        if fmt == "f16":
+            x[hidden] = np.nan
+        else:
+            x.bits[hidden] = 0x7FC0             # a bf16 NaN
+    return kpm
+
+
 def _wgmma_matches(fmt, causal, kpm, cfg, ins, ins64):
     """flash_wgmma with cfg against the oracle; a batch row with no valid key (kpm[0] all
     False) gives O = 0 and LSE = −inf exactly."""
@@ -340,20 +358,8 @@ def test_wgmma_overlap_matches_oracle(rng, fmt, causal, pad, producer, stages, s
     tile, with and without the producer (without: the copies of tile i + STAGES wait for tile
     i's P·V), PAD with NaN in the padded keys' K and V (never read: zero-filled) and, on the
     GPU, a batch row whose keys are all padded (O = 0, LSE = −inf)."""
-    B, H, nq, nk, d = shape
     (q, k, v), (q64, k64, v64) = _inputs(rng, *shape, fmt)
-    kpm = None
-    if pad:
-        kpm = rng.random((B, nk)) > 0.3
-        kpm[:, -1] = False
-        if B > 1:
-            kpm[0] = False                      # a batch row with no valid key: O = 0, −inf
-        hidden = np.broadcast_to(~kpm[:, None, :], (B, H, nk))
-        for x in (k, v):                        # padded keys: NaN (never read: zero-filled)
-            if fmt == "f16":
-                x[hidden] = np.nan
-            else:
-                x.bits[hidden] = 0x7FC0         # a bf16 NaN
+    kpm = _nan_padded_keys(rng, fmt, shape, k, v) if pad else None
     cfg = WgmmaConfig(Bc=64 if SIM else 128, CWG=1 if SIM else 2, STAGES=stages,
                       PRODUCER=producer, OVERLAP=True)
     _wgmma_matches(fmt, causal, kpm, cfg, (q, k, v), (q64, k64, v64))
@@ -428,10 +434,44 @@ def test_wgmma_wide_matches_oracle(rng, fmt, causal, pad, Bc, cwg, stages, produ
     _wgmma_matches(fmt, causal, kpm, cfg, (q, k, v), (q64, k64, v64))
 
 
+# PINGPONG: FA3's inter-warpgroup ping-pong — the consumer warpgroups take turns, round-robin
+# on named barriers, to issue their wgmmas. Simulator: one block each (Bc = 64), 3 or 4 key
+# tiles so the turn goes round several times, CWG = 2 and 3, with and without OVERLAP (whose
+# turns also hold tile 0's S and the last P·V) and the producer, causal and not, PAD with NaN
+# in the padded keys; a turn never passed on fails there as an error (named barrier … never
+# fills; on the GPU: a hang). GPU: FA3's blocks (d = 128: CWG = 2; d = 64: CWG = 3; Bc = 128),
+# several query tiles, causal with Nq > Nk (blocks with no key tile take no turn), a batch row
+# whose keys are all padded.
+PINGPONG_CASES = by_device(   # (fmt, causal, PAD, CWG, PRODUCER, STAGES, OVERLAP, shape)
+    [("f16", True, False, 2, True, 2, False, (1, 1, 100, 150, 64)),
+     ("bf16", False, True, 2, False, 2, True, (1, 1, 70, 200, 64)),
+     ("bf16", False, False, 3, False, 2, False, (1, 1, 150, 150, 64)),
+     ("f16", True, False, 3, True, 3, True, (1, 1, 130, 170, 64))],
+    [("f16", False, False, 2, True, 3, False, (2, 2, 500, 700, 128)),
+     ("bf16", True, True, 2, True, 3, True, (2, 2, 700, 457, 128)),
+     ("f16", True, False, 2, False, 2, True, (1, 2, 300, 500, 64)),
+     ("f16", True, False, 3, True, 3, False, (1, 2, 1031, 517, 64)),
+     ("bf16", False, True, 3, True, 3, True, (2, 2, 385, 700, 64))])
+
+
+@pytest.mark.parametrize("fmt, causal, pad, cwg, producer, stages, overlap, shape",
+                         PINGPONG_CASES,
+                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
+def test_wgmma_pingpong_matches_oracle(rng, fmt, causal, pad, cwg, producer, stages, overlap,
+                                       shape):
+    """The consumer warpgroups' turns (PINGPONG) against the oracle: the same numbers as
+    without turns, and every turn taken is passed on (no barrier waits for ever)."""
+    (q, k, v), (q64, k64, v64) = _inputs(rng, *shape, fmt)
+    kpm = _nan_padded_keys(rng, fmt, shape, k, v) if pad else None
+    cfg = WgmmaConfig(Bc=64 if SIM else 128, CWG=cwg, STAGES=stages, PRODUCER=producer,
+                      OVERLAP=overlap, PINGPONG=True)
+    _wgmma_matches(fmt, causal, kpm, cfg, (q, k, v), (q64, k64, v64))
+
+
 def test_wgmma_refusals():
     """Head dims other than 64 and 128, float32, dropout, a TcConfig, a Bc that is not one of
-    the kernel's widths or too wide for the consumers' registers: refused, naming the argument
-    and where to go instead."""
+    the kernel's widths or too wide for the consumers' registers, other configurations the
+    kernel does not build: refused, naming the argument and what is expected."""
     assert TC_METHODS == ("flash_tc", "flash_wgmma")
     q = np.zeros((1, 1, 8, 80), np.float16)
     with pytest.raises(ValueError, match="q: method 'flash_wgmma' takes a head dimension of 64 "
@@ -459,6 +499,8 @@ def test_wgmma_refusals():
         attention(q, q, q, method="flash_wgmma", config=WgmmaConfig(STAGES=1, OVERLAP=True))
     with pytest.raises(ValueError, match="CWG must be 1, 2 or 3"):
         attention(q, q, q, method="flash_wgmma", config=WgmmaConfig(CWG=4))
+    with pytest.raises(ValueError, match="config: PINGPONG needs CWG ≥ 2 .*got CWG = 1"):
+        attention(q, q, q, method="flash_wgmma", config=WgmmaConfig(CWG=1, PINGPONG=True))
     q = np.zeros((1, 1, 8, 128), np.float16)
     with pytest.raises(ValueError, match="Bc = 128 is too wide at d = 128 with CWG = 3: .* "
                        "wider than Bc = 64"):

@@ -399,6 +399,15 @@ PTX_SCRIPT = textwrap.dedent("""
                                                    True).py_func,
                              (arr(u32, 3),) * 4 + (arr(f32, 2), f32, i64, i64, i64,
                                                    arr(types.uint8, 2))),
+        "flash_wgmma_pingpong": (KW.flash_wgmma_kernel(128, 128, 2, 3, True, True, True, True,
+                                                       OVERLAP=True, PINGPONG=True).py_func,
+                                 (arr(u32, 3),) * 4 + (arr(f32, 2), f32, i64, i64, i64,
+                                                       arr(types.uint8, 2))),
+        "flash_wgmma_cwg3_pingpong": (KW.flash_wgmma_kernel(64, 128, 3, 3, True, True, False,
+                                                            False, OVERLAP=True,
+                                                            PINGPONG=True).py_func,
+                                      (arr(u32, 3),) * 4 + (arr(f32, 2), f32, i64, i64, i64,
+                                                            arr(types.uint8, 2))),
         "wgmma_bwd_dkdv": (KWB.wgmma_bwd_dkdv_kernel(128, 64, 2, 2, True, True, True).py_func,
                            (arr(u32, 3),) * 4 + (arr(f32, 2),) * 2 + (arr(u32, 3),) * 2
                            + (arr(f32, 3), arr(types.int32, 1))
@@ -447,6 +456,10 @@ PTX_EXPECT = {
                          "setmaxnreg.inc.sync.aligned.u32 160"],
     "flash_wgmma_wide": ["wgmma.mma_async.sync.aligned.m64n176k16.f32.bf16.bf16 ",
                          "setmaxnreg.inc.sync.aligned.u32 224"],
+    "flash_wgmma_pingpong": ["bar.sync %r", "bar.arrive %r", "wgmma.wait_group.sync.aligned 1;",
+                             "setmaxnreg.inc.sync.aligned.u32 224"],
+    "flash_wgmma_cwg3_pingpong": ["bar.sync %r", "bar.arrive %r",
+                                  "setmaxnreg.inc.sync.aligned.u32 160"],
     "wgmma_bwd_dkdv": ["wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 ",
                        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 ",
                        "cp.async.mbarrier.arrive.noinc.shared::cta.b64"],
@@ -512,7 +525,9 @@ def test_ptx_for_sm90a(tmp_path):
                "flash_wgmma": ["-maxrregcount", "168"],
                "flash_wgmma_overlap": ["-maxrregcount", "168"],
                "flash_wgmma_wide": ["-maxrregcount", "168"],
-               "flash_wgmma_cwg3": ["-maxrregcount", "128"]}.get(name, [])
+               "flash_wgmma_cwg3": ["-maxrregcount", "128"],
+               "flash_wgmma_pingpong": ["-maxrregcount", "168"],
+               "flash_wgmma_cwg3_pingpong": ["-maxrregcount", "128"]}.get(name, [])
         a = subprocess.run([ptxas, "-arch=sm_90a", "-v", *cap, str(tmp_path / f"{name}.ptx"),
                             "-o", str(tmp_path / f"{name}.cubin")], capture_output=True, text=True)
         assert a.returncode == 0, f"ptxas {name}: {a.stderr[-2000:]}"

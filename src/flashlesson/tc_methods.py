@@ -372,22 +372,26 @@ def wgmma_checks(d, what):
 
 @dataclass(frozen=True)
 class WgmmaConfig:
-    """The wgmma kernel's compile-time variants: Bc keys per K/V tile (64, 96, 128, 160, 176
-    or 192 — up to ``attention_wgmma.widest_bc(d, CWG, OVERLAP)``, the widest whose consumers
-    fit their registers: 192, but 176 at d = 128 with CWG = 2 and OVERLAP, and with CWG = 3
-    176 at d = 64 (128 with OVERLAP) and 64 at d = 128; FA3's d = 128 forward takes 176, with
-    STAGES = 2: three stages of 176 keys exceed the H200's 227 KB of shared memory), CWG
-    consumer warpgroups of 64 query rows (1, 2 or 3: Br = 64·CWG; 3 is FA3's block at
-    d = 64 — 512 threads with the producer, 160 registers a consumer thread), STAGES
-    shared-memory stages of the K/V ring (1: load, wait, compute; 2: §42, the next tile in
-    flight), PRODUCER: one more warpgroup that only copies (§43, needs STAGES ≥ 2 to overlap
-    anything), OVERLAP: FlashAttention-3's intra-warpgroup pipelining — tile j's S = Q Kᵀ and
-    tile j − 1's P·V issued together, the softmax of S running while P·V does (STAGES ≥ 2)."""
+    """The wgmma kernel's compile-time variants: Bc keys per K/V tile (64, 96, 128, 160, 176 or
+    192 — up to ``attention_wgmma.widest_bc(d, CWG, OVERLAP)``, the widest whose consumers fit
+    their registers: 192, but 176 at d = 128 with CWG = 2 and OVERLAP, and with CWG = 3 176 at
+    d = 64 (128 with OVERLAP) and 64 at d = 128; FA3's d = 128 forward takes 176, with STAGES =
+    2: three stages of 176 keys exceed the H200's 227 KB of shared memory), CWG consumer
+    warpgroups of 64 query rows (1, 2 or 3: Br = 64·CWG; 3 is FA3's block at d = 64 — 512
+    threads with the producer, 160 registers a consumer thread), STAGES shared-memory stages of
+    the K/V ring (1: load, wait, compute; 2: §42, the next tile in flight), PRODUCER: one more
+    warpgroup that only copies (§43, needs STAGES ≥ 2 to overlap anything), OVERLAP:
+    FlashAttention-3's intra-warpgroup pipelining — tile j's S = Q Kᵀ and tile j − 1's P·V
+    issued together, the softmax of S running while P·V does (STAGES ≥ 2). PINGPONG:
+    FlashAttention-3's inter-warpgroup ping-pong — the consumer warpgroups take turns,
+    round-robin on named barriers, to issue their wgmmas (S; with OVERLAP, S and P·V), so one
+    warpgroup's softmax runs while another's products do (CWG ≥ 2)."""
     Bc: int = 128
     CWG: int = 2
     STAGES: int = 3
     PRODUCER: bool = True
     OVERLAP: bool = False
+    PINGPONG: bool = False
 
     def __post_init__(self):
         checks.config_fields(self)
@@ -413,6 +417,9 @@ class WgmmaConfig:
         if self.OVERLAP and self.STAGES < 2:
             raise ValueError("config: OVERLAP needs STAGES ≥ 2 (tile j − 1's V is still read "
                              "while tile j lands in the ring), got STAGES = 1")
+        if self.PINGPONG and self.CWG < 2:
+            raise ValueError("config: PINGPONG needs CWG ≥ 2 (consumer warpgroups that take "
+                             "turns issuing their wgmmas), got CWG = 1")
         smem = KW.wgmma_smem_bytes(d, self.Bc, self.CWG, self.STAGES)
         if not device.SIMULATOR and smem > max_shared_bytes():
             raise ValueError(f"config: {smem} bytes of shared memory at d = {d} (Bc, CWG, "
@@ -525,7 +532,7 @@ def attention_wgmma(q, k, v, *, causal=False, scale=None, key_padding_mask=None,
         lse2 = empty((bh, nq), np.float32)
         kernel = KW.flash_wgmma_kernel(d, cfg.Bc, cfg.CWG, cfg.STAGES, bool(cfg.PRODUCER),
                                        causal, kpm is not None, fq == "bf16",
-                                       bool(cfg.OVERLAP))
+                                       bool(cfg.OVERLAP), bool(cfg.PINGPONG))
         grid = row_grid(causal, bh, -(-nq // cfg.Br),
                         f"q: {nq} queries in tiles of Br = {cfg.Br}", "query tiles")
         launch(kernel, grid, 128 * (cfg.CWG + bool(cfg.PRODUCER)),
