@@ -59,7 +59,13 @@ a NumPy model of the accumulation (exact products, each step's mma sum cut towar
 adds: ``scripts/tf32x3_error.py --accumulation``) gave 2.4–4.6e-6 for one level, 1.3–2.0e-6 for
 torch's staging, 1.7–2.0e-6 with the per-tile partial (over 128 queries: 0.8–1.0e-6, but two
 persistent partials spill). One partial serves dV and then dK. At d = 128 (Bq = 16) the kernel
-has no registers left for it and keeps one level.
+has no registers left for it and keeps one level. On the H200 (2026-12-01,
+docs/logs/gpu_wide_pingpong_h200.log, the test's seeds 7117, 12, 21, 22 at B1 H1 N4096 d64
+causal) dV went from 2.21× torch's error to 1.07× on seed 7117 and is 0.88× and 1.18× on 21 and
+22; seed 12 stays at 2.88× with the same figures to three digits as with one level, so its
+worst dV is not the sum's: neither the forward's LSE roundings (modeled: 3e-7) nor the
+backward's S against the forward's (the emulated tensor core: 1e-6 at 256 rows) explain its
+5.0e-6 — open.
 
 Shared memory (float32, rows padded to D + 4): the block's two row tiles (K, V or Q, dO), the
 streamed tile's two (Q, dO or K, V), and LSE_i, D_i for the dK/dV kernel. Single-buffered, two

@@ -147,7 +147,12 @@ brackets): d = 128, Bc = 128, CWG = 2, STAGES = 3, a producer — 187 of 224 (18
 OVERLAP 218 (216); d = 64, Bc = 128, CWG = 3 — 153 of 160 (153), OVERLAP 157 (157); no spills
 but where CWG = 3 with a key padding mask spilled already (56 bytes; OVERLAP 8, was 176). The
 simulator counts each barrier's arrivals: a turn never passed on fails there (named barrier …
-never fills), where the GPU would hang. Not measured on the GPU yet: opt-in.
+never fills), where the GPU would hang. Measured (H200, 2026-12-01, kernel-only, × the default
+in the same run, non-causal / causal, docs/logs/gpu_wide_pingpong_h200.log; its GPU tests
+pass): no gain, so opt-in — d = 128 1.00 / 1.00, with OVERLAP 0.97 / 0.97; d = 64 (CWG = 3)
+0.99 / 0.95–0.97, with OVERLAP 0.94–0.98 / 1.01; on the wide tiles as without turns. Why, we
+have not measured; a guess: the warpgroups already fall out of step on their own, so the turns
+add waits and no overlap.
 
 Who holds what. A thread of consumer warpgroup c (warp w of it, lane 4g + t) owns rows
 q0 + 64c + 16w + g and + 8, columns 8j + 2t, + 1 of S (Bc/2 floats) and of acc (D/2 floats).
@@ -194,8 +199,11 @@ without spills (200–202 of 224, 212–217 with OVERLAP); CWG = 3 spills 0–8 
 128. CWG = 1 (240): 192, 40–48 bytes with OVERLAP at d = 128. ``widest_bc`` holds these
 limits (``WgmmaConfig.check`` refuses wider); the PAD mask reads its byte in the entry's one
 test (``mask_scores_tc(…, CLAMPED=True)``: in a branch of its own LLVM left the mask loop
-rolled at Bc = 192 and S went to local memory). Not timed on the GPU yet
-(``scripts/gpu_wgmma.py --wide``).
+rolled at Bc = 192 and S went to local memory). Measured (H200, 2026-12-01, kernel-only,
+× each head dim's default in the same run, non-causal / causal; docs/logs/
+gpu_wide_pingpong_h200.log; correct: their GPU tests pass): none is faster, so opt-in — d = 128
+Bc = 176 0.99 / 0.95, 192 0.99 / 0.97, 176 with OVERLAP 0.64 / 0.60 (its spills); d = 64
+CWG = 3 Bc = 176 0.94–0.98 / 0.84–0.91, CWG = 2 Bc = 192 0.74–0.79 / 0.79–0.86.
 
 Limits: fp16/bf16, d = D = 64 or 128 exactly (other d: method 'flash_tc'); Bc: BC_WIDTHS;
 sm_90a (wgmma, setmaxnreg, mbarrier); every consumer warpgroup runs every tile of the block
@@ -203,13 +211,12 @@ sm_90a (wgmma, setmaxnreg, mbarrier); every consumer warpgroup runs every tile o
 PINGPONG CWG ≥ 2. CWG = 3 (ptxas 13.5, SASS read with nvdisasm): a consumer uses 153 of its 160
 registers at d = 64, Bc = 128 (157 with OVERLAP), 106 at Bc = 64, 141 at d = 128, Bc = 64, no
 spills; d = 128 with Bc = 128 is refused (about 190 needed); with a key padding mask at d = 64,
-Bc = 128 the consumers spilled 8–88 bytes (OVERLAP: 152–176) before the CLAMPED mask, 0–8 since. Not tuned:
-no swizzle (the tensor core reads core matrices of 128 contiguous bytes, conflict-free; a warp's
-cp.async writes are 4 runs of 128 bytes: ``piece_of``); the ping-pong between the consumer
-warpgroups (PINGPONG, FA3's named barriers that make one warpgroup's GEMMs overlap the other's
-softmax) is opt-in and not measured yet; without OVERLAP one wgmma group is waited for at once;
-with it, K and V of a tile share one EMPTY barrier (FA3 releases K after S, V after P·V), so a
-stage is held until P·V is done. OVERLAP is not the default: not measured yet. The simulator
+Bc = 128 the consumers spilled 8–88 bytes (OVERLAP: 152–176) before the CLAMPED mask, 0–8
+since. Not tuned: no swizzle (the tensor core reads core matrices of 128 contiguous bytes,
+conflict-free; a warp's cp.async writes are 4 runs of 128 bytes: ``piece_of``), no TMA (the
+producer issues cp.async); without OVERLAP one wgmma group is waited for at once; with it, K
+and V of a tile share one EMPTY barrier (FA3 releases K after S, V after P·V), so a stage is
+held until P·V is done. The simulator
 runs it at tiny shapes (one block); it holds each wgmma accumulator back (NaN) until the
 wait_group that retires its group, so an accumulator read or written too early fails there, but
 it reads shared memory when the wgmma is issued: a stage released too early shows on the GPU

@@ -510,7 +510,8 @@ def test_wgmma_refusals():
         attention(q, q, q, method="flash_wgmma", config=WgmmaConfig(Bc=192, STAGES=2,
                                                                     OVERLAP=True))
     if GPU:                             # (the simulator does not check shared memory)
-        with pytest.raises(ValueError, match="bytes of shared memory at d = 128 .* fewer STAGES"):
+        with pytest.raises(ValueError,
+                           match=r"bytes of shared memory at d = 128 .*\(fewer STAGES"):
             attention(q, q, q, method="flash_wgmma", config=WgmmaConfig(Bc=176, STAGES=3))
 
 
