@@ -56,10 +56,10 @@ of the Q tile (Bq = 32 queries), zeroed per tile, and the partial into dV or dK 
 dV and dK take Nq/32 roundings of their own size instead of Nq/8. The H200 measured dV of B1 H1
 N4096 d64 causal at 2.2× and 2.9× torch efficient's error on two of three draws with one level;
 a NumPy model of the accumulation (exact products, each step's mma sum cut toward zero, float32
-adds: ``scripts/tf32x3_error.py --accumulation``) gave 2.4–4.6e-6 for one level, 1.3–2.0e-6 for
-torch's staging, 1.7–2.0e-6 with the per-tile partial (over 128 queries: 0.8–1.0e-6, but two
-persistent partials spill). One partial serves dV and then dK. At d = 128 (Bq = 16) the kernel
-has no registers left for it and keeps one level. On the H200 (2026-12-01,
+adds: ``scripts/tf32x3_error.py --accumulation``) gave, over 8 draws, 2.3–4.8e-6 for one level,
+1.4–2.4e-6 for torch's staging and for the per-tile partial (0.7–1.1e-6 for a partial over 128
+queries, but two persistent partials spill). One partial serves dV and then dK. At d = 128 (Bq
+= 16) the kernel has no registers left for it and keeps one level. On the H200 (2026-12-01,
 docs/logs/gpu_wide_pingpong_h200.log, the test's seeds 7117, 12, 21, 22 at B1 H1 N4096 d64
 causal) dV went from 2.21× torch's error to 1.07× on seed 7117 and is 0.88× and 1.18× on 21 and
 22; seed 12 stays at 2.88× with the same figures to three digits as with one level, so its

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# One call on the H200: the whole test suite (pytest -n 8, which includes the tour as
-# tests/test_tour.py) and, beside it in a second process, `flashlesson tour`, each with its own
-# seed, so that a run checks two fresh draws of every random input. Logs under $OUT.
+# One call on the H200: the whole test suite (pytest -n WORKERS, 12 by default; it includes the
+# tour as tests/test_tour.py) and, with TOUR=1, beside it in a second process `flashlesson tour`
+# with its own seed (two fresh draws of every random input). Logs under $OUT. With TOUR=1 and 12
+# workers both hit the 570 s limit on 2026-12-01 (docs/logs/gpu_green_h200_seed7117.log: the
+# pytest summary, with the failures' tracebacks, never came), so the tour is off by default.
 #   device run: bash scripts/gpu_green.sh SEED_TESTS SEED_TOUR   (carry .whl)
 # Optional: SANITIZE=1 runs scripts/gpu_sanitize.sh (compute-sanitizer) beside both; OVERHEAD=1 runs
 # scripts/gpu_overhead_check.py (issue 14's launch layer) first.
@@ -15,10 +17,10 @@ if [ "${OVERHEAD:-0}" = 1 ]; then       # issue 14's launch-layer check first (<
   echo "--- overhead check rc=$?"; tail -25 "$OUT/overhead.log"
 fi
 left=$((570 - $(date +%s) + start))
-FLASHLESSON_SEED=$seed_tests timeout $left python3 -m pytest -v --tb=line --durations=40 -n ${WORKERS:-8} -p no:cacheprovider \
+FLASHLESSON_SEED=$seed_tests timeout $left python3 -m pytest -v --tb=short --durations=40 -n ${WORKERS:-12} -p no:cacheprovider \
   ${TESTS:-} > "$OUT/pytest.log" 2>&1 &
 p_tests=$!
-if [ "${TOUR:-1}" = 1 ]; then    # TOUR=0: pytest alone (its tests/test_tour.py runs the tour too)
+if [ "${TOUR:-0}" = 1 ]; then    # TOUR=1: the tour beside pytest (whose tests/test_tour.py runs it too)
   FLASHLESSON_SEED=$seed_tour timeout $((left - 20)) python3 -m flashlesson tour > "$OUT/tour.log" 2>&1 &
   p_tour=$!
 fi
@@ -27,7 +29,7 @@ if [ "${SANITIZE:-0}" = 1 ]; then           # a third process beside them (timin
   timeout $((left - 10)) bash scripts/gpu_sanitize.sh > "$OUT/sanitize.log" 2>&1 &
   p_san=$!
 fi
-rc_tour=skipped; [ "${TOUR:-1}" = 1 ] && { wait $p_tour; rc_tour=$?; }
+rc_tour=skipped; [ "${TOUR:-0}" = 1 ] && { wait $p_tour; rc_tour=$?; }
 wait $p_tests; rc_tests=$?
 [ "${SANITIZE:-0}" = 1 ] && { wait $p_san; rc_san=$?; }
 cat "$OUT/gpu.txt"
