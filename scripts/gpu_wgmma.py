@@ -6,6 +6,7 @@ kernel-only, checked against torch in the same run (H200; ``scripts/gpu_wgmma.sh
     python3 scripts/gpu_wgmma.py --cwg3          # CWG = 3 (Br = 192, d = 64) vs the default
     python3 scripts/gpu_wgmma.py --wide          # K/V tiles of 176 and 192 keys vs the default
     python3 scripts/gpu_wgmma.py --pingpong      # PINGPONG (FA3's ping-pong) vs the default
+    python3 scripts/gpu_wgmma.py --cwg3 --tc     # … and flash_tc's default in the same run
 
 Per shape and causal mode: the inputs as fp16 torch tensors; each method is checked first (head
 (0, 0) against float64 SDPA on the same fp16 values: its max error beside torch flash's own),
@@ -105,7 +106,7 @@ PINGPONG = {
 }
 
 
-def methods(torch, sweep=False, only=None):
+def methods(torch, sweep=False, only=None, tc=False):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     sdpa = torch.nn.functional.scaled_dot_product_attention
 
@@ -124,6 +125,8 @@ def methods(torch, sweep=False, only=None):
 
     out = {"torch sdpa flash": torch_flash}
     if only is not None:                        # --overlap, --cwg3, --wide, --pingpong
+        if tc:                                  # (--tc: flash_tc's default beside them)
+            out["flash_tc"] = ours("flash_tc", None)
         out.update({name: ours("flash_wgmma", cfg) for name, cfg in only.items()})
         return out
     out["flash_tc"] = ours("flash_tc", None)
@@ -176,6 +179,9 @@ def main():
                     "and the wide K/V tiles (Bc 176, 192) only (default shapes: all)")
     ap.add_argument("--pingpong", action="store_true", help="torch flash, the default and the "
                     "PINGPONG configs only (default shapes: all); with --wide: both lists")
+    ap.add_argument("--tc", action="store_true", help="with --overlap, --cwg3, --wide or "
+                    "--pingpong: flash_tc's default too (where wgmma_is_default chooses between "
+                    "them, both in one run)")
     ap.add_argument("--shapes", default=None, help="indices into SHAPES, e.g. 0,1")
     args = ap.parse_args()
     if args.overlap + args.cwg3 + (args.wide or args.pingpong) > 1:
@@ -189,7 +195,7 @@ def main():
     if torch is None or flashlesson.SIMULATOR:
         raise SystemExit("gpu_wgmma.py needs a CUDA GPU and torch")
     start = time.time()
-    fns = methods(torch, args.sweep, only)
+    fns = methods(torch, args.sweep, only, args.tc)
     if only is not None:
         warm(torch, fns, shapes)
     rows = []
