@@ -2,6 +2,8 @@
 
     ncu --clock-control none -k regex:flash_forward --launch-skip 1 --launch-count 1 \
         python scripts/profile_attention.py --b 2 --h 16 --n 4096 --d 64 [--causal]
+    … --dtype fp16 --method flash_wgmma      (ncu -k regex:flash_wgmma; scripts/gpu_ncu_wgmma.sh)
+    … --dtype fp16 --method torch            (torch SDPA's flash backend, the same inputs)
 The first call compiles and warms up; the second is the one profiled.
 """
 
@@ -20,13 +22,27 @@ def main():
     p.add_argument("--n", type=int, default=4096)
     p.add_argument("--d", type=int, default=64)
     p.add_argument("--causal", action="store_true")
-    p.add_argument("--method", default="flash")
+    p.add_argument("--method", default="flash", help="a flashlesson method, or 'torch' (SDPA's "
+                   "flash backend)")
+    p.add_argument("--dtype", default="fp32", choices=("fp32", "fp16", "bf16"))
     a = p.parse_args()
     rng = np.random.default_rng(0)
-    q, k, v = (cuda.to_device(rng.standard_normal((a.b, a.h, a.n, a.d), dtype=np.float32))
-               for _ in range(3))
+    x = [rng.standard_normal((a.b, a.h, a.n, a.d), dtype=np.float32) for _ in range(3)]
+    if a.method == "torch" or a.dtype == "bf16":
+        import torch
+        dt = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[a.dtype]
+        q, k, v = (torch.tensor(y, device="cuda", dtype=dt) for y in x)
+    else:
+        q, k, v = (cuda.to_device(y.astype(np.float16 if a.dtype == "fp16" else np.float32))
+                   for y in x)
     for _ in range(2):
-        flashlesson.attention(q, k, v, causal=a.causal, method=a.method)
+        if a.method == "torch":
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            from torch.nn.functional import scaled_dot_product_attention as sdpa
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                sdpa(q, k, v, is_causal=a.causal)
+        else:
+            flashlesson.attention(q, k, v, causal=a.causal, method=a.method)
     cuda.synchronize()
 
 

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Issue 16, the forward's open question (< 4 min on the H200): where the wgmma forward's time
+# goes, beside torch SDPA's flash kernel on the same inputs — Nsight Compute on one launch each
+# (the second call; the first compiles), fp16, B1 H16 N8192 d128 and B2 H16 N4096 d64, not
+# causal: the tensor pipe's share, shared-memory wavefronts and bank conflicts (the no-swizzle
+# core-matrix layout), the warps' stall reasons, issue slots. The PINGPONG and wide-tile
+# configurations measured no faster (docs/logs/gpu_wide_pingpong_h200.log), so the next step
+# should follow what this shows (swizzle and TMA, the softmax's instruction count, the
+# producer's copies). Logs under $OUT.
+#   device run: bash scripts/gpu_ncu_wgmma.sh   (carry .whl)
+set -uo pipefail
+. "$(dirname "$0")/gpu_env.sh"        # wheels, PYTHONPATH, FLASHLESSON_DEVICE=gpu, $OUT
+start=$(date +%s)
+gpu_facts > "$OUT/gpu.txt" 2>&1
+SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
+  --section MemoryWorkloadAnalysis_Tables --section WarpStateStats --section SchedulerStats
+  --section InstructionStats --section Occupancy --section LaunchStats"
+for shape in "1 16 8192 128" "2 16 4096 64"; do set -- $shape
+  for who in "flash_wgmma flash_wgmma" "torch flash_fwd"; do set -- $shape $who
+    timeout 100 ncu --clock-control none -k "regex:$6" --launch-skip 1 --launch-count 1 $SECTIONS \
+      python3 scripts/profile_attention.py --b $1 --h $2 --n $3 --d $4 --dtype fp16 --method $5 \
+      > "$OUT/ncu_${5}_d$4.txt" 2>&1
+    echo "rc=$? $5 d$4" >> "$OUT/ncu_rc.txt"
+  done
+done
+cat "$OUT/gpu.txt"; cat "$OUT/ncu_rc.txt"
+for f in "$OUT"/ncu_*_d*.txt; do
+  echo "--- $(basename "$f")"
+  grep -E "Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|Tensor|Shared|Bank|Stall|Warp Cycles Per Issued|Executed Ipc" "$f" | head -40
+done
+echo "wall $(( $(date +%s) - start )) s"
