@@ -51,26 +51,36 @@ else differs is the operand format:
   accumulators with their k index permuted (lane t's columns 2t, 2t + 1 as k = t, t + 4), B
   the tile's rows read in the same order — no transposed copy.
 
-Two-level sums (d ≤ 64, ``two_level``): the dK/dV kernel adds each k8 step into a partial sum
-of the Q tile (Bq = 32 queries), zeroed per tile, and the partial into dV or dK once a tile, so
-dV and dK take Nq/32 roundings of their own size instead of Nq/8. The H200 measured dV of B1 H1
-N4096 d64 causal at 2.2× and 2.9× torch efficient's error on two of three draws with one level;
-a NumPy model of the accumulation (exact products, each step's mma sum cut toward zero, float32
-adds: ``scripts/tf32x3_error.py --accumulation``) gave, over 8 draws, 2.3–4.8e-6 for one level,
+Two-level sums (``two_level``, ``tf32_by_keys_blocks``): the dK/dV kernel adds each k8 step
+into a partial sum of the Q tile, zeroed per tile, and the partial into dV or dK once a tile,
+so dV and dK take Nq/Bq roundings of their own size instead of Nq/8. At d ≤ 64 (Bq = 32) the
+partial is d-wide (one serves dV and then dK: 171 → 250 registers); at d > 64 (Bq = 16), where
+the kernel has no registers for that, the product runs a block of 8 columns at a time, the
+tile's k8 steps inner, each block's sum in 4 floats of its own (and the tile's P or dS split
+once, 8 floats more at Bq = 16) — the same bits. The H200 measured dV of B1 H1 N4096 d64 causal
+at 2.2× and 2.9× torch efficient's error on two of three draws with one level; a NumPy model of
+the accumulation (exact products, each step's mma sum cut toward zero, float32 adds:
+``scripts/tf32x3_error.py --accumulation``) gave, over 8 draws, 2.3–4.8e-6 for one level,
 1.4–2.4e-6 for torch's staging and for the per-tile partial (0.7–1.1e-6 for a partial over 128
-queries, but two persistent partials spill). One partial serves dV and then dK. At d = 128 (Bq
-= 16) the kernel has no registers left for it and keeps one level. On the H200 (2026-12-01,
-docs/logs/gpu_wide_pingpong_h200.log, the test's seeds 7117, 12, 21, 22 at B1 H1 N4096 d64
-causal) dV went from 2.21× torch's error to 1.07× on seed 7117 and is 0.88× and 1.18× on 21 and
-22; seed 12 stays at 2.88× with the same figures to three digits as with one level, so its
-worst dV is not the sum's: neither the forward's LSE roundings (modeled: 3e-7) nor the
-backward's S against the forward's (the emulated tensor core: 1e-6 at 256 rows) explain its
-5.0e-6 — open.
+queries, but two persistent partials spill). On the H200 (2026-12-01,
+docs/logs/gpu_wide_pingpong_h200.log, the test's seeds 7117, 12, 21, 22) the d = 64 case (B1 H1
+N4096 causal) went from 2.21× torch's dV error to 1.07× on seed 7117, 0.97×, 1.18× on 21 and
+22, 0.88× on seed 12. Seed 12 failed in the d = 128 case (B1 H1 N2048 causal, then one level):
+dV 4.98e-6, torch 1.73e-6 (2.88×; seeds 7117, 21: 1.87×, 1.59×). The emulation
+(scripts/tf32x3_error.py's arithmetic at full size: scripts/diag12_stage1.py … stage4.py,
+diag12_elem.py) puts that at key 3, column 122 (|dV| 2.27): one level 4.3–4.7e-6, of which
+4.4e-6 the float32 adds of 256 k8 steps into an accumulator of ulp 2.4e-7 (a 4σ draw of an
+unbiased random walk; P's own error there 1–3e-7, everywhere ≤ 8e-7); seeds 7117, 21:
+2.6–3.4e-6, 3.5e-6 (H200 3.1, 3.8e-6). The per-tile partial at d = 128: 1.8e-6, 2.4e-6,
+1.7–2.4e-6 on seeds 12, 7117, 21 (not measured on a GPU yet). ptxas 13.5 at d = 128, Bq = 16:
+255 registers and no spills, where the one-level kernel spilled 240 bytes without a causal
+mask.
 
 Shared memory (float32, rows padded to D + 4): the block's two row tiles (K, V or Q, dO), the
 streamed tile's two (Q, dO or K, V), and LSE_i, D_i for the dK/dV kernel. Single-buffered, two
 barriers a tile, plain 16-byte loads. No atomics: bitwise the same from run to run.
-Limits: D a multiple of 8, at most 256 (d = 128 and up spill registers); no dropout, no varlen.
+Limits: D a multiple of 8, at most 256 (above d = 128 the kernels spill registers); no dropout,
+no varlen.
 Inputs q, k, v, do [BH, N, D] float32; LSE, D [BH, Nq] float32; outputs float32.
 
 How to run: ``pytest tests/test_attention_tc_backward.py -k tf32``;
@@ -82,10 +92,11 @@ from functools import lru_cache
 from numba import cuda, float32
 
 from .attention import first_q_tile, kv_tiles
-from .attention_tc import BUILT, rows_f32, tf32_by_keys, tf32_by_rows, tf32x3_tiles
+from .attention_tc import BUILT, mma3, rows_f32, split, tf32_by_keys, tf32_by_rows, tf32x3_tiles
 from .attention_tc_backward import clear_padded, ds_rows, ds_transposed, lane_row_stats, \
     lane_rows, padded_keys, write_rows, zeros
 from .reductions import NEG_INF, ZERO
+from .vector import load1
 
 
 def tf32x3_bwd_smem_bytes(D, B, WARPS):
@@ -109,6 +120,37 @@ def two_level(D):
     more d-wide accumulator fits (171 → 250 registers at d = 64, Bq = 32, no spills, still
     2 blocks an SM; ptxas 13.5). At d = 128 the kernel uses all 255 and spills already."""
     return D <= 64
+
+
+@lru_cache(maxsize=None)
+def tf32_by_keys_blocks(NB, KC2):
+    """acc += P · B as ``attention_tc.tf32_by_keys`` (the same fragments, k permuted the same
+    way), summed in two levels without a d-wide partial: the 8-column blocks of acc outer, the
+    tile's KC2 k8 steps inner, each block's steps added from zero into 4 floats of their own and
+    those into acc once — bitwise the two-level sum (a partial zeroed per tile, flush_part) for
+    4 more floats, where the partial costs 4·NB. P's fragments are split once, into fa (big) and
+    fs (small), 4·KC2 floats each (the caller's)."""
+
+    @cuda.jit(device=True)
+    def run(p, smem, off, KS, g, t, acc, fa, fs):
+        for kc in range(KC2):
+            split(p[4 * kc], fa, fs, 4 * kc)            # a0 = P(g, 2t)      as k = t
+            split(p[4 * kc + 2], fa, fs, 4 * kc + 1)    # a1 = P(g + 8, 2t)  as k = t
+            split(p[4 * kc + 1], fa, fs, 4 * kc + 2)    # a2 = P(g, 2t + 1)  as k = t + 4
+            split(p[4 * kc + 3], fa, fs, 4 * kc + 3)    # a3 = P(g + 8, 2t + 1)
+        for nb in range(NB):
+            c0 = c1 = c2 = c3 = ZERO                    # this block's sum over the tile
+            for kc in range(KC2):
+                at = off + (8 * kc + 2 * t) * KS + g + 8 * nb
+                c0, c1, c2, c3 = mma3(
+                    fa[4 * kc], fa[4 * kc + 1], fa[4 * kc + 2], fa[4 * kc + 3],
+                    fs[4 * kc], fs[4 * kc + 1], fs[4 * kc + 2], fs[4 * kc + 3],
+                    load1(smem, at), load1(smem, at + KS), c0, c1, c2, c3)
+            acc[4 * nb] += c0
+            acc[4 * nb + 1] += c1
+            acc[4 * nb + 2] += c2
+            acc[4 * nb + 3] += c3
+    return run
 
 
 @lru_cache(maxsize=None)
@@ -141,6 +183,8 @@ def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
     TWO = two_level(D)
     PART = AO if TWO else 1                             # (1: unused)
     flush = flush_part(AO)
+    FR = 1 if TWO else 4 * NBQ                          # (not TWO: by_keys_blocks' fragments)
+    by_blocks = tf32_by_keys_blocks(NBO, NBQ)
 
     @cuda.jit
     def dkdv(q, k, v, do, lse, dvec, dk, dv, scale, n_q, n_k, heads, kpm):
@@ -156,6 +200,8 @@ def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
         part = cuda.local.array(PART, float32)  # TWO: this tile's dV, then its dK
         pa = cuda.local.array(4, float32)       # one k8 step of A, split: big …
         ps = cuda.local.array(4, float32)       # … and small
+        fa = cuda.local.array(FR, float32)      # not TWO: a tile of P (dS) split: big …
+        fs = cuda.local.array(FR, float32)      # … and small
         pad_lo = pad_hi = False                 # §35: a padded key gets dk = dv = 0 (its K,
         if PAD:                                 # V rows: zeros on chip, block_rows)
             pad_lo, pad_hi = padded_keys(kpm, bh // heads, key_lo, n_k)
@@ -187,9 +233,9 @@ def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
                 flush(part, dv_acc)                                     # … dV += it
                 by_keys(dpt, smem, Q_AT, KS, g, t, part, pa, ps)        # dSᵀ Qi …
                 flush(part, dk_acc)                                     # … dK += it
-            else:
-                by_keys(st, smem, DO_AT, KS, g, t, dv_acc, pa, ps)      # dV += Pᵀ dOi
-                by_keys(dpt, smem, Q_AT, KS, g, t, dk_acc, pa, ps)      # dK += dSᵀ Qi
+            else:                               # the same two levels, a block at a time
+                by_blocks(st, smem, DO_AT, KS, g, t, dv_acc, fa, fs)    # dV += Pᵀ dOi
+                by_blocks(dpt, smem, Q_AT, KS, g, t, dk_acc, fa, fs)    # dK += dSᵀ Qi
 
         if PAD:                                 # a padded key: dk = dv = 0, written
             unpad(dv_acc, pad_lo, pad_hi)

@@ -9,7 +9,7 @@ float32 model) of each gradient's largest value; on the GPU also no more than 2Ã
 
 import numpy as np
 import pytest
-from conftest import by_device, check_grads, check_tc_grads, tc_inputs, torch_grad_errors
+from conftest import SIM, by_device, check_grads, check_tc_grads, tc_inputs, torch_grad_errors
 from numba import cuda
 
 from flashlesson import TcBwdConfig, TcConfig, attention, attention_backward
@@ -203,6 +203,26 @@ def test_tf32x3_padding_configs_and_bitwise_runs(rng):
                                        method="flash_tc")
             for a, b in zip(first, again):
                 np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+@pytest.mark.skipif(not SIM, reason="builds the kernel's other sum in place (simulator sizes)")
+@pytest.mark.parametrize("causal", [False, True])
+def test_tf32x3_dkdv_sums_by_blocks(rng, monkeypatch, causal):
+    """The dK/dV kernel's two-level sums a block at a time (``tf32_by_keys_blocks``, d > 64)
+    give the same bits as its d-wide partial (d â‰¤ 64), here forced at a small d: several Q tiles
+    a key, where one level (dV += each k8 step) gives other bits."""
+    import kernels_numba.attention_tf32x3_backward as K3
+    q, k, v, do = _f32_inputs(rng, 1, 2, 80, 33, 8)
+    o, lse = attention(q, k, v, causal=causal, return_lse=True, method="flash_tc")
+    runs = []
+    for blocks in (False, True):
+        K3.flash_tf32x3_bwd_dkdv_kernel.cache_clear()
+        monkeypatch.setattr(K3, "two_level", lambda D, b=blocks: not b)
+        runs.append(attention_backward(do, q, k, v, o, lse, causal=causal, method="flash_tc"))
+    monkeypatch.undo()
+    K3.flash_tf32x3_bwd_dkdv_kernel.cache_clear()
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
 @pytest.mark.parametrize("causal", [False, True])
