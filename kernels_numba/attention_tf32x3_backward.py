@@ -51,7 +51,7 @@ else differs is the operand format:
   accumulators with their k index permuted (lane t's columns 2t, 2t + 1 as k = t, t + 4), B
   the tile's rows read in the same order — no transposed copy.
 
-Two-level sums (``two_level``, ``tf32_by_keys_blocks``): the dK/dV kernel adds each k8 step
+Two-level sums (``wide_partial``, ``tf32_by_keys_blocks``): the dK/dV kernel adds each k8 step
 into a partial sum of the Q tile, zeroed per tile, and the partial into dV or dK once a tile,
 so dV and dK take Nq/Bq roundings of their own size instead of Nq/8. At d ≤ 64 (Bq = 32) the
 partial is d-wide (one serves dV and then dK: 171 → 250 registers); at d > 64 (Bq = 16), where
@@ -115,10 +115,11 @@ def parts(D, B, WARPS, PAD_BLOCK, PAD_TILE):
             tf32_by_keys(NBO, NB), zeros(S), zeros(AO), write_rows(NBO, False, True))
 
 
-def two_level(D):
-    """Whether the dK/dV kernel sums dV and dK in two levels (module menu): d ≤ 64, where one
-    more d-wide accumulator fits (171 → 250 registers at d = 64, Bq = 32, no spills, still
-    2 blocks an SM; ptxas 13.5). At d = 128 the kernel uses all 255 and spills already."""
+def wide_partial(D):
+    """Whether the dK/dV kernel's two-level sums (module menu) keep a d-wide partial: d ≤ 64,
+    where one more d-wide accumulator fits (171 → 250 registers at d = 64, Bq = 32, no
+    spills, still 2 blocks an SM; ptxas 13.5). Above, ``tf32_by_keys_blocks`` gives the same
+    bits a block of 8 columns at a time."""
     return D <= 64
 
 
@@ -180,10 +181,10 @@ def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
     block_rows, rows, by_rows, by_keys, clear_s, clear_o, write = parts(D, Bq, WARPS, PAD, False)
     ds_t = ds_transposed(NBQ, Bq, CAUSAL, PAD, True)    # (NAT: see exponent)
     unpad = clear_padded(NBO, False)
-    TWO = two_level(D)
-    PART = AO if TWO else 1                             # (1: unused)
+    WIDE = wide_partial(D)
+    PART = AO if WIDE else 1                            # (1: unused)
     flush = flush_part(AO)
-    FR = 1 if TWO else 4 * NBQ                          # (not TWO: by_keys_blocks' fragments)
+    FR = 1 if WIDE else 4 * NBQ                         # (not WIDE: by_blocks' fragments)
     by_blocks = tf32_by_keys_blocks(NBO, NBQ)
 
     @cuda.jit
@@ -197,17 +198,17 @@ def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
         dpt = cuda.local.array(SQ, float32)     # dPᵀ, then dSᵀ
         dk_acc = cuda.local.array(AO, float32)
         dv_acc = cuda.local.array(AO, float32)
-        part = cuda.local.array(PART, float32)  # TWO: this tile's dV, then its dK
+        part = cuda.local.array(PART, float32)  # WIDE: this tile's dV, then its dK
         pa = cuda.local.array(4, float32)       # one k8 step of A, split: big …
         ps = cuda.local.array(4, float32)       # … and small
-        fa = cuda.local.array(FR, float32)      # not TWO: a tile of P (dS) split: big …
+        fa = cuda.local.array(FR, float32)      # not WIDE: a tile of P (dS) split: big …
         fs = cuda.local.array(FR, float32)      # … and small
         pad_lo = pad_hi = False                 # §35: a padded key gets dk = dv = 0 (its K,
         if PAD:                                 # V rows: zeros on chip, block_rows)
             pad_lo, pad_hi = padded_keys(kpm, bh // heads, key_lo, n_k)
         clear_o(dk_acc)
         clear_o(dv_acc)
-        if TWO:
+        if WIDE:
             clear_o(part)
         block_rows(k, v, bh, n_k, k0, smem, K_AT, V_AT, tid, kpm,
                    bh // heads)                 # (seen after the 1st barrier)
@@ -228,7 +229,7 @@ def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
             by_rows(V_AT + mine, smem, DO_AT, KS, g, t, dpt, pa, ps)    # dPᵀ = V dOiᵀ
             ds_t(st, dpt, smem, FL, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t,
                  scale)                         # Pᵀ, dSᵀ = Pᵀ∘(dPᵀ − D)
-            if TWO:                             # (compile-time) the tile's sum first
+            if WIDE:                            # (compile-time) the tile's sum first
                 by_keys(st, smem, DO_AT, KS, g, t, part, pa, ps)        # Pᵀ dOi …
                 flush(part, dv_acc)                                     # … dV += it
                 by_keys(dpt, smem, Q_AT, KS, g, t, part, pa, ps)        # dSᵀ Qi …

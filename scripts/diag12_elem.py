@@ -1,10 +1,12 @@
 """One dv element: per-step attribution (stage 3 configs) and the one-level / two-level
-accumulation's error split into the mma sums' truncation and the float32 adds' rounding."""
+accumulation's error split into the mma sums' truncation and the float32 adds' rounding.
+J, C (environment): the element, key J and column C (default 3, 122: seed 12's at N 2048,
+d 128); after stages 1–4 with the same SEED, N, D."""
 import os, sys
 import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 import tf32x3_error as E
-from diag12_stage2 import F32, OUT, N, D, BQ, do, do64, f32
+from diag12_stage2 import F32, OUT, N, BQ, do, do64, f32
 from diag12_stage3 import P_of, S64, Sb, lse64, fw
 J, C = int(os.environ.get("J", 3)), int(os.environ.get("C", 122))
 z = np.load(os.path.join(OUT, "dv_err.npz"))

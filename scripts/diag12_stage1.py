@@ -1,13 +1,14 @@
 """dV error diagnosis (issue 16, the test's seed 12), stage 1: emulated S (forward A = Q, B = K
 and backward A = K, B = Q, 3xTF32 on the tc model, staged per k8 step) over the causal lower
 triangle, row blocks of 256. Inputs as tests/test_tf32x3_accuracy.py draws them (SEED, N, D from
-the environment; default 12, 4096, 64). Saved to diag_out<SEED>_<N>_<D>/ (untracked). Stages:
+the environment; default 12, 4096, 64). Saved to $DIAG_OUT (default: the system's temp folder)/diag_out<SEED>_<N>_<D>/. Stages:
 1 S (~1–4 min), 2 the forward's m, l, LSE, 3 dv with one step of P's arithmetic emulated at a
 time, 4 dv's sum on the tc model (one level, two levels, torch-like), diag12_elem.py one element.
 
     SEED=12 N=2048 D=128 python3 scripts/diag12_stage1.py   (then stage2, 3, 4 the same way)
 """
 import os
+import tempfile
 import sys
 import time
 
@@ -19,7 +20,7 @@ import tf32x3_error as E  # noqa: E402
 F32 = np.float32
 N, D = int(os.environ.get("N", 4096)), int(os.environ.get("D", 64))
 SEED = int(os.environ.get("SEED", 12))
-OUT = os.path.join(os.path.dirname(__file__), "..", f"diag_out{SEED}_{N}_{D}")
+OUT = os.path.join(os.environ.get("DIAG_OUT", tempfile.gettempdir()), f"diag_out{SEED}_{N}_{D}")
 os.makedirs(OUT, exist_ok=True)
 
 rng = np.random.default_rng(SEED)

@@ -1,6 +1,7 @@
 """Seed 12 diagnosis, stage 2: the forward's m, l, LSE from the emulated S (diag_out/Sf.npy),
 then dv under configurations that emulate one step at a time (float64 sums), against float64."""
 import os
+import tempfile
 import sys
 
 import numpy as np
@@ -11,7 +12,7 @@ import tf32x3_error as E  # noqa: E402
 F32 = np.float32
 N, D = int(os.environ.get("N", 4096)), int(os.environ.get("D", 64))
 SEED = int(os.environ.get("SEED", 12))
-OUT = os.path.join(os.path.dirname(__file__), "..", f"diag_out{SEED}_{N}_{D}")
+OUT = os.path.join(os.environ.get("DIAG_OUT", tempfile.gettempdir()), f"diag_out{SEED}_{N}_{D}")
 BC = 64 if D <= 64 else 32          # forward K/V tile (default_tc_config)
 BQ = 32 if D <= 64 else 16          # dK/dV kernel Q tile (default_tc_bwd_config)
 z = np.load(os.path.join(OUT, "inputs.npz"))

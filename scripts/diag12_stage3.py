@@ -6,7 +6,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from diag12_stage2 import F32, LOG2E, OUT, SEED, do64, ex2, f32, k64, q64, tri, scale, N, D, BQ  # noqa: E402
+from diag12_stage2 import LOG2E, OUT, SEED, do64, ex2, f32, k64, q64, tri, scale  # noqa: E402
 
 fw = np.load(os.path.join(OUT, "fwd.npz"))
 lse64 = fw["lse64"]

@@ -9,7 +9,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 import tf32x3_error as E  # noqa: E402
-from diag12_stage2 import F32, OUT, SEED, do, do64, f32, N, D, BQ  # noqa: E402
+from diag12_stage2 import F32, OUT, SEED, do, f32, N, D, BQ  # noqa: E402
 from diag12_stage3 import P_of, S64, Sb, lse64, fw  # noqa: E402
 
 Bq = BQ

@@ -217,7 +217,7 @@ def test_tf32x3_dkdv_sums_by_blocks(rng, monkeypatch, causal):
     runs = []
     for blocks in (False, True):
         K3.flash_tf32x3_bwd_dkdv_kernel.cache_clear()
-        monkeypatch.setattr(K3, "two_level", lambda D, b=blocks: not b)
+        monkeypatch.setattr(K3, "wide_partial", lambda D, b=blocks: not b)
         runs.append(attention_backward(do, q, k, v, o, lse, causal=causal, method="flash_tc"))
     monkeypatch.undo()
     K3.flash_tf32x3_bwd_dkdv_kernel.cache_clear()
