@@ -49,7 +49,8 @@ warp, the operation, the lanes and why, when: the caller is not in its own mask;
 one rendezvous called different operations; a lane reads from a lane that did not take
 part; or a named lane can never arrive because it waits in ``cuda.syncthreads()`` (a
 barrier the waiting lanes have not passed, so it cannot finish) or at another warp
-operation that can never complete (lanes using different masks). If the block aborts
+operation that can never complete (lanes using different masks) — found by two checks at
+least ``POLL_S`` apart that see the same lanes stuck in the same states. If the block aborts
 (another thread raised), waiting lanes leave within ``MAX_POLL_S`` s; if a lane being
 waited for raised, the lanes waiting for it raise the same exception type and message, so
 the launch reports the real cause whichever thread it picks.
@@ -149,7 +150,8 @@ class _WarpState:
 class _Rendezvous:
     """Lanes meeting at one warp operation (or, for activemask, at one call site)."""
 
-    __slots__ = ("op", "warp", "mask", "key", "args", "event", "done", "results", "error")
+    __slots__ = ("op", "warp", "mask", "key", "args", "event", "done", "results", "error",
+                 "suspect")
 
     def __init__(self, op, warp, mask, key=None):
         self.op = op
@@ -161,6 +163,7 @@ class _Rendezvous:
         self.done = False
         self.results = None
         self.error = None
+        self.suspect = None  # the last check's stuck lanes and their states (_check_progress)
 
 
 def _block_state(manager):
@@ -549,6 +552,22 @@ def _check_progress(st, rv, t):
         return
     stuck = [m for m, (k, _) in kinds.items() if not _gone(k) and m not in free]
     if not stuck:
+        rv.suspect = None
+        return
+    # A deadlock is declared on a check that finds the same lanes stuck in the same states (the
+    # rendezvous, or the barriers passed) as one at least POLL_S before it, as the Hopper twins
+    # do (twice in a row, nothing changed in between): one reading of the threads' states,
+    # taken without the simulator's own barrier lock, was once seen to name a lane stuck that
+    # was not (CI, 2026-12-01: a shfl_xor_sync of the fp32 flash kernel at d = 256 under load;
+    # its replay passed).
+    seen = (frozenset(rv.args), tuple(
+        (m, kinds[m][0], id(kinds[m][1]) if kinds[m][0] == _WAITING
+         else getattr(kinds[m][1], "_simwarp_barriers", None)) for m in sorted(stuck)))
+    now = time.monotonic()
+    if rv.suspect is None or rv.suspect[0] != seen:
+        rv.suspect = (seen, now)
+        return
+    if now - rv.suspect[1] < POLL_S:    # (another lane's check, just now: look again later)
         return
     groups = {}
     for m in stuck:
