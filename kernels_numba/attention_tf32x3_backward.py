@@ -51,30 +51,29 @@ else differs is the operand format:
   accumulators with their k index permuted (lane t's columns 2t, 2t + 1 as k = t, t + 4), B
   the tile's rows read in the same order — no transposed copy.
 
-Two-level sums (``wide_partial``, ``tf32_by_keys_blocks``): the dK/dV kernel adds each k8 step
-into a partial sum of the Q tile, zeroed per tile, and the partial into dV or dK once a tile,
-so dV and dK take Nq/Bq roundings of their own size instead of Nq/8. At d ≤ 64 (Bq = 32) the
-partial is d-wide (one serves dV and then dK: 171 → 250 registers); at d > 64 (Bq = 16), where
-the kernel has no registers for that, the product runs a block of 8 columns at a time, the
-tile's k8 steps inner, each block's sum in 4 floats of its own (and the tile's P or dS split
-once, 8 floats more at Bq = 16) — the same bits. The H200 measured dV of B1 H1 N4096 d64 causal
-at 2.2× and 2.9× torch efficient's error on two of three draws with one level; a NumPy model of
-the accumulation (exact products, each step's mma sum cut toward zero, float32 adds:
-``scripts/tf32x3_error.py --accumulation``) gave, over 8 draws, 2.3–4.8e-6 for one level,
-1.4–2.4e-6 for torch's staging and for the per-tile partial (0.7–1.1e-6 for a partial over 128
-queries, but two persistent partials spill). On the H200 (2026-12-01,
-docs/logs/gpu_wide_pingpong_h200.log, the test's seeds 7117, 12, 21, 22) the d = 64 case (B1 H1
-N4096 causal) went from 2.21× torch's dV error to 1.07× on seed 7117, 0.97×, 1.18× on 21 and
-22, 0.88× on seed 12. Seed 12 failed in the d = 128 case (B1 H1 N2048 causal, then one level):
-dV 4.98e-6, torch 1.73e-6 (2.88×; seeds 7117, 21: 1.87×, 1.59×). The emulation
+Two-level sums (``tf32_by_keys_blocks``): the dK/dV kernel adds each k8 step of a Q tile into a
+partial sum of its own and the partial into dV or dK once a tile, so dV and dK take Nq/Bq
+roundings of their own size instead of Nq/8. The product runs a block of 8 columns at a time,
+the tile's k8 steps inner, each block's sum in 4 floats (and the tile's P or dS split once):
+ptxas 13.5, 168–170 registers at d = 64 (Bq = 32), 255 at d = 128 (Bq = 16), no spills; the
+one-level kernel had 171 and 255 with 240 bytes of spills. The first version, measured on the
+H200 below at d = 64, kept a d-wide partial instead (250 registers) — the same bits. The H200
+measured dV of B1 H1 N4096 d64 causal at 2.2× and 2.9× torch efficient's error on two of three
+draws with one level; a NumPy model of the accumulation (exact products, each step's mma sum
+cut toward zero, float32 adds: ``scripts/tf32x3_error.py --accumulation``) gave, over 8 draws,
+2.3–4.8e-6 for one level, 1.4–2.4e-6 for torch's staging and for the per-tile partial
+(0.7–1.1e-6 for a partial over 128 queries, but two persistent partials spill). On the H200
+(2026-12-01, docs/logs/gpu_wide_pingpong_h200.log, the test's seeds 7117, 12, 21, 22) the d =
+64 case (B1 H1 N4096 causal) went from 2.21× torch's dV error to 1.07× on seed 7117, 0.97×,
+1.18× on 21 and 22, 0.88× on seed 12. Seed 12 failed in the d = 128 case (B1 H1 N2048 causal,
+then one level): dV 4.98e-6, torch 1.73e-6 (2.88×; seeds 7117, 21: 1.87×, 1.59×). The emulation
 (scripts/tf32x3_error.py's arithmetic at full size: scripts/diag12_stage1.py … stage4.py,
 diag12_elem.py) puts that at key 3, column 122 (|dV| 2.27): one level 4.3–4.7e-6, of which
 4.4e-6 the float32 adds of 256 k8 steps into an accumulator of ulp 2.4e-7 (a 4σ draw of an
 unbiased random walk; P's own error there 1–3e-7, everywhere ≤ 8e-7); seeds 7117, 21:
 2.6–3.4e-6, 3.5e-6 (H200 3.1, 3.8e-6). The per-tile partial at d = 128: 1.8e-6, 2.4e-6,
-1.7–2.4e-6 on seeds 12, 7117, 21 (not measured on a GPU yet). ptxas 13.5 at d = 128, Bq = 16:
-255 registers and no spills, where the one-level kernel spilled 240 bytes without a causal
-mask.
+1.7–2.4e-6 on seeds 12, 7117, 21 (not measured on a GPU yet); the d = 64 kernel as it is now,
+not either.
 
 Shared memory (float32, rows padded to D + 4): the block's two row tiles (K, V or Q, dO), the
 streamed tile's two (Q, dO or K, V), and LSE_i, D_i for the dK/dV kernel. Single-buffered, two
@@ -115,22 +114,14 @@ def parts(D, B, WARPS, PAD_BLOCK, PAD_TILE):
             tf32_by_keys(NBO, NB), zeros(S), zeros(AO), write_rows(NBO, False, True))
 
 
-def wide_partial(D):
-    """Whether the dK/dV kernel's two-level sums (module menu) keep a d-wide partial: d ≤ 64,
-    where one more d-wide accumulator fits (171 → 250 registers at d = 64, Bq = 32, no
-    spills, still 2 blocks an SM; ptxas 13.5). Above, ``tf32_by_keys_blocks`` gives the same
-    bits a block of 8 columns at a time."""
-    return D <= 64
-
-
 @lru_cache(maxsize=None)
 def tf32_by_keys_blocks(NB, KC2):
     """acc += P · B as ``attention_tc.tf32_by_keys`` (the same fragments, k permuted the same
-    way), summed in two levels without a d-wide partial: the 8-column blocks of acc outer, the
-    tile's KC2 k8 steps inner, each block's steps added from zero into 4 floats of their own and
-    those into acc once — bitwise the two-level sum (a partial zeroed per tile, flush_part) for
-    4 more floats, where the partial costs 4·NB. P's fragments are split once, into fa (big) and
-    fs (small), 4·KC2 floats each (the caller's)."""
+    way), summed in two levels: the 8-column blocks of acc outer, the tile's KC2 k8 steps
+    inner, each block's steps added from zero into 4 floats of their own and those into acc
+    once — bitwise tf32_by_keys into a d-wide partial zeroed per tile and then added to acc
+    (tests/test_attention_tc_backward.py), for 4 floats instead of 4·NB. P's fragments are
+    split once, into fa (big) and fs (small), 4·KC2 floats each (the caller's)."""
 
     @cuda.jit(device=True)
     def run(p, smem, off, KS, g, t, acc, fa, fs):
@@ -155,19 +146,6 @@ def tf32_by_keys_blocks(NB, KC2):
 
 
 @lru_cache(maxsize=None)
-def flush_part(N):
-    """flush(part, acc): acc += part (to nearest), part = 0, N floats (a compile-time count,
-    so that both stay in registers): a partial sum of the two-level accumulation."""
-
-    @cuda.jit(device=True)
-    def flush(part, acc):
-        for i in range(N):
-            acc[i] += part[i]
-            part[i] = ZERO
-    return flush
-
-
-@lru_cache(maxsize=None)
 def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
     """dK, dV for float32 inputs, 3xTF32; see the module menu."""
     # Bk keys per block (rows of the transposed problem); NBQ 8-column blocks and k8 steps
@@ -178,14 +156,11 @@ def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
     DO_AT = Q_AT + Bq * KS
     FL = DO_AT + Bq * KS
     assert D % 8 == 0 and Bq % 16 == 0
-    block_rows, rows, by_rows, by_keys, clear_s, clear_o, write = parts(D, Bq, WARPS, PAD, False)
+    block_rows, rows, by_rows, _, clear_s, clear_o, write = parts(D, Bq, WARPS, PAD, False)
     ds_t = ds_transposed(NBQ, Bq, CAUSAL, PAD, True)    # (NAT: see exponent)
     unpad = clear_padded(NBO, False)
-    WIDE = wide_partial(D)
-    PART = AO if WIDE else 1                            # (1: unused)
-    flush = flush_part(AO)
-    FR = 1 if WIDE else 4 * NBQ                         # (not WIDE: by_blocks' fragments)
-    by_blocks = tf32_by_keys_blocks(NBO, NBQ)
+    by_blocks = tf32_by_keys_blocks(NBO, NBQ)          # (two-level sums: module menu)
+    FR = 4 * NBQ                                        # floats of a tile of Pᵀ's fragments
 
     @cuda.jit
     def dkdv(q, k, v, do, lse, dvec, dk, dv, scale, n_q, n_k, heads, kpm):
@@ -198,18 +173,15 @@ def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
         dpt = cuda.local.array(SQ, float32)     # dPᵀ, then dSᵀ
         dk_acc = cuda.local.array(AO, float32)
         dv_acc = cuda.local.array(AO, float32)
-        part = cuda.local.array(PART, float32)  # WIDE: this tile's dV, then its dK
         pa = cuda.local.array(4, float32)       # one k8 step of A, split: big …
         ps = cuda.local.array(4, float32)       # … and small
-        fa = cuda.local.array(FR, float32)      # not WIDE: a tile of P (dS) split: big …
+        fa = cuda.local.array(FR, float32)      # a tile of Pᵀ (dSᵀ) split: big …
         fs = cuda.local.array(FR, float32)      # … and small
         pad_lo = pad_hi = False                 # §35: a padded key gets dk = dv = 0 (its K,
         if PAD:                                 # V rows: zeros on chip, block_rows)
             pad_lo, pad_hi = padded_keys(kpm, bh // heads, key_lo, n_k)
         clear_o(dk_acc)
         clear_o(dv_acc)
-        if WIDE:
-            clear_o(part)
         block_rows(k, v, bh, n_k, k0, smem, K_AT, V_AT, tid, kpm,
                    bh // heads)                 # (seen after the 1st barrier)
 
@@ -229,14 +201,8 @@ def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
             by_rows(V_AT + mine, smem, DO_AT, KS, g, t, dpt, pa, ps)    # dPᵀ = V dOiᵀ
             ds_t(st, dpt, smem, FL, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t,
                  scale)                         # Pᵀ, dSᵀ = Pᵀ∘(dPᵀ − D)
-            if WIDE:                            # (compile-time) the tile's sum first
-                by_keys(st, smem, DO_AT, KS, g, t, part, pa, ps)        # Pᵀ dOi …
-                flush(part, dv_acc)                                     # … dV += it
-                by_keys(dpt, smem, Q_AT, KS, g, t, part, pa, ps)        # dSᵀ Qi …
-                flush(part, dk_acc)                                     # … dK += it
-            else:                               # the same two levels, a block at a time
-                by_blocks(st, smem, DO_AT, KS, g, t, dv_acc, fa, fs)    # dV += Pᵀ dOi
-                by_blocks(dpt, smem, Q_AT, KS, g, t, dk_acc, fa, fs)    # dK += dSᵀ Qi
+            by_blocks(st, smem, DO_AT, KS, g, t, dv_acc, fa, fs)        # dV += Pᵀ dOi
+            by_blocks(dpt, smem, Q_AT, KS, g, t, dk_acc, fa, fs)        # dK += dSᵀ Qi
 
         if PAD:                                 # a padded key: dk = dv = 0, written
             unpad(dv_acc, pad_lo, pad_hi)

@@ -14,13 +14,12 @@ and ``attention_backward_flops`` (2.5 × that). torch's backward is ``autograd.g
 graph. Which method the default ran is printed beside each row. The table comes last.
 """
 
-import argparse
 import json
 import sys
 
 import flashlesson
 from flashlesson import tc_methods
-from flashlesson.bench import check_and_time, cuda_torch
+from flashlesson.bench import check_and_time, cuda_torch, picked_shapes, script_parser
 from reference.attention import attention_flops
 from reference.attention_backward import attention_backward_flops
 
@@ -28,16 +27,13 @@ SHAPES = ((4, 16, 1024, 64), (2, 16, 4096, 64), (1, 16, 8192, 128))
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--json", default=None)
-    ap.add_argument("--shapes", default="0,1,2", help="indices into SHAPES")
-    args = ap.parse_args()
+    args = script_parser(budget=False).parse_args()
     torch = cuda_torch()
     if torch is None or flashlesson.SIMULATOR:
         raise SystemExit("gpu_defaults.py needs a CUDA GPU and torch")
     sdpa = torch.nn.functional.scaled_dot_product_attention
     rows = []
-    for (b, h, n, d) in (SHAPES[int(i)] for i in args.shapes.split(",")):
+    for (b, h, n, d) in picked_shapes(SHAPES, args.shapes):
         for causal in (False, True):
             rows += _case(torch, sdpa, b, h, n, d, causal)
             torch.cuda.empty_cache()

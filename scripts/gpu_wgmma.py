@@ -25,14 +25,14 @@ lists in one table (the default and torch once). A method that fails (an excepti
 an error above 2× torch flash's + 1e-3) is reported and not timed. The table comes last.
 """
 
-import argparse
 import json
 import sys
 import time
 
 import flashlesson
 from flashlesson import WgmmaConfig
-from flashlesson.bench import budget_cases, check_and_time, cuda_torch, versus_table
+from flashlesson.bench import budget_cases, check_and_time, cuda_torch, picked_shapes, \
+    script_parser, versus_table
 from reference.attention import attention_flops
 
 SHAPES = ((4, 16, 1024, 64), (2, 16, 4096, 64), (1, 16, 8192, 128))
@@ -166,10 +166,7 @@ def head_error(o, ref):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--json", default=None)
-    ap.add_argument("--budget-s", type=float, default=150.0, help="stop starting new shapes "
-                    "after this many seconds")
+    ap = script_parser()
     ap.add_argument("--sweep", action="store_true", help="also the configs of SWEEP")
     ap.add_argument("--overlap", action="store_true", help="torch flash, the default and the "
                     "OVERLAP configs only (default shapes: 1,2)")
@@ -182,7 +179,6 @@ def main():
     ap.add_argument("--tc", action="store_true", help="with --overlap, --cwg3, --wide or "
                     "--pingpong: flash_tc's default too (where wgmma_is_default chooses between "
                     "them, both in one run)")
-    ap.add_argument("--shapes", default=None, help="indices into SHAPES, e.g. 0,1")
     args = ap.parse_args()
     if args.overlap + args.cwg3 + (args.wide or args.pingpong) > 1:
         raise SystemExit("--overlap, --cwg3, --wide/--pingpong: one at a time")
@@ -190,7 +186,7 @@ def main():
     if args.wide or args.pingpong:
         only = {**(WIDE if args.wide else {}), **(PINGPONG if args.pingpong else {})}
     picks = args.shapes or ("1,2" if args.overlap else "0,1" if args.cwg3 else None)
-    shapes = SHAPES if picks is None else [SHAPES[int(i)] for i in picks.split(",")]
+    shapes = picked_shapes(SHAPES, picks)
     torch = cuda_torch()
     if torch is None or flashlesson.SIMULATOR:
         raise SystemExit("gpu_wgmma.py needs a CUDA GPU and torch")

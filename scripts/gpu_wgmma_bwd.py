@@ -22,7 +22,6 @@ conversion too). TFLOP/s = ``reference.attention_backward_flops`` / time: 2.5 ×
 The table comes last.
 """
 
-import argparse
 import json
 import os
 import sys
@@ -31,7 +30,8 @@ import traceback
 
 import flashlesson
 from flashlesson import WgmmaBwdConfig
-from flashlesson.bench import budget_cases, check_and_time, cuda_torch, versus_table
+from flashlesson.bench import budget_cases, check_and_time, cuda_torch, picked_shapes, \
+    script_parser, versus_table
 from reference.attention_backward import attention_backward_flops
 
 SHAPES = ((1, 16, 8192, 128), (2, 16, 4096, 64), (4, 16, 1024, 64))    # (the ladder's first)
@@ -103,18 +103,14 @@ def warm(fns, shapes, torch):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--json", default=None)
-    ap.add_argument("--budget-s", type=float, default=150.0, help="stop starting new shapes "
-                    "after this many seconds")
+    ap = script_parser()
     ap.add_argument("--ladder", action="store_true", help="also the ladder's STAGES = 1 step")
     ap.add_argument("--fused", action="store_true", help="also the FUSED variants")
     ap.add_argument("--sweep", action="store_true", help="also the SWEEP configurations")
-    ap.add_argument("--shapes", default=None, help="indices into SHAPES, e.g. 0,1")
     ap.add_argument("--wait-for", default=None, help="compile first, then wait until this file "
                     "exists before timing (the tests run on the GPU meanwhile)")
     args = ap.parse_args()
-    shapes = SHAPES if args.shapes is None else [SHAPES[int(i)] for i in args.shapes.split(",")]
+    shapes = picked_shapes(SHAPES, args.shapes)
     torch = cuda_torch()
     if torch is None or flashlesson.SIMULATOR:
         raise SystemExit("gpu_wgmma_bwd.py needs a CUDA GPU and torch")

@@ -7,10 +7,12 @@ float32 model) of each gradient's largest value; on the GPU also no more than 2�
 (when torch is installed). Outputs are poisoned before the kernels run. Ten runs bitwise equal.
 """
 
+from functools import lru_cache
+
 import numpy as np
 import pytest
-from conftest import SIM, by_device, check_grads, check_tc_grads, tc_inputs, torch_grad_errors
-from numba import cuda
+from conftest import by_device, check_grads, check_tc_grads, tc_inputs, torch_grad_errors
+from numba import cuda, float32
 
 from flashlesson import TcBwdConfig, TcConfig, attention, attention_backward
 from reference import attention_backward as ref_backward
@@ -205,24 +207,56 @@ def test_tf32x3_padding_configs_and_bitwise_runs(rng):
                 np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
-@pytest.mark.skipif(not SIM, reason="builds the kernel's other sum in place (simulator sizes)")
-@pytest.mark.parametrize("causal", [False, True])
-def test_tf32x3_dkdv_sums_by_blocks(rng, monkeypatch, causal):
-    """The dK/dV kernel's two-level sums a block at a time (``tf32_by_keys_blocks``, d > 64)
-    give the same bits as its d-wide partial (d ≤ 64), here forced at a small d: several Q tiles
-    a key, where one level (dV += each k8 step) gives other bits."""
-    import kernels_numba.attention_tf32x3_backward as K3
-    q, k, v, do = _f32_inputs(rng, 1, 2, 80, 33, 8)
-    o, lse = attention(q, k, v, causal=causal, return_lse=True, method="flash_tc")
-    runs = []
-    for blocks in (False, True):
-        K3.flash_tf32x3_bwd_dkdv_kernel.cache_clear()
-        monkeypatch.setattr(K3, "wide_partial", lambda D, b=blocks: not b)
-        runs.append(attention_backward(do, q, k, v, o, lse, causal=causal, method="flash_tc"))
-    monkeypatch.undo()
-    K3.flash_tf32x3_bwd_dkdv_kernel.cache_clear()
-    for a, b in zip(*runs):
-        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+@lru_cache(maxsize=None)
+def _two_sums_kernel(NB, KC2):
+    """One warp: acc += P·B over tiles two ways — attention_tc.tf32_by_keys into a d-wide
+    partial zeroed per tile and then added to acc, and the dK/dV kernel's tf32_by_keys_blocks
+    (4 floats a block of 8 columns)."""
+    from kernels_numba.attention_tc import tf32_by_keys
+    from kernels_numba.attention_tf32x3_backward import tf32_by_keys_blocks
+    by_keys, by_blocks = tf32_by_keys(NB, KC2), tf32_by_keys_blocks(NB, KC2)
+    KS, AO, PN = 8 * NB + 4, 4 * NB, 4 * KC2
+
+    @cuda.jit
+    def kernel(p, b, wide, blocks):             # p [tiles, 32, PN], b [tiles, 8·KC2·KS]
+        lane = cuda.threadIdx.x
+        g, t = lane // 4, lane % 4
+        pt = cuda.local.array(PN, float32)
+        part = cuda.local.array(AO, float32)
+        acc_w = cuda.local.array(AO, float32)
+        acc_b = cuda.local.array(AO, float32)
+        pa = cuda.local.array(4, float32)
+        ps = cuda.local.array(4, float32)
+        fa = cuda.local.array(PN, float32)
+        fs = cuda.local.array(PN, float32)
+        for i in range(AO):
+            part[i] = acc_w[i] = acc_b[i] = float32(0)
+        for tile in range(p.shape[0]):
+            for i in range(PN):
+                pt[i] = p[tile, lane, i]
+            by_keys(pt, b[tile], 0, KS, g, t, part, pa, ps)
+            for i in range(AO):
+                acc_w[i] += part[i]
+                part[i] = float32(0)
+            by_blocks(pt, b[tile], 0, KS, g, t, acc_b, fa, fs)
+        for i in range(AO):
+            wide[lane, i] = acc_w[i]
+            blocks[lane, i] = acc_b[i]
+    return kernel
+
+
+@pytest.mark.parametrize("NB, KC2", [(1, 4), (2, 2)])
+def test_tf32x3_dkdv_sums_by_blocks(rng, NB, KC2):
+    """The dK/dV kernel's two-level sums a block at a time (``tf32_by_keys_blocks``) give the
+    same bits as ``tf32_by_keys`` into a d-wide partial added once a tile (the sum the H200
+    measured first at d = 64), over several tiles; P of both signs, as dSᵀ."""
+    tiles = 5
+    p = rng.standard_normal((tiles, 32, 4 * KC2)).astype(np.float32)
+    b = rng.standard_normal((tiles, 8 * KC2 * (8 * NB + 4))).astype(np.float32)
+    wide, blocks = (np.full((32, 4 * NB), np.nan, np.float32) for _ in range(2))
+    _two_sums_kernel(NB, KC2)[1, 32](p, b, wide, blocks)
+    assert not np.isnan(wide).any()
+    np.testing.assert_array_equal(wide.view(np.uint32), blocks.view(np.uint32))
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -747,6 +747,26 @@ def bench_overhead(calls=200, log=print):
     return records
 
 
+def script_parser(budget=True):
+    """The kernel-only GPU scripts' shared options (``scripts/gpu_wgmma.py``,
+    ``gpu_wgmma_bwd.py``, ``gpu_defaults.py``): --json (write the rows there), --shapes
+    (indices into the script's SHAPES, e.g. 0,1: ``picked_shapes``) and, budget, --budget-s
+    (``budget_cases``); each script adds its own."""
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    if budget:
+        ap.add_argument("--budget-s", type=float, default=150.0, help="stop starting new "
+                        "shapes after this many seconds")
+    ap.add_argument("--shapes", default=None, help="indices into SHAPES, e.g. 0,1")
+    return ap
+
+
+def picked_shapes(shapes, picks):
+    """shapes[i] for the comma-separated indices of picks ("0,2"), or all of them (None)."""
+    return list(shapes) if picks is None else [shapes[int(i)] for i in picks.split(",")]
+
+
 def budget_cases(shapes, start, budget_s):
     """The kernel-only GPU scripts' cases: (b, h, n, d, causal) for each shape, not causal then
     causal; one that would begin more than budget_s seconds after start (time.time()) is
