@@ -4,9 +4,11 @@ Menu
 | kernel                                            | what                                         |
 |---------------------------------------------------|----------------------------------------------|
 | ``flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, | fp16 or bf16 Q, K, V (fp32 accumulation):  |
-|   MT, PF, ASYNC)``                                | S = Q Kᵀ and O += P V as m16n8k16 mmas;       |
+|   MT, PF, ASYNC, d, FOLD)``                       | S = Q Kᵀ and O += P V as m16n8k16 mmas;       |
 |                                                   | MT row blocks per warp, PF register prefetch, |
-|                                                   | ASYNC cp.async tiles + ldmatrix fragments     |
+|                                                   | ASYNC cp.async tiles + ldmatrix fragments;    |
+|                                                   | FOLD (scale > 0): scale·log2e inside the      |
+|                                                   | softmax's FFMAs (``fold_scale``)              |
 | ``flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD)``| float32 Q, K, V on tensor cores with 3xTF32: |
 |                                                   | x = big + small, a·b ≈ big·big + big·small +  |
 |                                                   | small·big (m16n8k8 tf32), each k8 step summed |
@@ -57,11 +59,13 @@ The same loop as ``flash_forward_kernel`` (kernels_numba/attention.py, §32), wi
 products moved to the tensor cores (§37)::
 
     for each K/V tile j:
-        S = Qi Kjᵀ · scale·log2e    ← mma: A = Q fragment (registers), B = K rows (shared memory)
+        S = Qi Kjᵀ                  ← mma: A = Q fragment (registers), B = K rows (shared memory)
         masked → −inf               ← CUDA cores, from here …
-        new_m = max(m, rowmax(S))   ← a row's 4 lanes (one quad) agree with 2 shuffles
+        new_m = max(m, rowmax(S)·c) ← c = scale·log2e; a row's 4 lanes (one quad) agree with 2
+                                      shuffles
         correction = 2^(m − new_m)  ← base 2: one ex2 each (mma.ex2), = e^(·) of the lesson's
-        P = 2^(S − new_m);  l = correction·l + rowsum(P)        m, S in natural units
+        P = 2^(S·c − new_m)         ← one FFMA and one ex2 an entry (c ≤ 0: S·c first, c = 1;
+        l = correction·l + rowsum(P)  fold_scale)                m, S in natural units
         acc = correction·acc        ← … to here
         acc += P Vj                 ← mma: A = P straight from S's accumulators, B = Vᵀ (shared)
     O = acc / l;  LSE = m·ln2 + ln l
@@ -274,15 +278,17 @@ def online_softmax_tc(NBS, NBO, MT=1, DEFER=False):
     m/l/acc of the lane's 2·MT rows updated (DEFER: acc left alone, each row's correction kept
     in ml[4·MT + r] for ``rescale_tc`` to apply later — FlashAttention-3's overlap, where acc
     is still being written by the previous tile's P·V when the softmax runs). In base 2
-    (FlashAttention-2's trick): S arrives as S₂ = Q Kᵀ·scale·log2e and m with it (m₂ =
-    m·log2e), so each exponential is one ex2 (2^(S₂ − m₂) = e^(Q Kᵀ·scale − m)), and LSE =
-    m₂·ln2 + ln l at the end. Row (mt, half) = rows g + 16·mt + 8·half of the warp's 16·MT:
+    (FlashAttention-2's trick): S₂ = Q Kᵀ·scale·log2e and m with it (m₂ = m·log2e), so each
+    exponential is one ex2 (2^(S₂ − m₂) = e^(Q Kᵀ·scale − m)), and LSE = m₂·ln2 + ln l at the
+    end. S arrives as S₂ = S·mult (mult = scale·log2e, ``fold_scale``: the multiply folded into
+    the exponent's subtraction, one FFMA per entry instead of FMUL and FADD, and into the row
+    maximum, max(S)·mult — true for mult > 0 only), or already scaled (mult = 1). Row (mt, half) = rows g + 16·mt + 8·half of the warp's 16·MT:
     elements 2·half, 2·half + 1 of each 4 in S block mt (s[4·(mt·NBS + nb) + …]) and in acc
     block mt; ml = [m of the 2·MT rows …, l of the 2·MT rows …]."""
     scale_row = scale_row_tc(NBO)
 
     @cuda.jit(device=True)
-    def update(s, acc, ml):
+    def update(s, acc, ml, mult):
         for mt in range(MT):
             for half in range(2):
                 r = 2 * mt + half
@@ -290,14 +296,14 @@ def online_softmax_tc(NBS, NBO, MT=1, DEFER=False):
                 for nb in range(NBS):
                     i = 4 * (mt * NBS + nb) + 2 * half
                     row_max = max(row_max, max(s[i], s[i + 1]))
-                new_m = max(ml[r], lanes_max(row_max, QUAD))      # new_m = max(m, rowmax(S))
+                new_m = max(ml[r], lanes_max(row_max, QUAD) * mult)   # new_m = max(m, rowmax(S₂))
                 m_safe = safe_max(new_m)                          # (0 while the row saw no key)
                 correction = ex2(ml[r] - m_safe)                  # correction = 2^(m − new_m)
                 row_sum = ZERO
                 for nb in range(NBS):
                     for e in range(2):
                         i = 4 * (mt * NBS + nb) + 2 * half + e
-                        s[i] = ex2(s[i] - m_safe)                 # P = 2^(S − new_m)
+                        s[i] = ex2(s[i] * mult - m_safe)          # P = 2^(S₂ − new_m)
                         row_sum += s[i]
                 ml[2 * MT + r] = correction * ml[2 * MT + r] + row_sum  # l = correction·l + …
                 if DEFER:                                         # (l: this lane's part of it)
@@ -320,6 +326,29 @@ def rescale_tc(NBO, MT=1):
             for half in range(2):
                 scale_row(acc, mt, half, ml[4 * MT + 2 * mt + half])
     return rescale
+
+
+def folds(scale):
+    """FOLD, the kernels' compile-time choice for this scale: scale·log2e > 0 in float32."""
+    return bool(float32(scale) * LOG2E > 0)
+
+
+@lru_cache(maxsize=None)
+def fold_scale(N, FOLD):
+    """fold(s, scale2) → the multiplier online_softmax_tc applies to the N entries of S.
+    FOLD (scale·log2e > 0, ``folds``): scale2 itself — S stays unscaled, the multiply rides in
+    the exponent's FFMA. Else S·scale2 here, entry by entry, and 1: max(S·c) is not max(S)·c
+    for c ≤ 0, and a masked −inf times 0 is NaN. Compile-time, not a test of scale2 in the
+    kernel: LLVM turned that branch into S·(1 or scale2), the FMULs back on every entry."""
+
+    @cuda.jit(device=True)
+    def fold(s, scale2):
+        if FOLD:                                    # (compile-time)
+            return scale2
+        for i in range(N):
+            s[i] *= scale2                          # S = Qi Kjᵀ · scale · log2e
+        return float32(1.0)
+    return fold
 
 
 @lru_cache(maxsize=None)
@@ -573,7 +602,8 @@ def kv_loader_tc(D, Bc, T, WITH_V=True, PAD=False, d=None):
 
 
 @lru_cache(maxsize=None)
-def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False, d=None):
+def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False, d=None,
+                    FOLD=True):
     """fp16 (BF16=False) or bf16 FlashAttention forward; see the module menu.
 
     MT: m16 row blocks per warp (Br = 16·MT·WARPS): every K/V fragment read from shared
@@ -583,7 +613,7 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False
     rows travel by cp.async while this tile is computed (no registers held), and the B
     fragments come from the rows by ldmatrix (V's through .trans): no Vᵀ copy, no prmt.
     d: the true head dimension (D = padded_head_dim(d); None: d = D) — columns d … D − 1 are
-    zeros on chip and not written (``head_io``)."""
+    zeros on chip and not written (``head_io``). FOLD: scale·log2e > 0 (``fold_scale``)."""
     d = D if d is None else d
     Br = 16 * MT * WARPS
     T = 32 * WARPS
@@ -603,6 +633,7 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False
     assert D == padded_head_dim(d) and Bc % 16 == 0 and not (PF and ASYNC)
     pack = pack_bf16 if BF16 else pack_f16
     update = online_softmax_tc(NBS, NBO, MT)
+    scaled = fold_scale(SN, FOLD)
     mask = mask_scores_tc(NBS, CAUSAL, PAD, MT)
     fetch, put, REGS = kv_loader_tc(D, Bc, T, True, PAD, d)
     rows = rows_async(D, Bc, T, PAD, d)
@@ -683,12 +714,10 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False
             # is read once and used by the MT row blocks
             clear_s(s)
             qk(qa, smem, sK, KS, g, t, s)           # S = Qi Kjᵀ
-            for i in range(MT * NBS):
-                for e in range(4):
-                    s[4 * i + e] *= scale2          # S = Qi Kjᵀ · scale · log2e
+            mult = scaled(s, scale2)                # (scale·log2e: in the softmax's FFMAs)
             if PAD or k0 + Bc > n_k or (CAUSAL and k0 + Bc - 1 > q0 + offset):
                 mask(s, k0, r_lo, 2 * t, n_k, offset, kpm, b_idx)
-            update(s, acc, ml)                      # online softmax on the CUDA cores (§32)
+            update(s, acc, ml, mult)                # online softmax on the CUDA cores (§32)
 
             # acc += P Vj: P's accumulators are the A fragments (two 8-column blocks = k16),
             # packed to 16-bit pairs once
@@ -714,7 +743,7 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False
                             ml[r] * LN2 + math.log(l_row)       # LSE = m·ln2 + ln l
 
     BUILT[("flash_tc_kernel", D, Bc, WARPS, CAUSAL, PAD, BF16, MT, PF, ASYNC)
-          + ((d,) if d != D else ())] = flash_tc
+          + ((d,) if d != D else ()) + (() if FOLD else ("scale ≤ 0",))] = flash_tc
     return flash_tc
 
 
@@ -915,7 +944,7 @@ def flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD):
                 s[i] *= scale2                      # S = Qi Kjᵀ · scale · log2e
             if PAD or k0 + Bc > n_k or (CAUSAL and k0 + Bc - 1 > q0 + offset):
                 mask(s, k0, r_lo, 2 * t, n_k, offset, kpm, b_idx)
-            update(s, acc, ml)
+            update(s, acc, ml, float32(1.0))        # (S scaled above: mult = 1)
 
             pv(s, smem, sV, KS, g, t, acc, pa, ps)  # acc += P Vj (3xTF32, k permuted)
 

@@ -6,7 +6,7 @@ Menu
 | kernel                                          | what                                        |
 |-------------------------------------------------|---------------------------------------------|
 | ``flash_wgmma_kernel(D, Bc, CWG, STAGES=1,      | §37's loop with S = Q Kᵀ as wgmma (A = Q,   |
-|   PRODUCER=False, CAUSAL, PAD, BF16)``          | B = K, both from shared memory) and         |
+|   PRODUCER=False, CAUSAL, PAD, BF16, FOLD)``    | B = K, both from shared memory) and         |
 |                                                 | O += P V as wgmma with P from registers     |
 |                                                 | (RS) and V N-major (imm-trans-b 1); no      |
 |                                                 | overlap: load tile j, wait, compute         |
@@ -34,6 +34,10 @@ Menu
 |                                                 | warpgroup's softmax runs while another's    |
 |                                                 | products do (CWG ≥ 2; with or without       |
 |                                                 | OVERLAP)                                    |
+| ``… FOLD=True`` (scale > 0; False otherwise)    | scale·log2e folded into the softmax: the    |
+|                                                 | row max of raw S times it, P = 2^(S·c − m)  |
+|                                                 | one FFMA (attention_tc.fold_scale); False:  |
+|                                                 | S·c first, entry by entry                   |
 
 Ladder (issue 13): from the lesson kernel to this file, step by step, at B1 H16 N8192 d128 float16
 unless a step says otherwise; TFLOP/s = 4·B·H·N²·d / time (half when causal); kernel-only CUDA-event
@@ -73,7 +77,7 @@ The loop (per consumer warpgroup of 64 query rows; CWG = 1, 2 or 3 of them, Br =
 
     wait FULL[s]                     ← K_j, V_j have landed (mbarrier phase j // STAGES)
     S = Qi Kjᵀ                       ← wgmma m64n{Bc}k16, D/16 steps, A = Q, B = K tiles (SS)
-    S = S·scale·log2e; mask          ← CUDA cores, as flash_tc (attention_tc.mask_scores_tc)
+    mask S                           ← CUDA cores, as flash_tc (attention_tc.mask_scores_tc)
     m, l, acc = online softmax       ← attention_tc.online_softmax_tc: the wgmma accumulator of a
                                        warp is mma.sync's m16n8 C fragment repeated, so flash_tc's
                                        quad-shuffle softmax runs on it unchanged
@@ -94,7 +98,7 @@ then for j = 1 … n − 1::
     S = Qi Kjᵀ          (issue, commit)   ← group 1
     acc += P_{j−1} V_{j−1} (issue, commit) ← group 2: A = P_{j−1} in registers, read async
     wait_group 1                     ← S is in sacc; P·V still running
-    S·scale, mask, online softmax    ← m, l, P_j in sacc; correction_j kept, acc not touched
+    mask, online softmax             ← m, l, P_j in sacc; correction_j kept, acc not touched
                                         (it is an in-flight wgmma's accumulator)
 
 and after it the last rescale, P_{n−1}·V_{n−1} and its arrive. Registers: S (Bc/2 floats), P as A
@@ -213,7 +217,8 @@ registers at d = 64, Bc = 128 (157 with OVERLAP), 106 at Bc = 64, 141 at d = 128
 spills; d = 128 with Bc = 128 is refused (about 190 needed); with a key padding mask at d = 64,
 Bc = 128 the consumers spilled 8–88 bytes (OVERLAP: 152–176) before the CLAMPED mask, 0–8
 since. Not tuned: no swizzle (the tensor core reads core matrices of 128 contiguous bytes,
-conflict-free; a warp's cp.async writes are 4 runs of 128 bytes: ``piece_of``), no TMA (the
+conflict-free; a warp's cp.async writes are 4 runs of 128 bytes: ``piece_of``, which reads
+half lines from L2 — 64 bytes of 8 rows), no TMA (the
 producer issues cp.async); without OVERLAP one wgmma group is waited for at once; with it, K
 and V of a tile share one EMPTY barrier (FA3 releases K after S, V after P·V), so a stage is
 held until P·V is done. The simulator
@@ -221,6 +226,15 @@ runs it at tiny shapes (one block); it holds each wgmma accumulator back (NaN) u
 wait_group that retires its group, so an accumulator read or written too early fails there, but
 it reads shared memory when the wgmma is issued: a stage released too early shows on the GPU
 only.
+
+Where the time goes (Nsight Compute, H200, 2026-12-01, B1 H16 N8192 d128 not causal, the
+default against torch SDPA's flash kernel on the same inputs, docs/results.md): 1.71 ms and
+1.54 ms; issue slots busy 34 % and 44 %; the tensor pipe 34 % and 55 %; L2 throughput 88 % and
+25 % for the same K/V bytes (L2 hit rate 98.5 % and 96 %; DRAM 1.6 % and 1.9 %). Tried and
+dropped: 16 bytes of padding after each 16-byte chunk column of the Q, K and V tiles (LBO =
+16·(rows + 1)), so that a warp copies whole 128-byte lines (4 rows at d = 64) and still lands
+them in 4 wavefronts — L2 stayed at 90 % and the default was 4 % slower (1.79 ms; the core
+matrices then sit off 128-byte boundaries). What keeps L2 that busy is open.
 
 How to run: ``attention(q16, k16, v16, method="flash_wgmma", config=WgmmaConfig(...))``
 (``WgmmaConfig(OVERLAP=True)``: the pipelined loop; ``PINGPONG=True``: the turns),
@@ -236,8 +250,8 @@ from functools import lru_cache
 from numba import cuda, float32, uint32, uint64
 
 from .attention import block_tile, kv_tiles
-from .attention_tc import LN2, LOG2E, QUAD, head_io, mask_scores_tc, online_softmax_tc, \
-    pack_accumulators, rescale_tc, zeros
+from .attention_tc import LN2, LOG2E, QUAD, fold_scale, head_io, mask_scores_tc, \
+    online_softmax_tc, pack_accumulators, rescale_tc, zeros
 from .hopper import SWIZZLE_NONE, WGMMA, WGMMA_RS_TB, bar_arrive, bar_sync, cp_async_mbar_arrive, \
     fence_mbarrier_init, fence_proxy_async, mbar_arrive, mbar_init, mbar_try_wait_parity, \
     setmaxnreg_dec, setmaxnreg_inc, shared_addr, wgmma_commit_group, wgmma_desc, wgmma_fence, \
@@ -339,8 +353,9 @@ def kmajor_rows(D, R, NL, PAD=False):
 
 @lru_cache(maxsize=None)
 def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=False,
-                       PINGPONG=False):
-    """fp16 (BF16=False) or bf16 FlashAttention forward on wgmma; see the module menu."""
+                       PINGPONG=False, FOLD=True):
+    """fp16 (BF16=False) or bf16 FlashAttention forward on wgmma; see the module menu. FOLD:
+    scale·log2e > 0 (attention_tc.fold_scale)."""
     assert D in (64, 128) and Bc in BC_WIDTHS and CWG in (1, 2, 3) and STAGES >= 1
     assert STAGES >= 2 or not OVERLAP       # (OVERLAP holds tile j − 1's stage while j lands)
     assert CWG >= 2 or not PINGPONG         # (a rotation needs two warpgroups to take turns)
@@ -366,6 +381,7 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
     update = online_softmax_tc(NBS, NBO, 1, OVERLAP)   # OVERLAP: acc's rescale deferred …
     rescale = rescale_tc(NBO, 1)                        # … to this, once P·V is waited for
     mask = mask_scores_tc(NBS, CAUSAL, PAD, 1, CLAMPED=True)
+    scaled = fold_scale(SH, FOLD)
     to_a = pack_accumulators(KC2, 1, NBS, BF16)
     clear_acc = zeros(OH)
     _, _, _, put_word = head_io(D, D)
@@ -420,12 +436,13 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
 
     @cuda.jit(device=True)
     def scores(sacc, scale2, k0, r_lo, t, n_k, q0, offset, kpm, b_idx):
-        """S = Qi Kjᵀ · scale · log2e (base 2, online_softmax_tc) → masked: keys past Nk, above
-        the causal diagonal, padded (only on the tiles that have such keys)."""
-        for i in range(SH):
-            sacc[i] *= scale2
+        """S → masked (−inf): keys past Nk, above the causal diagonal, padded (only on the
+        tiles that have such keys); returns the multiplier of S in update (fold_scale:
+        scale·log2e, applied in the softmax's FFMAs, or 1 with S scaled here)."""
+        mult = scaled(sacc, scale2)
         if PAD or k0 + Bc > n_k or (CAUSAL and k0 + Bc - 1 > q0 + offset):
             mask(sacc, k0, r_lo, 2 * t, n_k, offset, kpm, b_idx)
+        return mult
 
     @cuda.jit(device=True)
     def copy_tile(k, v, smem, bars, i, lt, bh, n_k, kpm, b_idx):
@@ -543,8 +560,8 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
                 wgmma_wait_group(0)                 # wait: S is in sacc
                 wgmma_fence_operand(sacc, SH)
 
-                scores(sacc, scale2, j * Bc, r_lo, t, n_k, q0, offset, kpm, b_idx)
-                update(sacc, acc, ml)               # m, l; P = 2^(S − m); acc *= correction
+                mult = scores(sacc, scale2, j * Bc, r_lo, t, n_k, q0, offset, kpm, b_idx)
+                update(sacc, acc, ml, mult)         # m, l; P = 2^(S₂ − m); acc *= correction
                 to_a(sacc, pa)                      # P → A fragments (16-bit pairs)
 
                 wgmma_fence_operand(acc, OH)
@@ -565,8 +582,8 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
                 pass_turn(cw)
             wgmma_wait_group(0)                     # wait: S is in sacc
             wgmma_fence_operand(sacc, SH)
-            scores(sacc, scale2, 0, r_lo, t, n_k, q0, offset, kpm, b_idx)
-            update(sacc, acc, ml)                   # m, l; P_0; correction (0: acc is 0) kept
+            mult = scores(sacc, scale2, 0, r_lo, t, n_k, q0, offset, kpm, b_idx)
+            update(sacc, acc, ml, mult)             # m, l; P_0; correction (0: acc is 0) kept
             for j in range(1, n_tiles):
                 # tile j − 1's softmax is done (P_j−1 in sacc); P_j−2 V_j−2 may still run
                 wgmma_wait_group(0)                 # wait: acc += P_j−2 V_j−2 done, pa and
@@ -589,8 +606,8 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
                     pass_turn(cw)
                 wgmma_wait_group(1)                 # wait: S is in sacc (P_j−1 V_j−1 runs on)
                 wgmma_fence_operand(sacc, SH)
-                scores(sacc, scale2, j * Bc, r_lo, t, n_k, q0, offset, kpm, b_idx)
-                update(sacc, acc, ml)               # m, l; P_j in sacc; the correction
+                mult = scores(sacc, scale2, j * Bc, r_lo, t, n_k, q0, offset, kpm, b_idx)
+                update(sacc, acc, ml, mult)         # m, l; P_j in sacc; the correction
                                                     # 2^(m_old − m) kept (acc still in flight)
             # (the loop's back edge sits between the softmax and the wait for P·V above, so
             # ptxas cannot hoist that wait over the softmax: with both in one basic block it
@@ -627,5 +644,5 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
                         ml[half] * LN2 + math.log(l_row)        # LSE = m·ln2 + ln l
 
     BUILT[("flash_wgmma_kernel", D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16,
-           OVERLAP, PINGPONG)] = flash_wgmma
+           OVERLAP, PINGPONG) + (() if FOLD else ("scale ≤ 0",))] = flash_wgmma
     return flash_wgmma

@@ -4,10 +4,12 @@
 # (the second call; the first compiles), fp16, B1 H16 N8192 d128 and B2 H16 N4096 d64, not
 # causal: the tensor pipe's share, shared-memory wavefronts and bank conflicts (the no-swizzle
 # core-matrix layout), the warps' stall reasons, issue slots. The PINGPONG and wide-tile
-# configurations measured no faster (docs/logs/gpu_wide_pingpong_h200.log), so the next step
-# should follow what this shows (swizzle and TMA, the softmax's instruction count, the
-# producer's copies). Logs under $OUT.
-#   device run: bash scripts/gpu_ncu_wgmma.sh   (carry .whl)
+# configurations measured no faster (docs/logs/gpu_wide_pingpong_h200.log). What it showed
+# (2026-12-01, docs/logs/gpu_ncu_wgmma_s6_h200.log): L2 at 88 % of its throughput against
+# torch's 25 %, issue slots 34 % against 44 %; padding the tiles so the copies read whole
+# lines left L2 where it was (docs/results.md, session 6). Logs under $OUT.
+#   device run: bash scripts/gpu_ncu_wgmma.sh   (carry .whl; NCU_SHAPES="1,16,8192,128": these
+#   B,H,N,d only)
 set -uo pipefail
 . "$(dirname "$0")/gpu_env.sh"        # wheels, PYTHONPATH, FLASHLESSON_DEVICE=gpu, $OUT
 start=$(date +%s)
@@ -15,8 +17,8 @@ gpu_facts > "$OUT/gpu.txt" 2>&1
 SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
   --section MemoryWorkloadAnalysis_Tables --section WarpStateStats --section SchedulerStats
   --section InstructionStats --section Occupancy --section LaunchStats"
-for shape in "1 16 8192 128" "2 16 4096 64"; do set -- $shape
-  for who in "flash_wgmma flash_wgmma" "torch flash_fwd"; do set -- $shape $who
+for shape in ${NCU_SHAPES:-1,16,8192,128 2,16,4096,64}; do set -- ${shape//,/ }
+  for who in "flash_wgmma flash_wgmma" "torch flash_fwd"; do set -- ${shape//,/ } $who
     timeout 100 ncu --clock-control none -k "regex:$6" --launch-skip 1 --launch-count 1 $SECTIONS \
       python3 scripts/profile_attention.py --b $1 --h $2 --n $3 --d $4 --dtype fp16 --method $5 \
       > "$OUT/ncu_${5}_d$4.txt" 2>&1

@@ -267,6 +267,21 @@ def test_bad_inputs(rng):
 # default's shape and runs every case; the others run the first case (simulator: one block
 # each, Nq ≤ Br = 64, a few K/V tiles of 64) or every fp16 case (GPU: flash-attn's awkward
 # lengths at both head dims; a kernel compiled per variant, causal mode and d — kept to ~20).
+@pytest.mark.parametrize("method", ["flash_tc", "flash_wgmma"])
+@pytest.mark.parametrize("scale", [-0.4, 0.0])
+def test_scale_that_is_not_positive(rng, method, scale):
+    """The kernels fold scale·log2e into the softmax (the row max of raw S times it, one FFMA
+    an exponent: attention_tc.fold_scale), which holds for a positive scale only; a negative
+    scale (the max of S·c is c times S's minimum) or 0 (a masked −inf times 0 is NaN) takes
+    the unfolded kernel. Causal with Nq < Nk and a partial last tile, so masked entries meet
+    the scale."""
+    B, H, nq, nk, d = by_device((1, 1, 21, 35, 64), (2, 3, 200, 333, 128))
+    (q, k, v), (q64, k64, v64) = _inputs(rng, B, H, nq, nk, d, "f16")
+    o, lse = attention(q, k, v, causal=True, scale=scale, return_lse=True, method=method)
+    o_ref, lse_ref, tol = _ref("f16", q64, k64, v64, causal=True, scale=scale)
+    _check(o, lse, o_ref, lse_ref, tol, "f16")
+
+
 # (OVERLAP, FA3's pipelining, has its own test below.)
 WGMMA_VARIANTS = by_device(   # (Bc, CWG, STAGES, PRODUCER)
     [(64, 1, 1, False), (64, 1, 2, False), (64, 1, 2, True)],

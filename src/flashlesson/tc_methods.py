@@ -292,7 +292,8 @@ def _forward_tc(qo, ko, vo, fq, B, H, nq, nk, d, cfg, causal, scale, kpm, tf32, 
         kernel = KT.flash_tf32x3_kernel(d, cfg.Bc, cfg.WARPS, causal, kpm is not None)
     else:
         kernel = KT.flash_tc_kernel(D, cfg.Bc, cfg.WARPS, causal, kpm is not None,
-                                    fq == "bf16", cfg.MT, bool(cfg.PF), bool(cfg.ASYNC), d)
+                                    fq == "bf16", cfg.MT, bool(cfg.PF), bool(cfg.ASYNC), d,
+                                    KT.folds(scale))
     grid = row_grid(causal, bh, -(-nq // cfg.Br), f"q: {nq} queries in tiles of Br = {cfg.Br}",
                     "query tiles")
     launch(kernel, grid, 32 * cfg.WARPS,
@@ -532,7 +533,7 @@ def attention_wgmma(q, k, v, *, causal=False, scale=None, key_padding_mask=None,
         lse2 = empty((bh, nq), np.float32)
         kernel = KW.flash_wgmma_kernel(d, cfg.Bc, cfg.CWG, cfg.STAGES, bool(cfg.PRODUCER),
                                        causal, kpm is not None, fq == "bf16",
-                                       bool(cfg.OVERLAP), bool(cfg.PINGPONG))
+                                       bool(cfg.OVERLAP), bool(cfg.PINGPONG), KT.folds(scale))
         grid = row_grid(causal, bh, -(-nq // cfg.Br),
                         f"q: {nq} queries in tiles of Br = {cfg.Br}", "query tiles")
         launch(kernel, grid, 128 * (cfg.CWG + bool(cfg.PRODUCER)),
