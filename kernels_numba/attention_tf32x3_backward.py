@@ -72,8 +72,22 @@ diag12_elem.py) puts that at key 3, column 122 (|dV| 2.27): one level 4.3–4.7e
 4.4e-6 the float32 adds of 256 k8 steps into an accumulator of ulp 2.4e-7 (a 4σ draw of an
 unbiased random walk; P's own error there 1–3e-7, everywhere ≤ 8e-7); seeds 7117, 21:
 2.6–3.4e-6, 3.5e-6 (H200 3.1, 3.8e-6). The per-tile partial at d = 128: 1.8e-6, 2.4e-6,
-1.7–2.4e-6 on seeds 12, 7117, 21 (not measured on a GPU yet); the d = 64 kernel as it is now,
-not either.
+1.7–2.4e-6 on seeds 12, 7117, 21. Measured since (H200, 2026-12-01, session 6): the test's
+six cases pass at seeds 1–4, but the benchmark's larger causal heads did not — 3.4× torch's
+error at B2 H16 N4096 d80 and 5.2× at B1 H16 N8192 d128 (docs/results.md).
+
+Q tiles last to first (since session 6). In a causal head the queries just below a key's
+diagonal see few keys, so their P is near 1 and they make most of dV and dK; the thousands of
+queries further down each add a little. Taken diagonal first (the loop as it was), dV is large
+after a few tiles and every later add rounds at its size; taken from the last tile back, dV
+stays small until the diagonal's tiles come last. The same NumPy model (dV alone, Bq = 16,
+d = 128, causal; ``scripts/tf32x3_error.py --accumulation --d 128 --tile 16``), max |error|,
+diagonal first → last tile first (torch's staging): N = 2048 seed 0 1.27e-6 → 5.8e-7 (1.50e-6),
+seed 1 3.45e-6 → 7.1e-7 (1.81e-6); N = 4096 seed 12 2.10e-6 → 4.1e-7 (1.67e-6). Not causal, no
+query is special and the order changes nothing. Not yet measured on a GPU. ptxas 13.5: 180 and
+174 registers at d = 64 (170, 168 before), 255 at d = 128 with no spill without a causal mask
+and 8 bytes causal (two local loads a tile; the forms tried, a negative-step range, a while
+loop, the tile's row computed from the last one, spilled 8–16 bytes).
 
 Shared memory (float32, rows padded to D + 4): the block's two row tiles (K, V or Q, dO), the
 streamed tile's two (Q, dO or K, V), and LSE_i, D_i for the dK/dV kernel. Single-buffered, two
@@ -186,7 +200,9 @@ def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
                    bh // heads)                 # (seen after the 1st barrier)
 
         first = first_q_tile(CAUSAL, k0, Bq, n_q, n_k)
-        for j in range(first, (n_q + Bq - 1) // Bq):
+        last = (n_q + Bq - 1) // Bq             # Q tiles last to first (menu: the causal
+        for jj in range(last - first):          # diagonal's large P comes last, so dV and dK
+            j = last - 1 - jj                   # round at a small size until then)
             q0 = j * Bq
             cuda.syncthreads()                  # wait: every warp is done with the last tile
             rows(q, do, bh, n_q, q0, smem, Q_AT, DO_AT, tid, kpm, 0)   # (no mask read)

@@ -234,7 +234,12 @@ default against torch SDPA's flash kernel on the same inputs, docs/results.md): 
 dropped: 16 bytes of padding after each 16-byte chunk column of the Q, K and V tiles (LBO =
 16·(rows + 1)), so that a warp copies whole 128-byte lines (4 rows at d = 64) and still lands
 them in 4 wavefronts — L2 stayed at 90 % and the default was 4 % slower (1.79 ms; the core
-matrices then sit off 128-byte boundaries). What keeps L2 that busy is open.
+matrices then sit off 128-byte boundaries). The breakdown (docs/logs/gpu_l2_breakdown_h200.log):
+L2's tag requests at 88 %, 240 M requests for 241 M sectors, 1.76× the K/V bytes read. Each
+16-byte copy goes to L2 alone, as a whole sector. A quarter-warp's 8 copies are one 128-byte
+line on one side only: in shared memory unpadded, in global memory padded. The 128-byte
+swizzle keeps both sides in one line: a row's 8 chunks, permuted, in one line of shared memory.
+That is the next step (SWIZZLE_128B: K-major for Q and K, MN-major for V). It is untested.
 
 How to run: ``attention(q16, k16, v16, method="flash_wgmma", config=WgmmaConfig(...))``
 (``WgmmaConfig(OVERLAP=True)``: the pipelined loop; ``PINGPONG=True``: the turns),

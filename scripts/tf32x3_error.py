@@ -41,7 +41,8 @@ dV = Pᵀ dO, dK = dSᵀ Q·scale, dQ = dS K·scale, over tiles of Bq queries / 
 can be exact (float64) or as the GPU does it, so the table shows what each step adds alone.
 
     python3 scripts/tf32x3_error.py [--n 1024] [--d 64] [--causal] [--seed 0] [--summary]
-    python3 scripts/tf32x3_error.py --accumulation [--seed 0]   (dV's sum alone, ~1 min)
+    python3 scripts/tf32x3_error.py --accumulation [--seed 0] [--d 128 --tile 16]
+                                                   (dV's sum alone, ~1 min at N = 4096, d = 64)
 
 (N = 1024, d = 64: about 15 minutes on one core, --summary 7.)
 
@@ -310,13 +311,14 @@ def run(n=1024, d=64, causal=False, seed=0, summary=False, log=print):
     return out
 
 
-def accumulation(n=4096, d=64, causal=True, seed=0, log=print):
-    """dV = Pᵀ dO over n queries alone, three ways of summing its k8 steps (--accumulation):
-    the products exact (P and dO split, small·small dropped), each k8 step's sum cut toward
-    zero once (an mma from zero), then added in float32 to nearest — into dV at once (one
-    level), into a partial of ``tile`` queries added to dV once a tile (two levels), or chained
-    on the tensor core over 4 steps before the add (torch's staging). → {name: max |error|}
-    against float64."""
+def accumulation(n=4096, d=64, causal=True, seed=0, tile=32, log=print):
+    """dV = Pᵀ dO over n queries alone, ways of summing its k8 steps (--accumulation): the
+    products exact (P and dO split, small·small dropped), each k8 step's sum cut toward zero
+    once (an mma from zero), then added in float32 to nearest — into dV at once (one level),
+    into a partial of ``tile`` queries added to dV once a tile (two levels; the tiles in
+    order, the causal diagonal's first, or last to first, as the dK/dV kernel takes them since
+    session 6), or chained on the tensor core over 4 steps before the add (torch's staging).
+    → {name: max |error|} against float64."""
     rng = np.random.default_rng(seed)
     q, k, do = (rng.standard_normal((n, d)).astype(F32) for _ in range(3))
     x = (q.astype(np.float64) @ k.T.astype(np.float64)) * d ** -0.5
@@ -338,8 +340,15 @@ def accumulation(n=4096, d=64, causal=True, seed=0, log=print):
             c = rz(pb[w].T @ db[w] + pb[w].T @ ds[w] + ps[w].T @ db[w] + c)
         return c.astype(np.float64)
 
-    def run(chain, tile):
+    def run(chain, tile, backwards=False):
         acc, part = np.zeros((n, d), F32), np.zeros((n, d), F32)
+        if backwards:                                   # Q tiles last to first
+            for t0 in range(n - n % tile if n % tile else n - tile, -1, -tile):
+                part = np.zeros((n, d), F32)
+                for i in range(t0, min(n, t0 + tile), 8):
+                    part = (part + steps(i, i + 8, np.zeros((n, d)))).astype(F32)
+                acc = (acc + part).astype(F32)
+            return float(np.max(np.abs(acc - ref)))
         for i in range(0, n, 8 * chain):
             s = steps(i, min(n, i + 8 * chain), np.zeros((n, d)))
             if tile is None:
@@ -351,11 +360,13 @@ def accumulation(n=4096, d=64, causal=True, seed=0, log=print):
         return float(np.max(np.abs(acc - ref)))
 
     out = {}
-    for name, chain, tile in (("one level (a k8 step at a time)", 1, None),
-                              ("torch: 4 k8 steps chained, then added", 4, None),
-                              ("two levels, a partial of 32 queries", 1, 32),
-                              ("two levels, a partial of 128 queries", 1, 128)):
-        out[name] = run(chain, tile)
+    for name, chain, t, backwards in (
+            ("one level (a k8 step at a time)", 1, None, False),
+            ("torch: 4 k8 steps chained, then added", 4, None, False),
+            (f"two levels, a partial of {tile} queries", 1, tile, False),
+            (f"two levels, {tile} queries, last tile first", 1, tile, True),
+            ("two levels, a partial of 128 queries", 1, 128, False)):
+        out[name] = run(chain, t, backwards)
         log(f"{name:<45} {out[name]:9.2e}")
     return out
 
@@ -369,12 +380,14 @@ def main(argv=None):
     ap.add_argument("--summary", action="store_true", help="the 'all' rows only")
     ap.add_argument("--accumulation", action="store_true", help="dV's sum over the queries "
                     "alone, one level / torch's staging / two levels (default N 4096, causal)")
+    ap.add_argument("--tile", type=int, default=32, help="--accumulation: queries a partial "
+                    "(the dK/dV kernel's Bq: 32 at d = 64, 16 at d = 128)")
     a = ap.parse_args(argv)
     if a.accumulation:
         n = 4096 if a.n == 1024 else a.n
         print(f"dV = Pᵀ dO alone, N = {n}, d = {a.d}, causal, seed {a.seed}: max |error| "
               f"against float64")
-        accumulation(n, a.d, True, a.seed)
+        accumulation(n, a.d, True, a.seed, a.tile)
         return
     print(f"N = {a.n}, d = {a.d}, causal = {a.causal}, seed {a.seed}: error against float64 "
           f"(rel: max |err| / max |ref|; backward: the worst of dq, dk, dv)")

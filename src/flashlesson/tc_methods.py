@@ -457,8 +457,10 @@ def wgmma_is_default(q, k, causal, dropout_p):
     causal 152 / 143; B2 H16 N4096 d64 269 / 258, causal 248 / 225; B1 H16 N8192 d128
     317 / 268, causal 312 / 251. With three consumer warpgroups, the d = 64 default since,
     flash_wgmma ran 230 TFLOP/s at B4 H16 N1024 d64 non-causal (docs/logs/
-    gpu_wgmma_cwg3_h200.log), level with flash_tc's 226 of the earlier run: the rule stays
-    until both are timed in one run."""
+    gpu_wgmma_cwg3_h200.log), level with flash_tc's 226 of the earlier run. Timed in one run
+    since (2026-12-01, session 6, both with the scale folded into the softmax; docs/logs/
+    gpu_l2_breakdown_h200.log): flash_tc 239, flash_wgmma (CWG = 3) 238 — level, so the rule
+    stays."""
     d = _wgmma_head_dim(q, dropout_p)
     if d is None:
         return False
