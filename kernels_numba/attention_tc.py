@@ -134,6 +134,7 @@ from .vector import cp_async16, cp_async_wait_all, load1, load4, store1, store4
 QUAD = 4        # lanes sharing a row in the accumulator layout
 LOG2E = float32(1.4426950408889634)     # log2 e: e^x = 2^(x·log2e), one ex2 (mma.ex2)
 LN2 = float32(0.6931471805599453)       # ln 2: back from base 2 (LSE = m·ln2 + ln l)
+POS_INF, NAN = float32(math.inf), float32(math.nan)     # (online_softmax_tc: an overflowed row)
 BUILT = {}      # (factory, *arguments) → kernel: every kernel built, for resource reports
 
 
@@ -282,7 +283,9 @@ def online_softmax_tc(NBS, NBO, MT=1, DEFER=False):
     exponential is one ex2 (2^(S₂ − m₂) = e^(Q Kᵀ·scale − m)), and LSE = m₂·ln2 + ln l at the
     end. S arrives as S₂ = S·mult (mult = scale·log2e, ``fold_scale``: the multiply folded into
     the exponent's subtraction, one FFMA per entry instead of FMUL and FADD, and into the row
-    maximum, max(S)·mult — true for mult > 0 only), or already scaled (mult = 1). Row (mt, half) = rows g + 16·mt + 8·half of the warp's 16·MT:
+    maximum, max(S)·mult — true for mult > 0 only; a row whose S·mult overflows float32 gets
+    NaN, as it did unfolded, rather than the exact product's −inf and a silent O = 0), or
+    already scaled (mult = 1). Row (mt, half) = rows g + 16·mt + 8·half of the warp's 16·MT:
     elements 2·half, 2·half + 1 of each 4 in S block mt (s[4·(mt·NBS + nb) + …]) and in acc
     block mt; ml = [m of the 2·MT rows …, l of the 2·MT rows …]."""
     scale_row = scale_row_tc(NBO)
@@ -298,6 +301,8 @@ def online_softmax_tc(NBS, NBO, MT=1, DEFER=False):
                     row_max = max(row_max, max(s[i], s[i + 1]))
                 new_m = max(ml[r], lanes_max(row_max, QUAD) * mult)   # new_m = max(m, rowmax(S₂))
                 m_safe = safe_max(new_m)                          # (0 while the row saw no key)
+                if new_m == POS_INF:                              # S·mult overflowed: NaN, as
+                    m_safe = NAN                                  # S₂ − new_m gives unfolded
                 correction = ex2(ml[r] - m_safe)                  # correction = 2^(m − new_m)
                 row_sum = ZERO
                 for nb in range(NBS):

@@ -34,6 +34,10 @@ Menu
 |                                                 | warpgroup's softmax runs while another's    |
 |                                                 | products do (CWG ≥ 2; with or without       |
 |                                                 | OVERLAP)                                    |
+| ``… SWIZZLE=True``                              | Q, K, V tiles in the 128-byte swizzle       |
+|                                                 | (hopper.sw128_index; V read MN-major): a    |
+|                                                 | quarter-warp's copies one 128-byte line on  |
+|                                                 | both sides (below; not yet run on a GPU)    |
 | ``… FOLD=True`` (scale > 0; False otherwise)    | scale·log2e folded into the softmax: the    |
 |                                                 | row max of raw S times it, P = 2^(S·c − m)  |
 |                                                 | one FFMA (attention_tc.fold_scale); False:  |
@@ -56,22 +60,22 @@ TFLOP/s recorded then.
 |      | memory; P·V: P in registers, V N-major), 2   | 200 TFLOP/s, 36.22× lesson   | config=WgmmaConfig(Bc=128,     |
 |      | consumer warpgroups, Bc = 128, K/V through   |                              | CWG=2, STAGES=1,               |
 |      | one stage on mbarriers: load, wait, compute  |                              | PRODUCER=False, OVERLAP=False, |
-|      | (STAGES = 1)                                 |                              | PINGPONG=False)                |
+|      | (STAGES = 1)                                 |                              | PINGPONG=False, SWIZZLE=False) |
 | 3    | §42: two stages, the next tile's cp.async    | H200, 2026-12-01: 2.31 ms,   | method='flash_wgmma',          |
 |      | copies in flight during this tile's wgmmas   | 238 TFLOP/s, 42.98× lesson   | config=WgmmaConfig(Bc=128,     |
 |      | (every thread copies)                        |                              | CWG=2, STAGES=2,               |
 |      |                                              |                              | PRODUCER=False, OVERLAP=False, |
-|      |                                              |                              | PINGPONG=False)                |
+|      |                                              |                              | PINGPONG=False, SWIZZLE=False) |
 | 4    | §43: a producer warpgroup that only copies   | H200, 2026-12-01: 1.76 ms,   | method='flash_wgmma',          |
 |      | (setmaxnreg: 56 registers for it, 224 for    | 313 TFLOP/s, 56.54× lesson   | config=WgmmaConfig(Bc=128,     |
 |      | the consumers), consumers that only compute  |                              | CWG=2, STAGES=2,               |
 |      |                                              |                              | PRODUCER=True, OVERLAP=False,  |
-|      |                                              |                              | PINGPONG=False)                |
+|      |                                              |                              | PINGPONG=False, SWIZZLE=False) |
 | 5    | three stages in the ring: the default        | H200, 2026-12-01: 1.71 ms,   | method='flash_wgmma',          |
 |      | (``WgmmaConfig()``), and the default method  | 322 TFLOP/s, 58.17× lesson   | config=WgmmaConfig(Bc=128,     |
 |      | for fp16/bf16 on Hopper at d = 128 (1.10×    |                              | CWG=2, STAGES=3,               |
 |      | SDPA flash causal, 0.88× not)                |                              | PRODUCER=True, OVERLAP=False,  |
-|      |                                              |                              | PINGPONG=False)                |
+|      |                                              |                              | PINGPONG=False, SWIZZLE=False) |
 
 The loop (per consumer warpgroup of 64 query rows; CWG = 1, 2 or 3 of them, Br = 64·CWG)::
 
@@ -239,7 +243,24 @@ L2's tag requests at 88 %, 240 M requests for 241 M sectors, 1.76× the K/V byte
 16-byte copy goes to L2 alone, as a whole sector. A quarter-warp's 8 copies are one 128-byte
 line on one side only: in shared memory unpadded, in global memory padded. The 128-byte
 swizzle keeps both sides in one line: a row's 8 chunks, permuted, in one line of shared memory.
-That is the next step (SWIZZLE_128B: K-major for Q and K, MN-major for V). It is untested.
+That is the next step (SWIZZLE_128B: K-major for Q and K, MN-major for V; the descriptors:
+docs/hopper_sw128.md). It is untested.
+
+SWIZZLE (opt-in, ``WgmmaConfig(SWIZZLE=True)``; checked in the simulator and by ptxas only):
+every tile, Q, K and V alike, lies as hopper.sw128_index puts it: 64-column halves one after
+the other, a row's 64 columns in one 128-byte line, its 16-byte chunk j at j ^ (row % 8); the
+tiles start on a 1024-byte boundary (``at0``: the swizzle works on address bits; 1024 bytes
+more shared memory). The copies go row by row (``piece``): 8 lanes take one row's 128 bytes
+of a half, one line of global memory, into one line of shared memory. Q and K are read K-major
+(SBO = 1024, the k16 step 32 bytes into a half, the next half 128·rows on); V is read MN-major
+(SBO = 1024 for 8 keys, LBO = 128·Bc for the next 64 columns, the k16 step 2048 bytes). The
+descriptors come from the PTX ISA and four public implementations
+(``docs/hopper_sw128.md``). ``tests/test_hopper.py::test_wgmma_b_mn_major_128b_swizzle`` and
+``tests/test_attention_tc.py -k wgmma_swizzle`` will say on the GPU whether the hardware reads
+them so. ``SWIZZLE=1 bash scripts/gpu_wgmma.sh`` then times them against the default. ptxas
+13.5: the consumers keep 168 registers (d = 128) and 128 (d = 64, CWG = 3) and spill nothing,
+except 8 bytes with OVERLAP, causal, PAD and bf16 at d = 64; the d = 128 loop has 768 SASS
+instructions against the default's 763.
 
 How to run: ``attention(q16, k16, v16, method="flash_wgmma", config=WgmmaConfig(...))``
 (``WgmmaConfig(OVERLAP=True)``: the pipelined loop; ``PINGPONG=True``: the turns),
@@ -257,10 +278,10 @@ from numba import cuda, float32, uint32, uint64
 from .attention import block_tile, kv_tiles
 from .attention_tc import LN2, LOG2E, QUAD, fold_scale, head_io, mask_scores_tc, \
     online_softmax_tc, pack_accumulators, rescale_tc, zeros
-from .hopper import SWIZZLE_NONE, WGMMA, WGMMA_RS_TB, bar_arrive, bar_sync, cp_async_mbar_arrive, \
-    fence_mbarrier_init, fence_proxy_async, mbar_arrive, mbar_init, mbar_try_wait_parity, \
-    setmaxnreg_dec, setmaxnreg_inc, shared_addr, wgmma_commit_group, wgmma_desc, wgmma_fence, \
-    wgmma_fence_operand, wgmma_wait_group
+from .hopper import SWIZZLE_128B, SWIZZLE_NONE, WGMMA, WGMMA_RS_TB, bar_arrive, bar_sync, \
+    cp_async_mbar_arrive, fence_mbarrier_init, fence_proxy_async, mbar_arrive, mbar_init, \
+    mbar_try_wait_parity, setmaxnreg_dec, setmaxnreg_inc, shared_addr, wgmma_commit_group, \
+    wgmma_desc, wgmma_fence, wgmma_fence_operand, wgmma_wait_group
 from .mma import pack_bf16, pack_f16
 from .reductions import NEG_INF, ZERO, lanes_sum, safe_reciprocal
 from .sim import gpu_options
@@ -314,9 +335,10 @@ def widest_bc(D, CWG, OVERLAP):
     return 176 if D == 128 and CWG == 2 and OVERLAP else 192
 
 
-def wgmma_smem_bytes(D, Bc, CWG, STAGES):
-    """Dynamic shared memory: the Q tile (64·CWG × D halves) and STAGES × (K, V) tiles."""
-    return 2 * (64 * CWG * D + STAGES * 2 * Bc * D)
+def wgmma_smem_bytes(D, Bc, CWG, STAGES, SWIZZLE=False):
+    """Dynamic shared memory: the Q tile (64·CWG × D halves) and STAGES × (K, V) tiles
+    (SWIZZLE: 1024 bytes more, to put the tiles on a 1024-byte boundary)."""
+    return 2 * (64 * CWG * D + STAGES * 2 * Bc * D) + (1024 if SWIZZLE else 0)
 
 
 @lru_cache(maxsize=None)
@@ -358,9 +380,10 @@ def kmajor_rows(D, R, NL, PAD=False):
 
 @lru_cache(maxsize=None)
 def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=False,
-                       PINGPONG=False, FOLD=True):
+                       PINGPONG=False, FOLD=True, SWIZZLE=False):
     """fp16 (BF16=False) or bf16 FlashAttention forward on wgmma; see the module menu. FOLD:
-    scale·log2e > 0 (attention_tc.fold_scale)."""
+    scale·log2e > 0 (attention_tc.fold_scale). SWIZZLE: the tiles in hopper.sw128_index's
+    layout (menu: "SWIZZLE")."""
     assert D in (64, 128) and Bc in BC_WIDTHS and CWG in (1, 2, 3) and STAGES >= 1
     assert STAGES >= 2 or not OVERLAP       # (OVERLAP holds tile j − 1's stage while j lands)
     assert CWG >= 2 or not PINGPONG         # (a rotation needs two warpgroups to take turns)
@@ -376,7 +399,8 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
     PIECES = D // 8                         # 16-byte pieces of a row
     STEP = NL // PIECES                     # rows between a copier's pieces of a K/V tile …
     COPIES = -(-Bc // STEP)                 # … and how many it copies, at most
-    assert NL % (8 * PIECES) == 0           # (copy_tile: a copier's pieces share their c)
+    assert NL % (8 * PIECES) == 0           # (copy_tile: a copier's pieces share their c,
+                                            # and, SWIZZLE, their row % 8)
     QW = Br * DW                            # words of the Q tile; stage s follows at …
     KVW = Bc * DW                           # … QW + 2·KVW·s: K tile, then V tile
     SH, OH = Bc // 2, D // 2                # accumulator floats per thread: S, acc
@@ -395,6 +419,25 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
     AHEAD = STAGES if OVERLAP else STAGES - 1   # no PRODUCER: tiles copied before the loop
 
     piece_of = piece_order(D)
+    ROW_WORDS = 32                          # SWIZZLE: a row of a 64-column half, 128 bytes
+
+    @cuda.jit(device=True)
+    def piece(p):
+        """(row, chunk c) of the p-th 16-byte copy of a tile: SWIZZLE, row-major — 8 lanes
+        take a row's 128 bytes of one half, one line in global memory and, swizzled, one
+        line in shared memory (docs/results.md, session 6: the L2 requests); else piece_of."""
+        if SWIZZLE:
+            return p // PIECES, p % PIECES
+        return piece_of(p)
+
+    @cuda.jit(device=True)
+    def chunk_at(r, c, R):
+        """Word offset, in a tile of R rows, of chunk c (halves 8c … 8c + 7) of row r: SWIZZLE,
+        hopper.sw128_index / 2 (half c // 8, row r, chunk (c % 8) ^ (r % 8)); else K-major
+        core matrices, kmajor_index(r, 8c, R) / 2 (Q and K; V: copy_tile)."""
+        if SWIZZLE:
+            return ROW_WORDS * ((c // 8) * R + r) + 4 * ((c % 8) ^ (r % 8))
+        return 4 * (c * R + r)
 
     @cuda.jit(device=True)
     def take_turn(cw):
@@ -424,19 +467,30 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
     @cuda.jit(device=True)
     def issue_s(sacc, q_addr, k_addr):
         """S = Qi Kjᵀ issued as one wgmma group: D/16 k16 steps (Q: 16·Br·ks halves on, K:
-        16·Bc·ks), A and B from shared memory; nothing waits."""
+        16·Bc·ks; SWIZZLE: 32 bytes a step in a half, 128·rows from one half to the next, SBO
+        1024), A and B from shared memory, K-major; nothing waits."""
         for ks in range(D // 16):
-            mma_s(sacc, wgmma_desc(q_addr + 32 * Br * ks, 16 * Br, 128, SWIZZLE_NONE),
-                  wgmma_desc(k_addr + 32 * Bc * ks, 16 * Bc, 128, SWIZZLE_NONE), ks > 0)
+            if SWIZZLE:
+                mma_s(sacc, wgmma_desc(q_addr + 128 * Br * (ks // 4) + 32 * (ks % 4), 16, 1024,
+                                       SWIZZLE_128B),
+                      wgmma_desc(k_addr + 128 * Bc * (ks // 4) + 32 * (ks % 4), 16, 1024,
+                                 SWIZZLE_128B), ks > 0)
+            else:
+                mma_s(sacc, wgmma_desc(q_addr + 32 * Br * ks, 16 * Br, 128, SWIZZLE_NONE),
+                      wgmma_desc(k_addr + 32 * Bc * ks, 16 * Bc, 128, SWIZZLE_NONE), ks > 0)
         wgmma_commit_group()
 
     @cuda.jit(device=True)
     def issue_pv(acc, pa, v_addr):
         """acc += P Vj issued as one wgmma group: Bc/16 k16 steps, A = P from registers (RS),
-        V N-major (16·D·ks halves on); nothing waits."""
+        V N-major (16·D·ks halves on; SWIZZLE: V's tile laid out as K's, read MN-major, 2048
+        bytes a step, LBO 128·Bc to the next 64 columns, SBO 1024); nothing waits."""
         for ks in range(KC2):
-            mma_o(acc, pa[4 * ks], pa[4 * ks + 1], pa[4 * ks + 2], pa[4 * ks + 3],
-                  wgmma_desc(v_addr + 32 * D * ks, 16 * D, 128, SWIZZLE_NONE), True)
+            if SWIZZLE:
+                desc = wgmma_desc(v_addr + 2048 * ks, 128 * Bc, 1024, SWIZZLE_128B)
+            else:
+                desc = wgmma_desc(v_addr + 32 * D * ks, 16 * D, 128, SWIZZLE_NONE)
+            mma_o(acc, pa[4 * ks], pa[4 * ks + 1], pa[4 * ks + 2], pa[4 * ks + 3], desc, True)
         wgmma_commit_group()
 
     @cuda.jit(device=True)
@@ -450,7 +504,7 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
         return mult
 
     @cuda.jit(device=True)
-    def copy_tile(k, v, smem, bars, i, lt, bh, n_k, kpm, b_idx):
+    def copy_tile(k, v, smem, at0, bars, i, lt, bh, n_k, kpm, b_idx):
         """Thread lt of the NL copiers: K and V rows of tile i into stage i % STAGES, by
         cp.async (zeros past Nk / for padded keys), then its arrival on FULL (noinc). Its
         pieces are piece_of(lt + NL·n): the same c, rows STEP apart (NL a multiple of
@@ -461,9 +515,12 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
         s = i % STAGES
         if i >= STAGES:                             # wait: tile i − STAGES left this stage
             mbar_try_wait_parity(bars, STAGES + s, ((i // STAGES) - 1) & 1)
-        r0, c = piece_of(lt)                        # my first piece: row r0, piece c; my
-        k_at = QW + 2 * KVW * s + 4 * (c * Bc + r0)             # others: STEP rows on, same c
-        v_at = QW + 2 * KVW * s + KVW + (r0 // 8) * (4 * D) + 32 * c + 4 * (r0 % 8)
+        r0, c = piece(lt)                           # my first piece: row r0, piece c; my
+        k_at = at0 + QW + 2 * KVW * s + chunk_at(r0, c, Bc)     # others: STEP rows on, same c
+        if SWIZZLE:                                 # (V's tile laid out as K's)
+            v_at = k_at + KVW
+        else:
+            v_at = at0 + QW + 2 * KVW * s + KVW + (r0 // 8) * (4 * D) + 32 * c + 4 * (r0 % 8)
         for n in range(COPIES):                     # (unrolled: the offsets are constants)
             r = r0 + STEP * n
             if Bc % STEP == 0 or r < Bc:            # (compile-time True unless STEP does not
@@ -472,17 +529,19 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
                                                     # producer, 32 rows, at Bc = 176)
                 ok = key < n_k and (not PAD or kpm[b_idx, key] != 0)
                 src = (bh * n_k + min(key, n_k - 1)) * DW + 4 * c   # (in bounds; read if ok)
-                cp_async16(smem, k_at + 4 * STEP * n, k, src, ok)   # kmajor_index(r, 8c, Bc)/2
-                cp_async16(smem, v_at + DW * STEP * n, v, src, ok)  # mnmajor_index(r, 8c, D)/2
+                k_step = ROW_WORDS if SWIZZLE else 4    # words a row on: chunk_at(r, c, Bc)
+                v_step = ROW_WORDS if SWIZZLE else DW   # (else mnmajor_index(r, 8c, D) / 2)
+                cp_async16(smem, k_at + k_step * STEP * n, k, src, ok)
+                cp_async16(smem, v_at + v_step * STEP * n, v, src, ok)
         cp_async_mbar_arrive(bars, s)               # FULL[s]: once my copies have landed
 
     @cuda.jit(device=True)
-    def release(k, v, smem, bars, i, n_tiles, ct, bh, n_k, kpm, b_idx):
+    def release(k, v, smem, at0, bars, i, n_tiles, ct, bh, n_k, kpm, b_idx):
         """OVERLAP: tile i's P·V has been waited for — its stage may be refilled (EMPTY), and
         without a producer this thread then copies tile i + STAGES into it."""
         mbar_arrive(bars, STAGES + i % STAGES)      # EMPTY[i % STAGES]
         if not PRODUCER and i + STAGES < n_tiles:
-            copy_tile(k, v, smem, bars, i + STAGES, ct, bh, n_k, kpm, b_idx)
+            copy_tile(k, v, smem, at0, bars, i + STAGES, ct, bh, n_k, kpm, b_idx)
 
     @cuda.jit(**gpu_options(max_registers=reg_cap(T // WARPGROUP))
               if PRODUCER or CWG == 3 else {})      # (1 or 2 warpgroups alone: no cap)
@@ -496,13 +555,16 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
         b_idx = bh // heads
         offset = n_k - n_q                          # §34: query i sees key j iff j ≤ i + offset
         n_tiles = kv_tiles(CAUSAL, q0, Br, Bc, n_q, n_k)
+        at0 = 0                                     # SWIZZLE: the tiles from the first
+        if SWIZZLE:                                 # 1024-byte boundary on (the swizzle works
+            at0 = ((1024 - (shared_addr(smem, 0) & 1023)) & 1023) // 4  # on address bits)
 
-        # Q tile, by every thread: cp.async, zeros past Nq (kmajor_index(r, 8c, Br) / 2)
+        # Q tile, by every thread: cp.async, zeros past Nq (chunk_at)
         for p in range(tid, Br * PIECES, T):
-            r, c = piece_of(p)
+            r, c = piece(p)
             ok = q0 + r < n_q
-            cp_async16(smem, 4 * (c * Br + r), q, (bh * n_q + q0 + r) * DW + 4 * c if ok else 0,
-                       ok)
+            cp_async16(smem, at0 + chunk_at(r, c, Br), q,
+                       (bh * n_q + q0 + r) * DW + 4 * c if ok else 0, ok)
         cp_async_wait_all()                         # my Q pieces have landed
         fence_proxy_async()                         # … before wgmma's (async-proxy) reads
         if tid == 0:
@@ -515,7 +577,7 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
         if PRODUCER and tid < WARPGROUP:            # (compile-time PRODUCER) §43: the copier
             setmaxnreg_dec(SHRINK)
             for i in range(n_tiles):
-                copy_tile(k, v, smem, bars, i, tid, bh, n_k, kpm, b_idx)
+                copy_tile(k, v, smem, at0, bars, i, tid, bh, n_k, kpm, b_idx)
             cp_async_wait_all()                     # (no copy in flight when the thread exits)
             return
         if PRODUCER:
@@ -537,23 +599,24 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
         ml[1] = NEG_INF
         ml[2] = ZERO
         ml[3] = ZERO
-        q_addr = shared_addr(smem, 256 * cw)        # warpgroup cw's 64 rows of Q
+        q_addr = shared_addr(smem, at0 + (2048 if SWIZZLE else 256) * cw)   # warpgroup cw's
+                                                    # 64 rows of Q (64 × 128 or 64 × 16 bytes)
 
         if not PRODUCER:                            # tiles 0 … AHEAD − 1 before the loop
             for i in range(min(AHEAD, n_tiles)):
-                copy_tile(k, v, smem, bars, i, ct, bh, n_k, kpm, b_idx)
+                copy_tile(k, v, smem, at0, bars, i, ct, bh, n_k, kpm, b_idx)
         if PINGPONG:                                # (compile-time) warpgroup 0 has the first
             if cw == 0 and n_tiles > 0:             # turn: its arrival here and its bar_sync
                 bar_arrive(TURN, TURN_THREADS)      # fill its barrier (none with no tile)
         if not OVERLAP:                             # (compile-time) one group waited for at once
             for j in range(n_tiles):
                 if not PRODUCER and j + STAGES - 1 < n_tiles:
-                    copy_tile(k, v, smem, bars, j + STAGES - 1, ct, bh, n_k, kpm, b_idx)
+                    copy_tile(k, v, smem, at0, bars, j + STAGES - 1, ct, bh, n_k, kpm, b_idx)
                 s = j % STAGES
                 mbar_try_wait_parity(bars, s, (j // STAGES) & 1)    # wait: K_j, V_j have landed
                 fence_proxy_async()                 # the copies (generic proxy) before wgmma
-                k_addr = shared_addr(smem, QW + 2 * KVW * s)
-                v_addr = shared_addr(smem, QW + 2 * KVW * s + KVW)
+                k_addr = shared_addr(smem, at0 + QW + 2 * KVW * s)
+                v_addr = shared_addr(smem, at0 + QW + 2 * KVW * s + KVW)
 
                 if PINGPONG:                        # (compile-time) after the data, my turn
                     take_turn(cw)
@@ -582,7 +645,7 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
                 take_turn(cw)                       # this S, the loop's n − 1, the last P·V)
             wgmma_fence_operand(sacc, SH)
             wgmma_fence()
-            issue_s(sacc, q_addr, shared_addr(smem, QW))        # S = Qi K0ᵀ
+            issue_s(sacc, q_addr, shared_addr(smem, at0 + QW))  # S = Qi K0ᵀ
             if PINGPONG:
                 pass_turn(cw)
             wgmma_wait_group(0)                     # wait: S is in sacc
@@ -594,7 +657,7 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
                 wgmma_wait_group(0)                 # wait: acc += P_j−2 V_j−2 done, pa and
                 wgmma_fence_operand(acc, OH)        # stage j − 2 read (nothing at j = 1)
                 if j >= 2:
-                    release(k, v, smem, bars, j - 2, n_tiles, ct, bh, n_k, kpm, b_idx)
+                    release(k, v, smem, at0, bars, j - 2, n_tiles, ct, bh, n_k, kpm, b_idx)
                 rescale(acc, ml)                    # acc = correction·acc (m of tile j − 1)
                 to_a(sacc, pa)                      # P_j−1 → A fragments
                 s = j % STAGES
@@ -605,8 +668,9 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
                 wgmma_fence_operand(sacc, SH)
                 wgmma_fence_operand(acc, OH)
                 wgmma_fence()                       # sacc read by to_a, acc rescaled: before
-                issue_s(sacc, q_addr, shared_addr(smem, QW + 2 * KVW * s))   # S = Qi Kjᵀ
-                issue_pv(acc, pa, shared_addr(smem, QW + 2 * KVW * ((j - 1) % STAGES) + KVW))
+                issue_s(sacc, q_addr, shared_addr(smem, at0 + QW + 2 * KVW * s))   # S = Qi Kjᵀ
+                issue_pv(acc, pa, shared_addr(smem, at0 + QW + 2 * KVW * ((j - 1) % STAGES)
+                                              + KVW))
                 if PINGPONG:
                     pass_turn(cw)
                 wgmma_wait_group(1)                 # wait: S is in sacc (P_j−1 V_j−1 runs on)
@@ -620,7 +684,7 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
             wgmma_wait_group(0)                     # wait: the P·V of tile n − 2 (if any)
             wgmma_fence_operand(acc, OH)
             if n_tiles >= 2:
-                release(k, v, smem, bars, n_tiles - 2, n_tiles, ct, bh, n_k, kpm, b_idx)
+                release(k, v, smem, at0, bars, n_tiles - 2, n_tiles, ct, bh, n_k, kpm, b_idx)
             rescale(acc, ml)
             to_a(sacc, pa)
             last = (n_tiles - 1) % STAGES           # the last tile's P·V
@@ -628,7 +692,7 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
                 take_turn(cw)
             wgmma_fence_operand(acc, OH)
             wgmma_fence()
-            issue_pv(acc, pa, shared_addr(smem, QW + 2 * KVW * last + KVW))
+            issue_pv(acc, pa, shared_addr(smem, at0 + QW + 2 * KVW * last + KVW))
             if PINGPONG and cw < CWG - 1:           # (the rotation's last turn is nobody's:
                 pass_turn(cw)                       # not passed on)
             wgmma_wait_group(0)                     # wait: acc final, its stage read
@@ -649,5 +713,6 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
                         ml[half] * LN2 + math.log(l_row)        # LSE = m·ln2 + ln l
 
     BUILT[("flash_wgmma_kernel", D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16,
-           OVERLAP, PINGPONG) + (() if FOLD else ("scale ≤ 0",))] = flash_wgmma
+           OVERLAP, PINGPONG) + (() if FOLD else ("scale ≤ 0",))
+          + (("SWIZZLE",) if SWIZZLE else ())] = flash_wgmma
     return flash_wgmma

@@ -99,6 +99,9 @@ shared arrays, ``src`` a global one; indices are flat element indices (as in ``v
     wgmma_desc(addr, lbo, sbo, swizzle) -> uint64   the matrix descriptor (below)
     kmajor_index(r, k, rows) / kmajor_sw128_index(r, k)   where element (r, k) of a tile goes
         (a flat index in halves) in the two layouts below
+    sw128_index(r, c, rows)            a row-major tile (a row = one token, 64-column halves)
+        with the 128-byte swizzle, read K-major or MN-major (its docstring; not yet run on a
+        GPU as MN-major)
     mnmajor_index(k, n, cols)          where element (k, n) of a K × cols B goes, N-major (below)
 
 The wgmma accumulator (PTX ISA, "Matrix fragments for wgmma .m64nNk16", accumulator D): thread
@@ -195,7 +198,9 @@ engine; the threads issue 16 bytes each).
 
 Limits. Hardware sm_90a (H100/H200); ``numba.cuda.compile_ptx`` needs ``cc=(9, 0, "a")`` for
 these. A is K-major (from shared memory) or in registers; B K-major, or N-major without
-swizzle only (the _tb forms: N = 64, 128). The _tb and _rs forms (and cp_async_mbar_arrive)
+swizzle (the _tb forms: N = 64, 128), or with the 128-byte swizzle as ``sw128_index`` lays
+it out (in the simulator's twin and its test; not yet run on a GPU). The _tb and _rs forms
+(and cp_async_mbar_arrive)
 were added after the H200 run below: they are checked in the simulator and by ptxas only
 until a GPU run of tests/test_hopper.py. In the simulator: the product is computed when the
 warpgroup meets (float64, one rounding to float32), and the accumulator reads as NaN until the
@@ -326,6 +331,20 @@ def kmajor_sw128_index(r, k):
     """Halves index of element (r, k), k < 64, of a tile stored with the 128-byte swizzle:
     rows of 64 halves, chunk k // 8 of row r at chunk (k // 8) ^ (r % 8). SBO = 1024 bytes."""
     return (r // 8) * 512 + (r % 8) * 64 + ((k // 8) ^ (r % 8)) * 8 + k % 8
+
+
+@pure_device
+def sw128_index(r, c, rows):
+    """Halves index of element (r, c) of a rows × W tile (W a multiple of 64) that lies
+    row-major in global memory (Q, K or V: a row = one token), stored with the 128-byte
+    swizzle in 64-column halves: half c // 64 holds all rows at 128·rows bytes each, row r of
+    it 128 bytes at 128·r, its 16-byte chunk j = (c % 64) // 8 at chunk j ^ (r % 8). One tile,
+    two readings (docs/hopper_sw128.md; the tile's base on a 1024-byte boundary):
+    K-major (A, or B of S = Q·Kᵀ with K = the columns): SBO = 1024, LBO unused (16), the k16
+    step s at byte 128·rows·(s // 4) + 32·(s % 4); MN-major (B of P·V, imm-trans-b 1: k =
+    the rows, n = the columns): SBO = 1024 (8 rows), LBO = 128·rows (64 columns), the k16 step
+    s at byte 2048·s. kmajor_sw128_index(r, k) is the case W = 64."""
+    return (c // 64) * (64 * rows) + r * 64 + (((c % 64) // 8) ^ (r % 8)) * 8 + c % 8
 
 
 @pure_device
@@ -715,7 +734,7 @@ def wgmma_kernel(kind, N, KSTEPS, swizzle=SWIZZLE_NONE, zero_first=False):
     return kernel
 
 
-def wgmma_ab_kernel(kind, N, KSTEPS, rs=False, trans_b=0, b_rows=False):
+def wgmma_ab_kernel(kind, N, KSTEPS, rs=False, trans_b=0, b_rows=False, sw128=False):
     """A kernel d[64, N] = a[64, K] @ b[K, N] + c (K = 16·KSTEPS) for one warpgroup, where b is
     row-major (as V[key][d] is) — the two forms the P·V product of FlashAttention-3 needs,
     each testable alone:
@@ -733,9 +752,14 @@ def wgmma_ab_kernel(kind, N, KSTEPS, rs=False, trans_b=0, b_rows=False):
                through LBO = 128 bytes (k-blocks), SBO = 16·K bytes (n-blocks), the k16 step s
                at byte 256·s: the wgmma backward's second reading of one tile
                (attention_wgmma_backward.py, "one tile, two readings").
+    sw128 (with trans_b 1): b stored as sw128_index(k, n, K) (a row of b, 128 bytes a 64
+               columns, chunks XOR k % 8) and read MN-major with the 128-byte swizzle: SBO =
+               1024, LBO = 128·K (the next 64 columns: N = 128 only), the k16 step s at byte
+               2048·s — the V of attention_wgmma with SWIZZLE (docs/hopper_sw128.md).
 
     c is loaded into the accumulators; d is written from them (hopper.py's table)."""
     assert not b_rows or trans_b
+    assert not sw128 or (trans_b and not b_rows)
     if rs and trans_b:
         mma = WGMMA_RS_TB[(kind, N)]
     elif rs:
@@ -757,7 +781,7 @@ def wgmma_ab_kernel(kind, N, KSTEPS, rs=False, trans_b=0, b_rows=False):
                 sA[kmajor_index(e // K, e % K, 64)] = a[e // K, e % K]
         for e in range(tid, B_SIZE, 128):
             k, n = e // N, e % N
-            sB[kmajor_index(k, n, K) if b_rows else
+            sB[sw128_index(k, n, K) if sw128 else kmajor_index(k, n, K) if b_rows else
                mnmajor_index(k, n, N) if trans_b else kmajor_index(n, k, N)] = b[k, n]
         fence_proxy_async()         # these st.shared before wgmma's (async-proxy) reads
         cuda.syncthreads()          # wait: the tiles are in shared memory
@@ -772,7 +796,8 @@ def wgmma_ab_kernel(kind, N, KSTEPS, rs=False, trans_b=0, b_rows=False):
         wgmma_fence_operand(acc, H)
         wgmma_fence()               # the accumulator writes above before the mmas
         for s in range(KSTEPS):
-            db = wgmma_desc(shared_addr(sB, 128 * s), 128, 16 * K, SWIZZLE_NONE) if b_rows \
+            db = wgmma_desc(shared_addr(sB, 1024 * s), 128 * K, 1024, SWIZZLE_128B) if sw128 \
+                else wgmma_desc(shared_addr(sB, 128 * s), 128, 16 * K, SWIZZLE_NONE) if b_rows \
                 else wgmma_desc(shared_addr(sB, 16 * N * s), 16 * N, 128, SWIZZLE_NONE)
             if rs:                  # a0 = A[g, 2t : 2t+2], a1 = A[g+8, …], a2, a3: k + 8
                 for j in range(4):

@@ -7,6 +7,7 @@ kernel-only, checked against torch in the same run (H200; ``scripts/gpu_wgmma.sh
     python3 scripts/gpu_wgmma.py --wide          # K/V tiles of 176 and 192 keys vs the default
     python3 scripts/gpu_wgmma.py --pingpong      # PINGPONG (FA3's ping-pong) vs the default
     python3 scripts/gpu_wgmma.py --cwg3 --tc     # … and flash_tc's default in the same run
+    python3 scripts/gpu_wgmma.py --swizzle --tc  # the 128-byte swizzled tiles vs the default
 
 Per shape and causal mode: the inputs as fp16 torch tensors; each method is checked first (head
 (0, 0) against float64 SDPA on the same fp16 values: its max error beside torch flash's own),
@@ -106,6 +107,18 @@ PINGPONG = {
 }
 
 
+# --swizzle: the 128-byte swizzled tiles (WgmmaConfig.SWIZZLE: a quarter-warp's copies one line
+# on both sides, against the default's L2 tag requests, docs/results.md session 6) on each head
+# dim's default block and on the wide d = 128 tile, beside that d's default
+SWIZZLE = {
+    "wgmma default": {64: None, 128: None},
+    "wgmma SWIZZLE": {128: WgmmaConfig(SWIZZLE=True), 64: WgmmaConfig(**_CWG3, SWIZZLE=True)},
+    "wgmma SWIZZLE ST2": {128: WgmmaConfig(STAGES=2, SWIZZLE=True),
+                          64: WgmmaConfig(**dict(_CWG3, STAGES=2), SWIZZLE=True)},
+    "wgmma SWIZZLE Bc176 ST2": {128: WgmmaConfig(Bc=176, STAGES=2, SWIZZLE=True)},
+}
+
+
 def methods(torch, sweep=False, only=None, tc=False):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     sdpa = torch.nn.functional.scaled_dot_product_attention
@@ -176,13 +189,15 @@ def main():
                     "and the wide K/V tiles (Bc 176, 192) only (default shapes: all)")
     ap.add_argument("--pingpong", action="store_true", help="torch flash, the default and the "
                     "PINGPONG configs only (default shapes: all); with --wide: both lists")
-    ap.add_argument("--tc", action="store_true", help="with --overlap, --cwg3, --wide or "
-                    "--pingpong: flash_tc's default too (where wgmma_is_default chooses between "
-                    "them, both in one run)")
+    ap.add_argument("--swizzle", action="store_true", help="torch flash, each head dim's "
+                    "default and the SWIZZLE configs only (default shapes: all)")
+    ap.add_argument("--tc", action="store_true", help="with --overlap, --cwg3, --wide, "
+                    "--pingpong or --swizzle: flash_tc's default too (where wgmma_is_default "
+                    "chooses between them, both in one run)")
     args = ap.parse_args()
-    if args.overlap + args.cwg3 + (args.wide or args.pingpong) > 1:
-        raise SystemExit("--overlap, --cwg3, --wide/--pingpong: one at a time")
-    only = OVERLAP if args.overlap else CWG3 if args.cwg3 else None
+    if args.overlap + args.cwg3 + (args.wide or args.pingpong) + args.swizzle > 1:
+        raise SystemExit("--overlap, --cwg3, --wide/--pingpong, --swizzle: one at a time")
+    only = OVERLAP if args.overlap else CWG3 if args.cwg3 else SWIZZLE if args.swizzle else None
     if args.wide or args.pingpong:
         only = {**(WIDE if args.wide else {}), **(PINGPONG if args.pingpong else {})}
     picks = args.shapes or ("1,2" if args.overlap else "0,1" if args.cwg3 else None)

@@ -11,7 +11,9 @@
 #   WIDE=1: --wide instead — each head dim's default and the wide K/V tiles (Bc 176, 192) at
 #   the three shapes, < 6 min in all)
 #   PINGPONG=1: --pingpong instead — the default and the PINGPONG configs of each head dim, with
-#   and without OVERLAP, at all three shapes, and 60 s more)
+#   and without OVERLAP, at all three shapes, and 60 s more; SWIZZLE=1: --swizzle --tc instead —
+#   the 128-byte swizzled tiles beside each head dim's default and flash_tc, 40 s more; its
+#   tests, tests/test_hopper.py's MN-major swizzle case and -k wgmma_swizzle, run in step 1)
 set -uo pipefail
 . "$(dirname "$0")/gpu_env.sh"        # wheels, PYTHONPATH, FLASHLESSON_DEVICE=gpu, $OUT
 start=$(date +%s)
@@ -28,9 +30,9 @@ p_wgmma=$!
 wait $p_hopper; rc_hopper=$?
 wait $p_wgmma; rc_wgmma=$?
 # 2. the benchmark alone on the GPU, with what is left of 195 s
-left=$(( ${SWEEP:+200 +} ${OVERLAP:+20 +} ${CWG3:+20 +} ${WIDE:+120 +} ${PINGPONG:+60 +} 195 - $(date +%s) + start))
+left=$(( ${SWEEP:+200 +} ${OVERLAP:+20 +} ${CWG3:+20 +} ${WIDE:+120 +} ${PINGPONG:+60 +} ${SWIZZLE:+40 +} 195 - $(date +%s) + start))
 timeout $left python3 scripts/gpu_wgmma.py ${SWEEP:+--sweep} ${OVERLAP:+--overlap} ${CWG3:+--cwg3} \
-  ${WIDE:+--wide} ${PINGPONG:+--pingpong} --json "$OUT/bench_wgmma.json" \
+  ${WIDE:+--wide} ${PINGPONG:+--pingpong} ${SWIZZLE:+--swizzle --tc} --json "$OUT/bench_wgmma.json" \
   --budget-s $((left - 30)) > "$OUT/bench_wgmma.log" 2>&1
 rc_bench=$?
 # 3. LADDER=1: the ladder of attention_wgmma.py, checked and timed (--write --from F fills it)

@@ -282,6 +282,17 @@ def test_scale_that_is_not_positive(rng, method, scale):
     _check(o, lse, o_ref, lse_ref, tol, "f16")
 
 
+@pytest.mark.parametrize("method", ["flash_tc", "flash_wgmma"])
+def test_scores_that_overflow_float32_give_nan(method):
+    """With the scale folded, S·scale·log2e is formed inside an FFMA, exactly: a row whose
+    scaled scores overflow float32 would get P = 0 everywhere and a silent O = 0, LSE = −inf
+    (a row with no key). It gives NaN, as the unfolded arithmetic does (S = 64 here, scale
+    1e38: S·scale·log2e ≈ 9e39)."""
+    q = np.ones((1, 1, 5, 64), np.float16)
+    o, lse = attention(q, q, q, scale=1e38, return_lse=True, method=method)
+    assert np.isnan(o).all() and np.isnan(lse).all()
+
+
 # (OVERLAP, FA3's pipelining, has its own test below.)
 WGMMA_VARIANTS = by_device(   # (Bc, CWG, STAGES, PRODUCER)
     [(64, 1, 1, False), (64, 1, 2, False), (64, 1, 2, True)],
@@ -480,6 +491,33 @@ def test_wgmma_pingpong_matches_oracle(rng, fmt, causal, pad, cwg, producer, sta
     kpm = _nan_padded_keys(rng, fmt, shape, k, v) if pad else None
     cfg = WgmmaConfig(Bc=64 if SIM else 128, CWG=cwg, STAGES=stages, PRODUCER=producer,
                       OVERLAP=overlap, PINGPONG=True)
+    _wgmma_matches(fmt, causal, kpm, cfg, (q, k, v), (q64, k64, v64))
+
+
+# SWIZZLE: the tiles in the 128-byte swizzle (hopper.sw128_index), Q and K read K-major, V
+# MN-major. Simulator: d = 64 (one 64-column half, Bc = 64) and d = 128 (two halves: LBO, the
+# k16 steps past the first half), causal and PAD with NaN in the padded keys, CWG = 3 (Q rows
+# 64 and 128 into the tile) with OVERLAP. GPU: the default blocks, several tiles, Bc = 176.
+SWIZZLE_CASES = by_device(    # (fmt, causal, PAD, CWG, Bc, STAGES, OVERLAP, shape)
+    [("f16", False, False, 2, 64, 2, False, (1, 1, 100, 150, 64)),
+     ("bf16", True, True, 2, 64, 2, False, (1, 1, 70, 130, 128)),
+     ("f16", True, False, 3, 64, 3, True, (1, 1, 150, 140, 64))],
+    [("f16", False, False, 2, 128, 3, False, (2, 2, 500, 700, 128)),
+     ("bf16", True, True, 2, 128, 3, False, (2, 2, 700, 457, 128)),
+     ("f16", True, False, 3, 128, 3, False, (1, 2, 1031, 517, 64)),
+     ("f16", False, True, 3, 128, 3, True, (2, 2, 385, 700, 64)),
+     ("bf16", True, False, 2, 176, 2, False, (1, 2, 600, 900, 128))])
+
+
+@pytest.mark.parametrize("fmt, causal, pad, cwg, Bc, stages, overlap, shape", SWIZZLE_CASES,
+                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
+def test_wgmma_swizzle_matches_oracle(rng, fmt, causal, pad, cwg, Bc, stages, overlap, shape):
+    """The swizzled tiles (WgmmaConfig(SWIZZLE=True)) against the oracle: the copies' chunk
+    positions, the 1024-byte alignment of the tiles and the K-major and MN-major descriptors
+    (docs/hopper_sw128.md) all meet here; a wrong one reads the wrong elements."""
+    (q, k, v), (q64, k64, v64) = _inputs(rng, *shape, fmt)
+    kpm = _nan_padded_keys(rng, fmt, shape, k, v) if pad else None
+    cfg = WgmmaConfig(Bc=Bc, CWG=cwg, STAGES=stages, OVERLAP=overlap, SWIZZLE=True)
     _wgmma_matches(fmt, causal, kpm, cfg, (q, k, v), (q64, k64, v64))
 
 

@@ -208,14 +208,27 @@ def _read_b(smem, N, K, hypothesis):
     return None if at.max() >= smem.size else smem[at]
 
 
-def _wgmma_ab(rng, kind, N, ksteps, rs, trans_b):
+def _wgmma_ab(rng, kind, N, ksteps, rs, trans_b, sw128=False):
     K = 16 * ksteps
     a = _as_bits(rng.standard_normal((64, K)).astype(np.float32), kind)
     b = _as_bits(rng.standard_normal((K, N)).astype(np.float32), kind)
     c = rng.standard_normal((64, N)).astype(np.float32)
     d = np.full((64, N), np.nan, np.float32)
-    H.wgmma_ab_kernel(kind, N, ksteps, rs, trans_b)[1, 128](a, b, c, d)
+    H.wgmma_ab_kernel(kind, N, ksteps, rs, trans_b, sw128=sw128)[1, 128](a, b, c, d)
     return a, b, c, d
+
+
+@pytest.mark.parametrize("kind, N, ksteps", [("f16", 64, 2), ("bf16", 128, 4)])
+def test_wgmma_b_mn_major_128b_swizzle(rng, kind, N, ksteps):
+    """B row-major (V[key][d]) stored with the 128-byte swizzle (hopper.sw128_index: a row of
+    64 columns in one 128-byte line, chunks XOR key % 8) and read MN-major, imm-trans-b 1:
+    SBO = 1024 (8 keys), LBO = 128·K (the next 64 columns, N = 128), the k16 step 2048 bytes on
+    (docs/hopper_sw128.md, read from the PTX ISA and public code; the simulator's twin reads
+    it so, the GPU says whether the hardware does)."""
+    a, b, c, d = _wgmma_ab(rng, kind, N, ksteps, False, 1, sw128=True)
+    assert not np.isnan(d).any(), "NaN: an element not written"
+    ok, text = _within(d, _from_bits(a, kind), _from_bits(b, kind), c.astype(np.float64))
+    assert ok, f"MN-major B, 128-byte swizzle: {text}"
 
 
 def _within(d, A, B, C):

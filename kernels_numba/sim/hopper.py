@@ -633,14 +633,22 @@ def _operand(blk, desc, rows, kind, op, name, n_major=False):
     """The rows × 16 operand (row r: the 16 k-values of row r of A, or of column r of B) a
     descriptor describes, read from the shared window, as float64 (the element bits decoded
     as fp16 or bf16). K-major, or n_major (imm-trans-b 1: B's rows r in 16-byte runs of 8 for
-    one k, PTX ISA canonical layout ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO)), no swizzle only)."""
+    one k, PTX ISA canonical layout ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO)); or with the 128-byte
+    swizzle, ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)), LBO and SBO swapping roles)."""
     d = _decode(desc)
     r = np.arange(rows)[:, None]
     k = np.arange(16)[None, :]
-    if n_major:
+    if n_major and d["swizzle"] == 1:   # 128B, MN-major: 64 n a 128-byte row, 8 k an atom
+        if d["base_offset"]:            # (LBO: the next 64 n; SBO: the next 8 k; then the
+            raise HopperSimError(f"{op}: {name}: base offset {d['base_offset']} is not "
+                                 "modelled (put the swizzle atoms on 1024-byte boundaries)")
+        addr = d["start"] + (r // 64) * d["lbo"] + (k // 8) * d["sbo"] + (k % 8) * 128 \
+            + (r % 64) * 2              # XOR of the address's chunk bits with its row bits;
+        addr = addr ^ (((addr >> 7) & 7) << 4)      # docs/hopper_sw128.md)
+    elif n_major:
         if d["swizzle"] != 0:
             raise HopperSimError(f"{op}: {name}: an N-major operand with swizzle mode "
-                                 f"{d['swizzle']} is not modelled (no swizzle only)")
+                                 f"{d['swizzle']} is not modelled (none or 128B only)")
         addr = d["start"] + (r // 8) * d["sbo"] + (r % 8) * 2 + (k % 8) * 16 + (k // 8) * d["lbo"]
     elif d["swizzle"] == 0:             # core matrices: 8 rows × 16 bytes, rows 16 bytes apart
         addr = d["start"] + (r // 8) * d["sbo"] + (r % 8) * 16 + (k // 8) * d["lbo"] + (k % 8) * 2

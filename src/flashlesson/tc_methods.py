@@ -386,13 +386,18 @@ class WgmmaConfig:
     issued together, the softmax of S running while P·V does (STAGES ≥ 2). PINGPONG:
     FlashAttention-3's inter-warpgroup ping-pong — the consumer warpgroups take turns,
     round-robin on named barriers, to issue their wgmmas (S; with OVERLAP, S and P·V), so one
-    warpgroup's softmax runs while another's products do (CWG ≥ 2)."""
+    warpgroup's softmax runs while another's products do (CWG ≥ 2). SWIZZLE: Q, K and V tiles
+    in the 128-byte swizzle (hopper.sw128_index: a row's 64-column half in one 128-byte line,
+    so a quarter-warp's copies read one line and write one; V read MN-major), against the
+    L2 requests that bound the default (docs/results.md, session 6). Not yet run on a GPU:
+    its descriptors come from docs/hopper_sw128.md."""
     Bc: int = 128
     CWG: int = 2
     STAGES: int = 3
     PRODUCER: bool = True
     OVERLAP: bool = False
     PINGPONG: bool = False
+    SWIZZLE: bool = False
 
     def __post_init__(self):
         checks.config_fields(self)
@@ -421,7 +426,7 @@ class WgmmaConfig:
         if self.PINGPONG and self.CWG < 2:
             raise ValueError("config: PINGPONG needs CWG ≥ 2 (consumer warpgroups that take "
                              "turns issuing their wgmmas), got CWG = 1")
-        smem = KW.wgmma_smem_bytes(d, self.Bc, self.CWG, self.STAGES)
+        smem = KW.wgmma_smem_bytes(d, self.Bc, self.CWG, self.STAGES, bool(self.SWIZZLE))
         if not device.SIMULATOR and smem > max_shared_bytes():
             raise ValueError(f"config: {smem} bytes of shared memory at d = {d} (Bc, CWG, "
                              f"STAGES = {self.Bc}, {self.CWG}, {self.STAGES}); this GPU allows "
@@ -535,13 +540,14 @@ def attention_wgmma(q, k, v, *, causal=False, scale=None, key_padding_mask=None,
         lse2 = empty((bh, nq), np.float32)
         kernel = KW.flash_wgmma_kernel(d, cfg.Bc, cfg.CWG, cfg.STAGES, bool(cfg.PRODUCER),
                                        causal, kpm is not None, fq == "bf16",
-                                       bool(cfg.OVERLAP), bool(cfg.PINGPONG), KT.folds(scale))
+                                       bool(cfg.OVERLAP), bool(cfg.PINGPONG), KT.folds(scale),
+                                       bool(cfg.SWIZZLE))
         grid = row_grid(causal, bh, -(-nq // cfg.Br),
                         f"q: {nq} queries in tiles of Br = {cfg.Br}", "query tiles")
         launch(kernel, grid, 128 * (cfg.CWG + bool(cfg.PRODUCER)),
                (q3, k3, v3, o3, lse2, np.float32(scale), nq, nk, H,
                 kpm if kpm is not None else dummy("mask")),
-               KW.wgmma_smem_bytes(d, cfg.Bc, cfg.CWG, cfg.STAGES))
+               KW.wgmma_smem_bytes(d, cfg.Bc, cfg.CWG, cfg.STAGES, bool(cfg.SWIZZLE)))
     o = _unwords(o3, (B, H, nq, d), fq, qo.on_host)
     if not return_lse:
         return o
