@@ -280,8 +280,8 @@ from .attention_tc import LN2, LOG2E, QUAD, fold_scale, head_io, mask_scores_tc,
     online_softmax_tc, pack_accumulators, rescale_tc, zeros
 from .hopper import SWIZZLE_128B, SWIZZLE_NONE, WGMMA, WGMMA_RS_TB, bar_arrive, bar_sync, \
     cp_async_mbar_arrive, fence_mbarrier_init, fence_proxy_async, mbar_arrive, mbar_init, \
-    mbar_try_wait_parity, setmaxnreg_dec, setmaxnreg_inc, shared_addr, wgmma_commit_group, \
-    wgmma_desc, wgmma_fence, wgmma_fence_operand, wgmma_wait_group
+    mbar_try_wait_parity, setmaxnreg_dec, setmaxnreg_inc, shared_addr, sw128_index, \
+    wgmma_commit_group, wgmma_desc, wgmma_fence, wgmma_fence_operand, wgmma_wait_group
 from .mma import pack_bf16, pack_f16
 from .reductions import NEG_INF, ZERO, lanes_sum, safe_reciprocal
 from .sim import gpu_options
@@ -358,23 +358,28 @@ def piece_order(D):
 
 
 @lru_cache(maxsize=None)
-def kmajor_rows(D, R, NL, PAD=False):
+def kmajor_rows(D, R, NL, PAD=False, SWIZZLE=False):
     """copy(x, smem, at, lt, bh, n, r0, kpm, b_idx): thread lt of NL copiers starts the
     cp.async copies of rows r0 … r0 + R − 1 of x[bh] (x [BH, n, D/2] words) into smem from word
-    ``at`` on, K-major (hopper.kmajor_index(r, k, R): LBO = 16·R bytes, SBO = 128 bytes), zeros
-    (no global read) for rows ≥ n and, PAD, rows whose kpm[b_idx, row] is 0. Nothing waits:
-    the caller follows with cp_async_wait_all or cp_async_mbar_arrive. R a multiple of 8."""
+    ``at`` on, K-major (hopper.kmajor_index(r, k, R): LBO = 16·R bytes, SBO = 128 bytes; SWIZZLE:
+    hopper.sw128_index(r, k, R), row by row, ``at`` on a 1024-byte boundary), zeros (no global
+    read) for rows ≥ n and, PAD, rows whose kpm[b_idx, row] is 0. Nothing waits: the caller
+    follows with cp_async_wait_all or cp_async_mbar_arrive. R a multiple of 8."""
     piece_of = piece_order(D)
     DW, PIECES = D // 2, D // 8
 
     @cuda.jit(device=True)
     def copy(x, smem, at, lt, bh, n, r0, kpm, b_idx):
         for p in range(lt, R * PIECES, NL):
-            r, c = piece_of(p)                      # row r of the tile, piece c (8 halves)
+            if SWIZZLE:                             # (compile-time) row r, chunk c …
+                r, c = p // PIECES, p % PIECES
+                dst = at + sw128_index(r, 8 * c, R) // 2
+            else:                                   # … or piece_of's order
+                r, c = piece_of(p)                  # row r of the tile, piece c (8 halves)
+                dst = at + 4 * (c * R + r)          # kmajor_index(r, 8c, R) / 2
             row = r0 + r
             ok = row < n and (not PAD or kpm[b_idx, row] != 0)
-            cp_async16(smem, at + 4 * (c * R + r), x, (bh * n + row) * DW + 4 * c if ok else 0,
-                       ok)                          # kmajor_index(r, 8c, R) / 2
+            cp_async16(smem, dst, x, (bh * n + row) * DW + 4 * c if ok else 0, ok)
     return copy
 
 
@@ -433,10 +438,10 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
     @cuda.jit(device=True)
     def chunk_at(r, c, R):
         """Word offset, in a tile of R rows, of chunk c (halves 8c … 8c + 7) of row r: SWIZZLE,
-        hopper.sw128_index / 2 (half c // 8, row r, chunk (c % 8) ^ (r % 8)); else K-major
-        core matrices, kmajor_index(r, 8c, R) / 2 (Q and K; V: copy_tile)."""
+        hopper.sw128_index(r, 8c, R) / 2 (half c // 8, row r, chunk (c % 8) ^ (r % 8)); else
+        K-major core matrices, kmajor_index(r, 8c, R) / 2 (Q and K; V: copy_tile)."""
         if SWIZZLE:
-            return ROW_WORDS * ((c // 8) * R + r) + 4 * ((c % 8) ^ (r % 8))
+            return sw128_index(r, 8 * c, R) // 2
         return 4 * (c * R + r)
 
     @cuda.jit(device=True)

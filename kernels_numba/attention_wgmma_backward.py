@@ -19,6 +19,10 @@ Menu
 |   ``dq_finish(BF16)``                             | = its K rows N-major) and adds that to a  |
 |                                                   | float32 dQ in key-block order (turns on a |
 |                                                   | semaphore a Q tile); opt-in, slower here  |
+| ``… (…, SWIZZLE=True)`` (not with FUSED)          | every tile in the 128-byte swizzle        |
+|                                                   | (hopper.sw128_index), read K-major and    |
+|                                                   | MN-major as attention_wgmma's SWIZZLE;    |
+|                                                   | opt-in, not yet run on a GPU              |
 
 Ladder (issue 13): from the lesson kernel to this file, step by step, at B1 H16 N8192 d128 float16
 unless a step says otherwise; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's); kernel-only
@@ -38,12 +42,12 @@ in the code) and keeps the TFLOP/s recorded then.
 | 2    | every product on wgmma (Sᵀ, dPᵀ / S, dP from | H200, 2026-12-01: 7.41 ms,   | method='flash_wgmma',          |
 |      | shared memory; dV, dK / dQ with Pᵀ, dSᵀ / dS | 186 TFLOP/s, 111.39× lesson  | config=WgmmaBwdConfig(Bq=64,   |
 |      | in registers and B N-major), 2 consumer      |                              | Bk=64, CWG=2, STAGES=1,        |
-|      | warpgroups, tiles of 64 through one stage on |                              | FUSED=False)                   |
+|      | warpgroups, tiles of 64 through one stage on |                              | FUSED=False, SWIZZLE=False)    |
 |      | mbarriers: load, wait, compute (STAGES = 1)  |                              |                                |
 | 3    | two stages: the next tile's cp.async copies  | H200, 2026-12-01: 6.4 ms,    | method='flash_wgmma',          |
 |      | in flight during this tile's wgmmas; the     | 215 TFLOP/s, 129.03× lesson  | config=WgmmaBwdConfig(Bq=64,   |
 |      | method's default (``WgmmaBwdConfig()``), and |                              | Bk=64, CWG=2, STAGES=2,        |
-|      | the default method for fp16/bf16 without a   |                              | FUSED=False)                   |
+|      | the default method for fp16/bf16 without a   |                              | FUSED=False, SWIZZLE=False)    |
 |      | causal mask on Hopper (1.03–1.14× flash_tc)  |                              |                                |
 
 FUSED (``WgmmaBwdConfig(FUSED=True)``): the two kernels compute S and dP twice — seven
@@ -112,6 +116,18 @@ step s at byte 256·s::
 (the forward's V tile is N-major with LBO = 16·D, SBO = 128: the same formula, rows and
 columns stored the other way round). No transposed copy, no second tile.
 
+SWIZZLE (``WgmmaBwdConfig(SWIZZLE=True)``, opt-in, not with FUSED; checked in the simulator and
+by ptxas only): every tile as hopper.sw128_index lays it out — 64-column halves, a row's half
+in one 128-byte line, chunks XOR (row % 8) — copied row by row (kmajor_rows(…, SWIZZLE)), the
+tiles from a 1024-byte boundary on (``at0``; a stage rounded up to 1024 bytes:
+``stage_words``), and its two readings with the swizzle (``kmajor_desc``, ``nmajor_desc``: SBO
+= 1024; K-major 32 bytes a k16 step within a half and 128·R to the next, MN-major 2048 bytes a
+step and LBO = 128·R; docs/hopper_sw128.md). The same reason as the forward's SWIZZLE: a
+quarter-warp's copies one line of global memory and one of shared memory, where kmajor_rows's
+order reads half lines (docs/results.md, session 6, the L2 requests). ptxas 13.5: registers
+and spills as without it (d = 128's dK/dV kernel: 255 registers, 24 bytes of spills, 20
+without).
+
 Shared memory (dynamic, ``wgmma_bwd_smem_bytes``), in words (uint32 pairs of halves)::
 
     dK/dV: K rows (64·CWG × D, K-major) | V rows | stage 0: Qi | dOi | LSE_i | D_i | stage 1 …
@@ -167,7 +183,7 @@ from .attention_tc import pack_accumulators, zeros
 from .attention_tc_backward import clear_padded, ds_rows, ds_transposed, lane_row_stats, \
     lane_rows, padded_keys, write_rows
 from .attention_wgmma import BUILT, WARPGROUP, kmajor_rows
-from .hopper import SWIZZLE_NONE, WGMMA, WGMMA_RS_TB, WGMMA_TB, bar_sync, cp_async_mbar_arrive, \
+from .hopper import SWIZZLE_128B, SWIZZLE_NONE, WGMMA, WGMMA_RS_TB, WGMMA_TB, bar_sync, cp_async_mbar_arrive, \
     fence_mbarrier_init, fence_proxy_async, kmajor_index, mbar_arrive, mbar_init, \
     mbar_try_wait_parity, sem_release_add, sem_wait_geq, shared_addr, wgmma_commit_group, \
     wgmma_desc, wgmma_fence, wgmma_fence_operand, wgmma_wait_group
@@ -175,43 +191,57 @@ from .mma import pack_bf16, pack_f16
 from .vector import cp_async4, cp_async_wait_all
 
 
-def wgmma_bwd_smem_bytes(D, B, CWG, STAGES, KEYS, FUSED=False):
+def stage_words(D, B, KEYS, SWIZZLE=False):
+    """Words of a stage: two streamed tiles of B rows (KEYS, the dK/dV kernel: + LSE_i, D_i),
+    SWIZZLE: rounded up to 1024 bytes, so that every tile starts on a 1024-byte boundary."""
+    words = 2 * B * D // 2 + (2 * B if KEYS else 0)
+    return -(-words // 256) * 256 if SWIZZLE else words
+
+
+def wgmma_bwd_smem_bytes(D, B, CWG, STAGES, KEYS, FUSED=False, SWIZZLE=False):
     """Dynamic shared memory of one kernel: the block's two row tiles (64·CWG × D halves each)
-    and STAGES stages of two streamed tiles of B rows (KEYS, the dK/dV kernel: + LSE_i, D_i);
-    FUSED: two dS tiles (B queries × 64·CWG keys)."""
+    and STAGES stages (stage_words); FUSED: two dS tiles (B queries × 64·CWG keys); SWIZZLE:
+    1024 bytes more, to start on a 1024-byte boundary."""
     own = 2 * 64 * CWG * D // 2
-    stage = 2 * B * D // 2 + (2 * B if KEYS else 0)
     ds = 2 * B * 64 * CWG // 2 if FUSED else 0
-    return 4 * (own + STAGES * stage + ds)
+    return 4 * (own + STAGES * stage_words(D, B, KEYS, SWIZZLE) + ds) + (1024 if SWIZZLE else 0)
 
 
 @cuda.jit(device=True)
-def kmajor_desc(addr, R, ks):
+def kmajor_desc(addr, R, ks, SW):
     """The K-major descriptor of k16 step ks of a tile of R rows at addr (B of S = Q Kᵀ and its
-    kin, or A of the block's own rows): LBO = 16·R bytes, SBO = 128 bytes (menu)."""
+    kin, or A of the block's own rows): LBO = 16·R bytes, SBO = 128 bytes (menu). SW (a
+    compile-time SWIZZLE, folded once inlined): hopper.sw128_index's tile, 32 bytes a step into
+    a 64-column half, 128·R bytes to the next, SBO = 1024."""
+    if SW:
+        return wgmma_desc(addr + 128 * R * (ks // 4) + 32 * (ks % 4), 16, 1024, SWIZZLE_128B)
     return wgmma_desc(addr + 32 * R * ks, 16 * R, 128, SWIZZLE_NONE)
 
 
 @cuda.jit(device=True)
-def nmajor_desc(addr, R, ks):
+def nmajor_desc(addr, R, ks, SW):
     """The same K-major tile of R rows read N-major (k = its rows): k16 step ks of rows
-    16·ks …, LBO = 128 bytes, SBO = 16·R bytes (the menu's "one tile, two readings")."""
+    16·ks …, LBO = 128 bytes, SBO = 16·R bytes (the menu's "one tile, two readings"). SW:
+    sw128_index's tile read MN-major, 2048 bytes a step, LBO = 128·R (the next 64 columns),
+    SBO = 1024 (docs/hopper_sw128.md)."""
+    if SW:
+        return wgmma_desc(addr + 2048 * ks, 128 * R, 1024, SWIZZLE_128B)
     return wgmma_desc(addr + 256 * ks, 128, 16 * R, SWIZZLE_NONE)
 
 
 @lru_cache(maxsize=None)
-def block_start(D, R, T, STAGES, PAD):
+def block_start(D, R, T, STAGES, PAD, SWIZZLE=False):
     """Both kernels' start, by all T threads: the block's own two row tiles (K and V, or Q and
-    dO: R rows of D each, K-major, at words 0 and R·D/2; zeros past n and, PAD, for padded
-    keys) copied by cp.async, waited for and published, and the ring's mbarriers made —
+    dO: R rows of D each, K-major, at words at0 and at0 + R·D/2; zeros past n and, PAD, for
+    padded keys) copied by cp.async, waited for and published, and the ring's mbarriers made —
     FULL[s] and EMPTY[s], each counting every thread (all copy, all compute)."""
-    own_rows = kmajor_rows(D, R, T, PAD)
+    own_rows = kmajor_rows(D, R, T, PAD, SWIZZLE)
     OWN = R * D // 2
 
     @cuda.jit(device=True)
-    def start(x, y, smem, bars, tid, bh, n, r0, kpm, b_idx):
-        own_rows(x, smem, 0, tid, bh, n, r0, kpm, b_idx)
-        own_rows(y, smem, OWN, tid, bh, n, r0, kpm, b_idx)
+    def start(x, y, smem, at0, bars, tid, bh, n, r0, kpm, b_idx):
+        own_rows(x, smem, at0, tid, bh, n, r0, kpm, b_idx)
+        own_rows(y, smem, at0 + OWN, tid, bh, n, r0, kpm, b_idx)
         cp_async_wait_all()                     # my pieces have landed
         fence_proxy_async()                     # … before wgmma's (async-proxy) reads
         if tid == 0:
@@ -224,7 +254,7 @@ def block_start(D, R, T, STAGES, PAD):
 
 
 @lru_cache(maxsize=None)
-def paired_products(kind, D, RA, RB):
+def paired_products(kind, D, RA, RB, SWIZZLE=False):
     """Both kernels' first step: X = A₁ B₁ᵀ and Y = A₂ B₂ᵀ (64 × RB each, D/16 k16 steps; A
     the warpgroup's 64 rows of a K-major tile of RA rows, B a K-major tile of RB rows, both
     from shared memory) as one wgmma group, waited for — Sᵀ = K Qᵀ, dPᵀ = V dOᵀ in the dK/dV
@@ -238,9 +268,9 @@ def paired_products(kind, D, RA, RB):
         wgmma_fence_operand(y, SH)
         wgmma_fence()                           # (x, y last read by to_a, before)
         for ks in range(KC):
-            mma(x, kmajor_desc(a1, RA, ks), kmajor_desc(b1, RB, ks), ks > 0)
+            mma(x, kmajor_desc(a1, RA, ks, SWIZZLE), kmajor_desc(b1, RB, ks, SWIZZLE), ks > 0)
         for ks in range(KC):
-            mma(y, kmajor_desc(a2, RA, ks), kmajor_desc(b2, RB, ks), ks > 0)
+            mma(y, kmajor_desc(a2, RA, ks, SWIZZLE), kmajor_desc(b2, RB, ks, SWIZZLE), ks > 0)
         wgmma_commit_group()
         wgmma_wait_group(0)                     # wait: X, Y are in x, y
         wgmma_fence_operand(x, SH)
@@ -310,26 +340,27 @@ def dq_finish(BF16):
 
 
 @lru_cache(maxsize=None)
-def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False):
+def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False, SWIZZLE=False):
     """dK, dV (FUSED: and dQ): one block per 64·CWG keys, Q/dO tiles of Bq streamed; see the
-    module menu."""
+    module menu (SWIZZLE: its "SWIZZLE")."""
     assert D in (64, 128) and Bq in (64, 128) and CWG in (1, 2) and STAGES >= 1
     assert not FUSED or Bq == 64
+    assert not (FUSED and SWIZZLE)          # (the dS tiles are stored unswizzled)
     kind = "bf16" if BF16 else "f16"
-    products = paired_products(kind, D, 64 * CWG, Bq)   # Sᵀ = K Qᵀ, dPᵀ = V dOᵀ: 64 × Bq
+    products = paired_products(kind, D, 64 * CWG, Bq, SWIZZLE)  # Sᵀ = K Qᵀ, dPᵀ = V dOᵀ
     mma_acc = WGMMA_RS_TB[(kind, D)]        # dV += Pᵀ dO, dK += dSᵀ Q: 64 × D, RS, B N-major
     Bk = 64 * CWG                           # keys per block
     T = WARPGROUP * CWG
     OWN = Bk * D // 2                       # words of the block's K rows (V rows follow)
     TW = Bq * D // 2                        # words of a Qi or dOi tile
-    STAGE = 2 * TW + 2 * Bq                 # [Qi | dOi | LSE_i | D_i]
+    STAGE = stage_words(D, Bq, True, SWIZZLE)   # [Qi | dOi | LSE_i | D_i (| to 1024 bytes)]
     RING = 2 * OWN                          # stage s at RING + STAGE·s
     NBARS = 2 * STAGES                      # FULL[s], then EMPTY[s]
     SH, OH = Bq // 2, D // 2                # accumulator floats per thread: Sᵀ (dPᵀ), dK (dV)
     NBQ, KC2 = Bq // 8, Bq // 16
     PA = 4 * KC2                            # words of Pᵀ (dSᵀ) as A fragments
-    start = block_start(D, Bk, T, STAGES, PAD)  # (PAD: padded keys' rows are zeros)
-    tile_rows = kmajor_rows(D, Bq, T, False)
+    start = block_start(D, Bk, T, STAGES, PAD, SWIZZLE)     # (PAD: padded keys' rows zeros)
+    tile_rows = kmajor_rows(D, Bq, T, False, SWIZZLE)
     to_a = pack_accumulators(KC2, 1, NBQ, BF16)
     ds_t = ds_transposed(NBQ, Bq, CAUSAL, PAD)
     unpad = clear_padded(D // 8, False)
@@ -342,13 +373,13 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False):
     put_ds, add_dq = dq_turns(D, Bq, CWG)
 
     @cuda.jit(device=True)
-    def issue(q, do, lse, dvec, smem, fsm, bars, i, first, tid, bh, n_q, kpm):
+    def issue(q, do, lse, dvec, smem, fsm, at0, bars, i, first, tid, bh, n_q, kpm):
         """Every thread: tile first + i's Qi, dOi rows and LSE_i, D_i (0 past Nq) into stage
         i % STAGES by cp.async, then its arrival on FULL (noinc, once they have landed)."""
         s = i % STAGES
         if i >= STAGES:                             # wait: tile i − STAGES left this stage
             mbar_try_wait_parity(bars, STAGES + s, ((i // STAGES) - 1) & 1)
-        at = RING + STAGE * s
+        at = at0 + RING + STAGE * s
         q0 = (first + i) * Bq
         tile_rows(q, smem, at, tid, bh, n_q, q0, kpm, 0)
         tile_rows(do, smem, at + TW, tid, bh, n_q, q0, kpm, 0)
@@ -376,7 +407,10 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False):
         offset = n_k - n_q                      # §34: query i sees key j iff j ≤ i + offset
         cw = tid // WARPGROUP                   # my warpgroup: keys k0 + 64·cw …
 
-        start(k, v, smem, bars, tid, bh, n_k, k0, kpm, b_idx)   # the block's K, V rows; ring
+        at0 = 0                                 # SWIZZLE: the tiles from the first 1024-byte
+        if SWIZZLE:                             # boundary on (the swizzle works on address bits)
+            at0 = ((1024 - (shared_addr(smem, 0) & 1023)) & 1023) // 4
+        start(k, v, smem, at0, bars, tid, bh, n_k, k0, kpm, b_idx)  # the block's K, V; ring
 
         pad_lo = pad_hi = False                 # §35: a padded key gets dk = dv = 0
         if PAD:
@@ -389,8 +423,9 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False):
         pa_ds = cuda.local.array(PA, uint32)    # dSᵀ as A fragments
         clear_acc(dk_acc)
         clear_acc(dv_acc)
-        k_addr = shared_addr(smem, 256 * cw)    # my warpgroup's 64 rows (512 halves a 64 rows
-        v_addr = shared_addr(smem, OWN + 256 * cw)      # … of 8 row blocks: kmajor_index)
+        WG_ROWS = 2048 if SWIZZLE else 256      # words of 64 rows (SWIZZLE: 64 × 128 bytes
+        k_addr = shared_addr(smem, at0 + WG_ROWS * cw)  # of a half; else 8 row blocks of 64
+        v_addr = shared_addr(smem, at0 + OWN + WG_ROWS * cw)    # halves: kmajor_index)
 
         first = first_q_tile(CAUSAL, k0, Bq, n_q, n_k)  # (causal: earlier Q tiles see none
         n_qt = (n_q + Bq - 1) // Bq                      #  of this block's keys)
@@ -398,14 +433,14 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False):
         dq_part = cuda.local.array(NQ, float32)         # FUSED: dQ_i's columns c·N … of mine
         kq_addr = shared_addr(smem, cw * (D // CWG) * Bk // 2)  # (… K read N-major from there)
         for i in range(min(STAGES - 1, count)):         # tiles 0 … STAGES − 2 before the loop
-            issue(q, do, lse, dvec, smem, fsm, bars, i, first, tid, bh, n_q, kpm)
+            issue(q, do, lse, dvec, smem, fsm, at0, bars, i, first, tid, bh, n_q, kpm)
         for i in range(count):
             if i + STAGES - 1 < count:
-                issue(q, do, lse, dvec, smem, fsm, bars, i + STAGES - 1, first, tid, bh, n_q,
-                      kpm)
+                issue(q, do, lse, dvec, smem, fsm, at0, bars, i + STAGES - 1, first, tid, bh,
+                      n_q, kpm)
             s = i % STAGES
             q0 = (first + i) * Bq
-            at = RING + STAGE * s
+            at = at0 + RING + STAGE * s
             mbar_try_wait_parity(bars, s, (i // STAGES) & 1)    # wait: tile i has landed
             fence_proxy_async()                 # the copies (generic proxy) before wgmma
             q_addr = shared_addr(smem, at)
@@ -429,10 +464,10 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False):
             wgmma_fence()
             for ks in range(KC2):
                 mma_acc(dv_acc, pa_p[4 * ks], pa_p[4 * ks + 1], pa_p[4 * ks + 2],
-                        pa_p[4 * ks + 3], nmajor_desc(do_addr, Bq, ks), True)
+                        pa_p[4 * ks + 3], nmajor_desc(do_addr, Bq, ks, SWIZZLE), True)
             for ks in range(KC2):
                 mma_acc(dk_acc, pa_ds[4 * ks], pa_ds[4 * ks + 1], pa_ds[4 * ks + 2],
-                        pa_ds[4 * ks + 3], nmajor_desc(q_addr, Bq, ks), True)
+                        pa_ds[4 * ks + 3], nmajor_desc(q_addr, Bq, ks, SWIZZLE), True)
             wgmma_commit_group()
             if FUSED:                           # dQ_i += dS K over the block's Bk keys
                 cuda.syncthreads()              # wait: every warpgroup's keys of dS stored
@@ -443,8 +478,8 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False):
                 wgmma_fence_operand(dq_part, NQ)
                 wgmma_fence()
                 for ks in range(Bk // 16):
-                    mma_dq(dq_part, kmajor_desc(ds_addr, Bq, ks), nmajor_desc(kq_addr, Bk, ks),
-                           ks > 0)
+                    mma_dq(dq_part, kmajor_desc(ds_addr, Bq, ks, False),
+                           nmajor_desc(kq_addr, Bk, ks, False), ks > 0)
                 wgmma_commit_group()
             wgmma_wait_group(0)                 # wait: dV, dK (dQ_i) updated, stage s read
             wgmma_fence_operand(dv_acc, OH)
@@ -461,42 +496,44 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False):
         write(dv, bh, key_lo, n_k, t, dv_acc, float32(1.0))
         write(dk, bh, key_lo, n_k, t, dk_acc, scale)              # dK = scale · Σ dSᵀ Q
 
-    BUILT[("wgmma_bwd_dkdv_kernel", D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED)] = dkdv
+    BUILT[("wgmma_bwd_dkdv_kernel", D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED)
+          + (("SWIZZLE",) if SWIZZLE else ())] = dkdv
     return dkdv
 
 
 @lru_cache(maxsize=None)
-def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16):
-    """dQ: one block per 64·CWG queries, K/V tiles of Bk streamed; see the module menu."""
+def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16, SWIZZLE=False):
+    """dQ: one block per 64·CWG queries, K/V tiles of Bk streamed; see the module menu
+    (SWIZZLE: its "SWIZZLE")."""
     assert D in (64, 128) and Bk in (64, 128) and CWG in (1, 2) and STAGES >= 1
     kind = "bf16" if BF16 else "f16"
-    products = paired_products(kind, D, 64 * CWG, Bk)   # S = Q Kᵀ, dP = dO Vᵀ: 64 × Bk
+    products = paired_products(kind, D, 64 * CWG, Bk, SWIZZLE)  # S = Q Kᵀ, dP = dO Vᵀ
     mma_acc = WGMMA_RS_TB[(kind, D)]        # dQ += dS K: 64 × D, RS, B N-major
     Bq = 64 * CWG                           # queries per block
     T = WARPGROUP * CWG
     OWN = Bq * D // 2                       # words of the block's Q rows (dO rows follow)
     TW = Bk * D // 2                        # words of a Kj or Vj tile
-    STAGE = 2 * TW                          # [Kj | Vj]
+    STAGE = stage_words(D, Bk, False, SWIZZLE)  # [Kj | Vj]
     RING = 2 * OWN
     NBARS = 2 * STAGES
     SH, OH = Bk // 2, D // 2
     NBK, KC2 = Bk // 8, Bk // 16
     PA = 4 * KC2
-    start = block_start(D, Bq, T, STAGES, False)
-    tile_rows = kmajor_rows(D, Bk, T, PAD)  # (PAD: padded keys' rows are zeros)
+    start = block_start(D, Bq, T, STAGES, False, SWIZZLE)
+    tile_rows = kmajor_rows(D, Bk, T, PAD, SWIZZLE)     # (PAD: padded keys' rows are zeros)
     to_a = pack_accumulators(KC2, 1, NBK, BF16)
     ds = ds_rows(NBK, CAUSAL, PAD)
     write = write_rows(D // 8, BF16)
     clear_acc = zeros(OH)
 
     @cuda.jit(device=True)
-    def issue(k, v, smem, bars, i, tid, bh, n_k, kpm, b_idx):
+    def issue(k, v, smem, at0, bars, i, tid, bh, n_k, kpm, b_idx):
         """Every thread: tile i's Kj, Vj rows into stage i % STAGES (zeros past Nk and for
         padded keys), then its arrival on FULL."""
         s = i % STAGES
         if i >= STAGES:                             # wait: tile i − STAGES left this stage
             mbar_try_wait_parity(bars, STAGES + s, ((i // STAGES) - 1) & 1)
-        at = RING + STAGE * s
+        at = at0 + RING + STAGE * s
         tile_rows(k, smem, at, tid, bh, n_k, i * Bk, kpm, b_idx)
         tile_rows(v, smem, at + TW, tid, bh, n_k, i * Bk, kpm, b_idx)
         cp_async_mbar_arrive(bars, s)               # FULL[s]: once my copies have landed
@@ -511,7 +548,10 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16):
         offset = n_k - n_q
         cw = tid // WARPGROUP
 
-        start(q, do, smem, bars, tid, bh, n_q, q0, kpm, b_idx)  # the block's Q, dO rows; ring
+        at0 = 0                                 # SWIZZLE: as the dK/dV kernel
+        if SWIZZLE:
+            at0 = ((1024 - (shared_addr(smem, 0) & 1023)) & 1023) // 4
+        start(q, do, smem, at0, bars, tid, bh, n_q, q0, kpm, b_idx)     # Q, dO rows; ring
 
         s_acc = cuda.local.array(SH, float32)   # S, then P
         dp = cuda.local.array(SH, float32)      # dP, then dS
@@ -520,17 +560,18 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16):
         stats = cuda.local.array(4, float32)    # LSE·log2e and D of my two rows
         lane_row_stats(lse, dvec, bh, r_lo, n_q, stats)
         clear_acc(dq_acc)
-        q_addr = shared_addr(smem, 256 * cw)    # my warpgroup's 64 rows
-        do_addr = shared_addr(smem, OWN + 256 * cw)
+        WG_ROWS = 2048 if SWIZZLE else 256      # words of 64 rows (as the dK/dV kernel)
+        q_addr = shared_addr(smem, at0 + WG_ROWS * cw)  # my warpgroup's 64 rows
+        do_addr = shared_addr(smem, at0 + OWN + WG_ROWS * cw)
 
         n_tiles = kv_tiles(CAUSAL, q0, Bq, Bk, n_q, n_k)
         for i in range(min(STAGES - 1, n_tiles)):
-            issue(k, v, smem, bars, i, tid, bh, n_k, kpm, b_idx)
+            issue(k, v, smem, at0, bars, i, tid, bh, n_k, kpm, b_idx)
         for j in range(n_tiles):
             if j + STAGES - 1 < n_tiles:
-                issue(k, v, smem, bars, j + STAGES - 1, tid, bh, n_k, kpm, b_idx)
+                issue(k, v, smem, at0, bars, j + STAGES - 1, tid, bh, n_k, kpm, b_idx)
             s = j % STAGES
-            at = RING + STAGE * s
+            at = at0 + RING + STAGE * s
             mbar_try_wait_parity(bars, s, (j // STAGES) & 1)    # wait: Kj, Vj have landed
             fence_proxy_async()                 # the copies (generic proxy) before wgmma
             k_addr = shared_addr(smem, at)
@@ -547,7 +588,7 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16):
             wgmma_fence()
             for ks in range(KC2):
                 mma_acc(dq_acc, pa[4 * ks], pa[4 * ks + 1], pa[4 * ks + 2], pa[4 * ks + 3],
-                        nmajor_desc(k_addr, Bk, ks), True)
+                        nmajor_desc(k_addr, Bk, ks, SWIZZLE), True)
             wgmma_commit_group()
             wgmma_wait_group(0)                 # wait: dQ updated, stage s read
             wgmma_fence_operand(dq_acc, OH)
@@ -555,5 +596,6 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16):
 
         write(dq, bh, r_lo, n_q, t, dq_acc, scale)        # dQ = scale · Σ dS K
 
-    BUILT[("wgmma_bwd_dq_kernel", D, Bk, CWG, STAGES, CAUSAL, PAD, BF16)] = dq_kernel
+    BUILT[("wgmma_bwd_dq_kernel", D, Bk, CWG, STAGES, CAUSAL, PAD, BF16)
+          + (("SWIZZLE",) if SWIZZLE else ())] = dq_kernel
     return dq_kernel

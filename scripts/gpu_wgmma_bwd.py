@@ -3,7 +3,8 @@ method="flash_wgmma")``) against flash_tc's backward and torch SDPA's flash back
 kernel-only, each checked against torch's float64 autograd in the same run (H200;
 ``scripts/gpu_wgmma_bwd.sh`` runs it).
 
-    python3 scripts/gpu_wgmma_bwd.py --json OUT.json [--ladder] [--fused] [--sweep] [--wait-for FILE]
+    python3 scripts/gpu_wgmma_bwd.py --json OUT.json [--ladder] [--fused] [--sweep] [--swizzle]
+                                     [--wait-for FILE]
 
 Every kernel is compiled first (small inputs of each shape's d and Nk); with --wait-for the
 timing then waits for FILE (scripts/gpu_wgmma_bwd.sh: the tests run meanwhile, so the
@@ -18,7 +19,8 @@ events, launches queued behind a sleeping kernel: the GPU's time; ours includes 
 preprocess; torch's is ``autograd.grad`` of a kept graph: its preprocess and its dq
 conversion too). TFLOP/s = ``reference.attention_backward_flops`` / time: 2.5 × the forward's
 4·B·H·N²·d = 10·B·H·N²·d, half when causal. --ladder: also the ladder's STAGES = 1 step; --fused: the FUSED variants (measured slower,
-2026-12-01); --sweep: the SWEEP configurations (those a head dim refuses are left out).
+2026-12-01); --sweep: the SWEEP configurations (those a head dim refuses are left out);
+--swizzle: the SWIZZLE configurations (the 128-byte swizzled tiles, session 6).
 The table comes last.
 """
 
@@ -45,9 +47,13 @@ SWEEP = {                     # --sweep: the next configurations to try (causal 
     "wgmma Bk128": WgmmaBwdConfig(Bk=128),                  # the dQ kernel's K/V tiles
     "wgmma Bq128": WgmmaBwdConfig(Bq=128),                  # (d = 64 only)
 }
+SWIZZLE = {                   # --swizzle: every tile in the 128-byte swizzle (not yet timed)
+    "wgmma SWIZZLE": WgmmaBwdConfig(SWIZZLE=True),
+    "wgmma SWIZZLE S3": WgmmaBwdConfig(STAGES=3, SWIZZLE=True),
+}
 
 
-def methods(torch, ladder=False, fused=False, sweep=False):
+def methods(torch, ladder=False, fused=False, sweep=False, swizzle=False):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     sdpa = torch.nn.functional.scaled_dot_product_attention
 
@@ -66,7 +72,8 @@ def methods(torch, ladder=False, fused=False, sweep=False):
 
     out = {"torch sdpa flash": torch_flash, "flash_tc": ours("flash_tc"),
            "flash_wgmma": ours("flash_wgmma")}
-    for wanted, configs in ((fused, FUSED), (sweep, SWEEP), (ladder, LADDER)):
+    for wanted, configs in ((fused, FUSED), (sweep, SWEEP), (ladder, LADDER),
+                            (swizzle, SWIZZLE)):
         if wanted:
             out.update({name: ours("flash_wgmma", cfg) for name, cfg in configs.items()})
     return out
@@ -107,6 +114,7 @@ def main():
     ap.add_argument("--ladder", action="store_true", help="also the ladder's STAGES = 1 step")
     ap.add_argument("--fused", action="store_true", help="also the FUSED variants")
     ap.add_argument("--sweep", action="store_true", help="also the SWEEP configurations")
+    ap.add_argument("--swizzle", action="store_true", help="also the SWIZZLE configurations")
     ap.add_argument("--wait-for", default=None, help="compile first, then wait until this file "
                     "exists before timing (the tests run on the GPU meanwhile)")
     args = ap.parse_args()
@@ -116,7 +124,7 @@ def main():
         raise SystemExit("gpu_wgmma_bwd.py needs a CUDA GPU and torch")
     sdpa = torch.nn.functional.scaled_dot_product_attention
     start = time.time()
-    fns = methods(torch, args.ladder, args.fused, args.sweep)
+    fns = methods(torch, args.ladder, args.fused, args.sweep, args.swizzle)
     warm(fns, shapes, torch)
     print(f"compiled in {time.time() - start:.0f} s", flush=True)
     from kernels_numba.attention_wgmma import BUILT

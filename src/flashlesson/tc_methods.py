@@ -722,12 +722,15 @@ class WgmmaBwdConfig:
     N; Bq = 128 not at d = 128: too many registers), CWG consumer warpgroups of 64 rows a
     block in both kernels (1 or 2), STAGES shared-memory stages of each kernel's ring (1:
     load, wait, compute; 2 or 3: the next tiles in flight), FUSED: no dQ kernel — the dK/dV
-    kernel adds dS K to a float32 dQ in key-block order (Bq = 64; Bk unused)."""
+    kernel adds dS K to a float32 dQ in key-block order (Bq = 64; Bk unused). SWIZZLE: every
+    tile in the 128-byte swizzle, as WgmmaConfig.SWIZZLE (not with FUSED; not yet run on a
+    GPU)."""
     Bq: int = 64
     Bk: int = 64
     CWG: int = 2
     STAGES: int = 2
     FUSED: bool = False
+    SWIZZLE: bool = False
 
     def __post_init__(self):
         checks.config_fields(self)
@@ -748,9 +751,13 @@ class WgmmaBwdConfig:
         if self.FUSED and self.Bq != 64:
             raise ValueError(f"config: FUSED (dQ in the dK/dV kernel) takes Bq = 64 (the dQ "
                              f"wgmma's M), got Bq = {self.Bq}")
+        if self.FUSED and self.SWIZZLE:
+            raise ValueError("config: SWIZZLE does not go with FUSED (its dS tiles are stored "
+                             "unswizzled); take one of them")
+        sw = bool(self.SWIZZLE)
         smem = max(KWB.wgmma_bwd_smem_bytes(d, self.Bq, self.CWG, self.STAGES, True,
-                                            self.FUSED),
-                   KWB.wgmma_bwd_smem_bytes(d, self.Bk, self.CWG, self.STAGES, False))
+                                            self.FUSED, sw),
+                   KWB.wgmma_bwd_smem_bytes(d, self.Bk, self.CWG, self.STAGES, False, False, sw))
         if not device.SIMULATOR and smem > max_shared_bytes():
             raise ValueError(f"config: {smem} bytes of shared memory at d = {d} ({self}); this "
                              f"GPU allows {max_shared_bytes()}")
@@ -809,13 +816,15 @@ def _backward_wgmma(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, 
         acc = (dqa, sem)
     else:
         acc = (dummy("acc"), dummy("turns"))
-    launches = [(KWB.wgmma_bwd_dkdv_kernel(d, cfg.Bq, cfg.CWG, cfg.STAGES, *flags, cfg.FUSED),
+    sw = bool(cfg.SWIZZLE)
+    launches = [(KWB.wgmma_bwd_dkdv_kernel(d, cfg.Bq, cfg.CWG, cfg.STAGES, *flags, cfg.FUSED, sw),
                  -(-nk // rows_a_block), (dk, dv, *acc),
-                 KWB.wgmma_bwd_smem_bytes(d, cfg.Bq, cfg.CWG, cfg.STAGES, True, cfg.FUSED))]
+                 KWB.wgmma_bwd_smem_bytes(d, cfg.Bq, cfg.CWG, cfg.STAGES, True, cfg.FUSED, sw))]
     if not cfg.FUSED:
-        launches.append((KWB.wgmma_bwd_dq_kernel(d, cfg.Bk, cfg.CWG, cfg.STAGES, *flags),
+        launches.append((KWB.wgmma_bwd_dq_kernel(d, cfg.Bk, cfg.CWG, cfg.STAGES, *flags, sw),
                          -(-nq // rows_a_block), (dq,),
-                         KWB.wgmma_bwd_smem_bytes(d, cfg.Bk, cfg.CWG, cfg.STAGES, False)))
+                         KWB.wgmma_bwd_smem_bytes(d, cfg.Bk, cfg.CWG, cfg.STAGES, False, False,
+                                                  sw)))
     grids = [row_grid(causal, bh, blocks,   # (every grid checked before any launch)
                       f"q, k: {nq} queries, {nk} keys in row blocks of {rows_a_block}")
              for _, blocks, _, _ in launches]
