@@ -80,7 +80,7 @@ def _cmd_bench_attention(args):
               file=sys.stderr)
         return 2
     tc_shapes = (bench.tc_headdim_shapes(args.headdims) if args.headdims else
-                 bench.ATTENTION_SHAPES + bench.tc_headdim_shapes())
+                 bench.ATTENTION_SHAPES + (() if args.quick else bench.tc_headdim_shapes()))
     if args.tc and args.backward:
         results = bench.bench_attention_tc_backward(shapes=tc_shapes)
         kernels = bench.tc_kernel_report()
@@ -362,7 +362,8 @@ def build_parser():
     s.add_argument("--plot", help="write a PNG (needs matplotlib): softmax GB/s vs N, "
                    "attention TFLOP/s vs N")
     s.add_argument("--quick", action="store_true",
-                   help="attention: the three main shapes only, no N sweep")
+                   help="attention: the three main shapes only, no N sweep (--tc: no head-dim "
+                   "sweep)")
     s.add_argument("--backward", action="store_true",
                    help="attention: the backward pass (§30–31) vs torch SDPA's backward")
     s.add_argument("--tc", action="store_true",
