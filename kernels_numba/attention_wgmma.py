@@ -278,10 +278,11 @@ from numba import cuda, float32, uint32, uint64
 from .attention import block_tile, kv_tiles
 from .attention_tc import LN2, LOG2E, QUAD, fold_scale, head_io, mask_scores_tc, \
     online_softmax_tc, pack_accumulators, rescale_tc, zeros
-from .hopper import SWIZZLE_128B, SWIZZLE_NONE, WGMMA, WGMMA_RS_TB, bar_arrive, bar_sync, \
-    cp_async_mbar_arrive, fence_mbarrier_init, fence_proxy_async, mbar_arrive, mbar_init, \
-    mbar_try_wait_parity, setmaxnreg_dec, setmaxnreg_inc, shared_addr, sw128_index, \
-    wgmma_commit_group, wgmma_desc, wgmma_fence, wgmma_fence_operand, wgmma_wait_group
+from .hopper import SWIZZLE_NONE, WGMMA, WGMMA_RS_TB, bar_arrive, bar_sync, \
+    cp_async_mbar_arrive, fence_mbarrier_init, fence_proxy_async, kmajor_desc, mbar_arrive, \
+    mbar_init, mbar_try_wait_parity, nmajor_desc, setmaxnreg_dec, setmaxnreg_inc, shared_addr, \
+    sw128_index, to_1024, wgmma_commit_group, wgmma_desc, wgmma_fence, wgmma_fence_operand, \
+    wgmma_wait_group
 from .mma import pack_bf16, pack_f16
 from .reductions import NEG_INF, ZERO, lanes_sum, safe_reciprocal
 from .sim import gpu_options
@@ -342,19 +343,36 @@ def wgmma_smem_bytes(D, Bc, CWG, STAGES, SWIZZLE=False):
 
 
 @lru_cache(maxsize=None)
-def piece_order(D):
-    """piece_of(p) → (row, piece c) of the p-th 16-byte copy of a tile with rows of D halves
-    (D/8 pieces a row): 8 consecutive p take 8 consecutive rows, so a warp's 32 copies are 4
-    pieces (64 contiguous bytes) of 8 rows — whole 32-byte sectors in global memory — and land
-    as 4 runs of 128 contiguous bytes in shared memory (K-major or N-major core matrices), the
-    4 wavefronts 512 bytes need (p → rows first, piece after, would put a warp's copies 16·Bc
-    bytes apart: all in the same banks). Tiles of a multiple of 8 rows."""
+def piece_order(D, SWIZZLE=False):
+    """(piece_of, chunk_word) of a tile with rows of D halves (D/8 16-byte pieces a row), the
+    copies' one layout for both kernels (kmajor_rows, copy_tile):
+
+    piece_of(p) → (row, piece c) of the p-th 16-byte copy. Core matrices: 8 consecutive p take
+    8 consecutive rows, so a warp's 32 copies are 4 pieces (64 contiguous bytes) of 8 rows —
+    whole 32-byte sectors in global memory — and land as 4 runs of 128 contiguous bytes in
+    shared memory (K-major or N-major core matrices), the 4 wavefronts 512 bytes need (p →
+    rows first, piece after, would put a warp's copies 16·Bc bytes apart: all in the same
+    banks). SWIZZLE: row-major — 8 lanes take a row's 128 bytes of one half, one line in
+    global memory and, swizzled, one line in shared memory (docs/results.md, session 6: the L2
+    requests). Tiles of a multiple of 8 rows.
+
+    chunk_word(r, c, R) → the word offset, in a tile of R rows, of piece c of row r: K-major
+    core matrices, hopper.kmajor_index(r, 8c, R) / 2; SWIZZLE, hopper.sw128_index(r, 8c, R) /
+    2 (half c // 8, row r, chunk (c % 8) ^ (r % 8))."""
     PIECES = D // 8
 
     @cuda.jit(device=True)
     def piece_of(p):
+        if SWIZZLE:                                 # (compile-time)
+            return p // PIECES, p % PIECES
         return 8 * (p // (8 * PIECES)) + p % 8, (p // 8) % PIECES
-    return piece_of
+
+    @cuda.jit(device=True)
+    def chunk_word(r, c, R):
+        if SWIZZLE:
+            return sw128_index(r, 8 * c, R) // 2
+        return 4 * (c * R + r)
+    return piece_of, chunk_word
 
 
 @lru_cache(maxsize=None)
@@ -365,21 +383,17 @@ def kmajor_rows(D, R, NL, PAD=False, SWIZZLE=False):
     hopper.sw128_index(r, k, R), row by row, ``at`` on a 1024-byte boundary), zeros (no global
     read) for rows ≥ n and, PAD, rows whose kpm[b_idx, row] is 0. Nothing waits: the caller
     follows with cp_async_wait_all or cp_async_mbar_arrive. R a multiple of 8."""
-    piece_of = piece_order(D)
+    piece_of, chunk_word = piece_order(D, SWIZZLE)
     DW, PIECES = D // 2, D // 8
 
     @cuda.jit(device=True)
     def copy(x, smem, at, lt, bh, n, r0, kpm, b_idx):
         for p in range(lt, R * PIECES, NL):
-            if SWIZZLE:                             # (compile-time) row r, chunk c …
-                r, c = p // PIECES, p % PIECES
-                dst = at + sw128_index(r, 8 * c, R) // 2
-            else:                                   # … or piece_of's order
-                r, c = piece_of(p)                  # row r of the tile, piece c (8 halves)
-                dst = at + 4 * (c * R + r)          # kmajor_index(r, 8c, R) / 2
+            r, c = piece_of(p)                      # row r of the tile, piece c (8 halves)
             row = r0 + r
             ok = row < n and (not PAD or kpm[b_idx, row] != 0)
-            cp_async16(smem, dst, x, (bh * n + row) * DW + 4 * c if ok else 0, ok)
+            cp_async16(smem, at + chunk_word(r, c, R), x,
+                       (bh * n + row) * DW + 4 * c if ok else 0, ok)
     return copy
 
 
@@ -423,26 +437,9 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
     ML = 6 if OVERLAP else 4                # m, l (, OVERLAP: the deferred correction) of 2 rows
     AHEAD = STAGES if OVERLAP else STAGES - 1   # no PRODUCER: tiles copied before the loop
 
-    piece_of = piece_order(D)
+    piece_of, chunk_word = piece_order(D, SWIZZLE)   # the copies' layout (Q: q_rows)
+    q_rows = kmajor_rows(D, Br, T, False, SWIZZLE)
     ROW_WORDS = 32                          # SWIZZLE: a row of a 64-column half, 128 bytes
-
-    @cuda.jit(device=True)
-    def piece(p):
-        """(row, chunk c) of the p-th 16-byte copy of a tile: SWIZZLE, row-major — 8 lanes
-        take a row's 128 bytes of one half, one line in global memory and, swizzled, one
-        line in shared memory (docs/results.md, session 6: the L2 requests); else piece_of."""
-        if SWIZZLE:
-            return p // PIECES, p % PIECES
-        return piece_of(p)
-
-    @cuda.jit(device=True)
-    def chunk_at(r, c, R):
-        """Word offset, in a tile of R rows, of chunk c (halves 8c … 8c + 7) of row r: SWIZZLE,
-        hopper.sw128_index(r, 8c, R) / 2 (half c // 8, row r, chunk (c % 8) ^ (r % 8)); else
-        K-major core matrices, kmajor_index(r, 8c, R) / 2 (Q and K; V: copy_tile)."""
-        if SWIZZLE:
-            return sw128_index(r, 8 * c, R) // 2
-        return 4 * (c * R + r)
 
     @cuda.jit(device=True)
     def take_turn(cw):
@@ -475,14 +472,8 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
         16·Bc·ks; SWIZZLE: 32 bytes a step in a half, 128·rows from one half to the next, SBO
         1024), A and B from shared memory, K-major; nothing waits."""
         for ks in range(D // 16):
-            if SWIZZLE:
-                mma_s(sacc, wgmma_desc(q_addr + 128 * Br * (ks // 4) + 32 * (ks % 4), 16, 1024,
-                                       SWIZZLE_128B),
-                      wgmma_desc(k_addr + 128 * Bc * (ks // 4) + 32 * (ks % 4), 16, 1024,
-                                 SWIZZLE_128B), ks > 0)
-            else:
-                mma_s(sacc, wgmma_desc(q_addr + 32 * Br * ks, 16 * Br, 128, SWIZZLE_NONE),
-                      wgmma_desc(k_addr + 32 * Bc * ks, 16 * Bc, 128, SWIZZLE_NONE), ks > 0)
+            mma_s(sacc, kmajor_desc(q_addr, Br, ks, SWIZZLE), kmajor_desc(k_addr, Bc, ks, SWIZZLE),
+                  ks > 0)
         wgmma_commit_group()
 
     @cuda.jit(device=True)
@@ -491,9 +482,9 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
         V N-major (16·D·ks halves on; SWIZZLE: V's tile laid out as K's, read MN-major, 2048
         bytes a step, LBO 128·Bc to the next 64 columns, SBO 1024); nothing waits."""
         for ks in range(KC2):
-            if SWIZZLE:
-                desc = wgmma_desc(v_addr + 2048 * ks, 128 * Bc, 1024, SWIZZLE_128B)
-            else:
+            if SWIZZLE:                             # (V laid out as K: its N-major reading)
+                desc = nmajor_desc(v_addr, Bc, ks, True)
+            else:                                   # (V's own N-major core matrices)
                 desc = wgmma_desc(v_addr + 32 * D * ks, 16 * D, 128, SWIZZLE_NONE)
             mma_o(acc, pa[4 * ks], pa[4 * ks + 1], pa[4 * ks + 2], pa[4 * ks + 3], desc, True)
         wgmma_commit_group()
@@ -520,8 +511,8 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
         s = i % STAGES
         if i >= STAGES:                             # wait: tile i − STAGES left this stage
             mbar_try_wait_parity(bars, STAGES + s, ((i // STAGES) - 1) & 1)
-        r0, c = piece(lt)                           # my first piece: row r0, piece c; my
-        k_at = at0 + QW + 2 * KVW * s + chunk_at(r0, c, Bc)     # others: STEP rows on, same c
+        r0, c = piece_of(lt)                        # my first piece: row r0, piece c; my
+        k_at = at0 + QW + 2 * KVW * s + chunk_word(r0, c, Bc)   # others: STEP rows on, same c
         if SWIZZLE:                                 # (V's tile laid out as K's)
             v_at = k_at + KVW
         else:
@@ -534,7 +525,7 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
                                                     # producer, 32 rows, at Bc = 176)
                 ok = key < n_k and (not PAD or kpm[b_idx, key] != 0)
                 src = (bh * n_k + min(key, n_k - 1)) * DW + 4 * c   # (in bounds; read if ok)
-                k_step = ROW_WORDS if SWIZZLE else 4    # words a row on: chunk_at(r, c, Bc)
+                k_step = ROW_WORDS if SWIZZLE else 4    # words a row on: chunk_word(r, c, Bc)
                 v_step = ROW_WORDS if SWIZZLE else DW   # (else mnmajor_index(r, 8c, D) / 2)
                 cp_async16(smem, k_at + k_step * STEP * n, k, src, ok)
                 cp_async16(smem, v_at + v_step * STEP * n, v, src, ok)
@@ -560,16 +551,10 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
         b_idx = bh // heads
         offset = n_k - n_q                          # §34: query i sees key j iff j ≤ i + offset
         n_tiles = kv_tiles(CAUSAL, q0, Br, Bc, n_q, n_k)
-        at0 = 0                                     # SWIZZLE: the tiles from the first
-        if SWIZZLE:                                 # 1024-byte boundary on (the swizzle works
-            at0 = ((1024 - (shared_addr(smem, 0) & 1023)) & 1023) // 4  # on address bits)
+        at0 = to_1024(smem) if SWIZZLE else 0       # SWIZZLE: the tiles from a 1024-byte boundary
 
-        # Q tile, by every thread: cp.async, zeros past Nq (chunk_at)
-        for p in range(tid, Br * PIECES, T):
-            r, c = piece(p)
-            ok = q0 + r < n_q
-            cp_async16(smem, at0 + chunk_at(r, c, Br), q,
-                       (bh * n_q + q0 + r) * DW + 4 * c if ok else 0, ok)
+        q_rows(q, smem, at0, tid, bh, n_q, q0, kpm, 0)  # Q tile, by every thread: cp.async,
+                                                    # zeros past Nq
         cp_async_wait_all()                         # my Q pieces have landed
         fence_proxy_async()                         # … before wgmma's (async-proxy) reads
         if tid == 0:

@@ -183,10 +183,10 @@ from .attention_tc import pack_accumulators, zeros
 from .attention_tc_backward import clear_padded, ds_rows, ds_transposed, lane_row_stats, \
     lane_rows, padded_keys, write_rows
 from .attention_wgmma import BUILT, WARPGROUP, kmajor_rows
-from .hopper import SWIZZLE_128B, SWIZZLE_NONE, WGMMA, WGMMA_RS_TB, WGMMA_TB, bar_sync, cp_async_mbar_arrive, \
-    fence_mbarrier_init, fence_proxy_async, kmajor_index, mbar_arrive, mbar_init, \
-    mbar_try_wait_parity, sem_release_add, sem_wait_geq, shared_addr, wgmma_commit_group, \
-    wgmma_desc, wgmma_fence, wgmma_fence_operand, wgmma_wait_group
+from .hopper import WGMMA, WGMMA_RS_TB, WGMMA_TB, bar_sync, cp_async_mbar_arrive, \
+    fence_mbarrier_init, fence_proxy_async, kmajor_desc, kmajor_index, mbar_arrive, mbar_init, \
+    mbar_try_wait_parity, nmajor_desc, sem_release_add, sem_wait_geq, shared_addr, to_1024, \
+    wgmma_commit_group, wgmma_fence, wgmma_fence_operand, wgmma_wait_group
 from .mma import pack_bf16, pack_f16
 from .vector import cp_async4, cp_async_wait_all
 
@@ -205,28 +205,6 @@ def wgmma_bwd_smem_bytes(D, B, CWG, STAGES, KEYS, FUSED=False, SWIZZLE=False):
     own = 2 * 64 * CWG * D // 2
     ds = 2 * B * 64 * CWG // 2 if FUSED else 0
     return 4 * (own + STAGES * stage_words(D, B, KEYS, SWIZZLE) + ds) + (1024 if SWIZZLE else 0)
-
-
-@cuda.jit(device=True)
-def kmajor_desc(addr, R, ks, SW):
-    """The K-major descriptor of k16 step ks of a tile of R rows at addr (B of S = Q Kᵀ and its
-    kin, or A of the block's own rows): LBO = 16·R bytes, SBO = 128 bytes (menu). SW (a
-    compile-time SWIZZLE, folded once inlined): hopper.sw128_index's tile, 32 bytes a step into
-    a 64-column half, 128·R bytes to the next, SBO = 1024."""
-    if SW:
-        return wgmma_desc(addr + 128 * R * (ks // 4) + 32 * (ks % 4), 16, 1024, SWIZZLE_128B)
-    return wgmma_desc(addr + 32 * R * ks, 16 * R, 128, SWIZZLE_NONE)
-
-
-@cuda.jit(device=True)
-def nmajor_desc(addr, R, ks, SW):
-    """The same K-major tile of R rows read N-major (k = its rows): k16 step ks of rows
-    16·ks …, LBO = 128 bytes, SBO = 16·R bytes (the menu's "one tile, two readings"). SW:
-    sw128_index's tile read MN-major, 2048 bytes a step, LBO = 128·R (the next 64 columns),
-    SBO = 1024 (docs/hopper_sw128.md)."""
-    if SW:
-        return wgmma_desc(addr + 2048 * ks, 128 * R, 1024, SWIZZLE_128B)
-    return wgmma_desc(addr + 256 * ks, 128, 16 * R, SWIZZLE_NONE)
 
 
 @lru_cache(maxsize=None)
@@ -407,9 +385,7 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False, SW
         offset = n_k - n_q                      # §34: query i sees key j iff j ≤ i + offset
         cw = tid // WARPGROUP                   # my warpgroup: keys k0 + 64·cw …
 
-        at0 = 0                                 # SWIZZLE: the tiles from the first 1024-byte
-        if SWIZZLE:                             # boundary on (the swizzle works on address bits)
-            at0 = ((1024 - (shared_addr(smem, 0) & 1023)) & 1023) // 4
+        at0 = to_1024(smem) if SWIZZLE else 0   # SWIZZLE: the tiles from a 1024-byte boundary
         start(k, v, smem, at0, bars, tid, bh, n_k, k0, kpm, b_idx)  # the block's K, V; ring
 
         pad_lo = pad_hi = False                 # §35: a padded key gets dk = dv = 0
@@ -548,9 +524,7 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16, SWIZZLE=False):
         offset = n_k - n_q
         cw = tid // WARPGROUP
 
-        at0 = 0                                 # SWIZZLE: as the dK/dV kernel
-        if SWIZZLE:
-            at0 = ((1024 - (shared_addr(smem, 0) & 1023)) & 1023) // 4
+        at0 = to_1024(smem) if SWIZZLE else 0   # SWIZZLE: as the dK/dV kernel
         start(q, do, smem, at0, bars, tid, bh, n_q, q0, kpm, b_idx)     # Q, dO rows; ring
 
         s_acc = cuda.local.array(SH, float32)   # S, then P

@@ -102,6 +102,9 @@ shared arrays, ``src`` a global one; indices are flat element indices (as in ``v
     sw128_index(r, c, rows)            a row-major tile (a row = one token, 64-column halves)
         with the 128-byte swizzle, read K-major or MN-major (its docstring; not yet run on a
         GPU as MN-major)
+    kmajor_desc(addr, R, ks, SW) / nmajor_desc(addr, R, ks, SW)   the descriptors of k16 step
+        ks of a tile of R rows (kmajor_index's, or SW sw128_index's) read K-major / N-major
+    to_1024(smem)                      words from smem[0] to the next 1024-byte boundary
     mnmajor_index(k, n, cols)          where element (k, n) of a K × cols B goes, N-major (below)
 
 The wgmma accumulator (PTX ISA, "Matrix fragments for wgmma .m64nNk16", accumulator D): thread
@@ -345,6 +348,37 @@ def sw128_index(r, c, rows):
     the rows, n = the columns): SBO = 1024 (8 rows), LBO = 128·rows (64 columns), the k16 step
     s at byte 2048·s. kmajor_sw128_index(r, k) is the case W = 64."""
     return (c // 64) * (64 * rows) + r * 64 + (((c % 64) // 8) ^ (r % 8)) * 8 + c % 8
+
+
+@cuda.jit(device=True)
+def kmajor_desc(addr, R, ks, SW):
+    """The K-major descriptor of k16 step ks of a tile of R rows at addr, as kmajor_index lays
+    it out (LBO = 16·R bytes, SBO = 128, the step at byte 32·R·ks) or, SW (a compile-time flag,
+    folded once inlined), sw128_index (32 bytes a step into a 64-column half, 128·R bytes to
+    the next, SBO = 1024): A from shared memory, or the B of S = Q·Kᵀ and its kin."""
+    if SW:
+        return wgmma_desc(addr + 128 * R * (ks // 4) + 32 * (ks % 4), 16, 1024, SWIZZLE_128B)
+    return wgmma_desc(addr + 32 * R * ks, 16 * R, 128, SWIZZLE_NONE)
+
+
+@cuda.jit(device=True)
+def nmajor_desc(addr, R, ks, SW):
+    """The same tile of R rows read N-major (imm-trans-b 1; k = its rows, n = its columns):
+    k16 step ks of rows 16·ks … — kmajor_index's tile: LBO = 128 bytes, SBO = 16·R, the step
+    at byte 256·ks (attention_wgmma_backward's "one tile, two readings"); SW, sw128_index's:
+    LBO = 128·R (the next 64 columns), SBO = 1024, the step at byte 2048·ks
+    (docs/hopper_sw128.md)."""
+    if SW:
+        return wgmma_desc(addr + 2048 * ks, 128 * R, 1024, SWIZZLE_128B)
+    return wgmma_desc(addr + 256 * ks, 128, 16 * R, SWIZZLE_NONE)
+
+
+@cuda.jit(device=True)
+def to_1024(smem):
+    """Words from smem[0] (uint32) to the first 1024-byte boundary of the shared window at or
+    after it: where tiles in the 128-byte swizzle start (the swizzle works on address bits,
+    and dynamic shared memory is not promised that alignment)."""
+    return ((1024 - (shared_addr(smem, 0) & 1023)) & 1023) // 4
 
 
 @pure_device
@@ -756,6 +790,7 @@ def wgmma_ab_kernel(kind, N, KSTEPS, rs=False, trans_b=0, b_rows=False, sw128=Fa
                columns, chunks XOR k % 8) and read MN-major with the 128-byte swizzle: SBO =
                1024, LBO = 128·K (the next 64 columns: N = 128 only), the k16 step s at byte
                2048·s — the V of attention_wgmma with SWIZZLE (docs/hopper_sw128.md).
+    (b_rows and sw128 take their descriptor from nmajor_desc, as the kernels do.)
 
     c is loaded into the accumulators; d is written from them (hopper.py's table)."""
     assert not b_rows or trans_b
@@ -796,8 +831,7 @@ def wgmma_ab_kernel(kind, N, KSTEPS, rs=False, trans_b=0, b_rows=False, sw128=Fa
         wgmma_fence_operand(acc, H)
         wgmma_fence()               # the accumulator writes above before the mmas
         for s in range(KSTEPS):
-            db = wgmma_desc(shared_addr(sB, 1024 * s), 128 * K, 1024, SWIZZLE_128B) if sw128 \
-                else wgmma_desc(shared_addr(sB, 128 * s), 128, 16 * K, SWIZZLE_NONE) if b_rows \
+            db = nmajor_desc(shared_addr(sB, 0), K, s, sw128) if b_rows or sw128 \
                 else wgmma_desc(shared_addr(sB, 16 * N * s), 16 * N, 128, SWIZZLE_NONE)
             if rs:                  # a0 = A[g, 2t : 2t+2], a1 = A[g+8, …], a2, a3: k + 8
                 for j in range(4):
