@@ -249,11 +249,13 @@ docs/hopper_sw128.md). It is untested.
 SWIZZLE (opt-in, ``WgmmaConfig(SWIZZLE=True)``; checked in the simulator and by ptxas only):
 every tile, Q, K and V alike, lies as hopper.sw128_index puts it: 64-column halves one after
 the other, a row's 64 columns in one 128-byte line, its 16-byte chunk j at j ^ (row % 8); the
-tiles start on a 1024-byte boundary (``at0``: the swizzle works on address bits; 1024 bytes
-more shared memory). The copies go row by row (``piece``): 8 lanes take one row's 128 bytes
-of a half, one line of global memory, into one line of shared memory. Q and K are read K-major
-(SBO = 1024, the k16 step 32 bytes into a half, the next half 128·rows on); V is read MN-major
-(SBO = 1024 for 8 keys, LBO = 128·Bc for the next 64 columns, the k16 step 2048 bytes). The
+tiles start on a 1024-byte boundary (``at0``, hopper.to_1024: the swizzle works on address
+bits; 1024 bytes more shared memory). The copies go row by row (``piece_order(D, True)``,
+which kmajor_rows and copy_tile share): 8 lanes take one row's 128 bytes of a half, one line
+of global memory, into one line of shared memory. Q and K are read K-major (hopper.kmajor_desc:
+SBO = 1024, the k16 step 32 bytes into a half, the next half 128·rows on); V is read MN-major
+(hopper.nmajor_desc: SBO = 1024 for 8 keys, LBO = 128·Bc for the next 64 columns, the k16 step
+2048 bytes). The
 descriptors come from the PTX ISA and four public implementations
 (``docs/hopper_sw128.md``). ``tests/test_hopper.py::test_wgmma_b_mn_major_128b_swizzle`` and
 ``tests/test_attention_tc.py -k wgmma_swizzle`` will say on the GPU whether the hardware reads
