@@ -37,7 +37,8 @@ Menu
 | ``… SWIZZLE=True``                              | Q, K, V tiles in the 128-byte swizzle       |
 |                                                 | (hopper.sw128_index; V read MN-major): a    |
 |                                                 | quarter-warp's copies one 128-byte line on  |
-|                                                 | both sides (below; not yet run on a GPU)    |
+|                                                 | both sides (below); with STAGES=2 the       |
+|                                                 | default on the GPU (1.17–1.57× unswizzled)  |
 | ``… FOLD=True`` (scale > 0; False otherwise)    | scale·log2e folded into the softmax: the    |
 |                                                 | row max of raw S times it, P = 2^(S·c − m)  |
 |                                                 | one FFMA (attention_tc.fold_scale); False:  |
@@ -71,11 +72,20 @@ TFLOP/s recorded then.
 |      | the consumers), consumers that only compute  |                              | CWG=2, STAGES=2,               |
 |      |                                              |                              | PRODUCER=True, OVERLAP=False,  |
 |      |                                              |                              | PINGPONG=False, SWIZZLE=False) |
-| 5    | three stages in the ring: the default        | H200, 2026-12-01: 1.71 ms,   | method='flash_wgmma',          |
-|      | (``WgmmaConfig()``), and the default method  | 322 TFLOP/s, 58.17× lesson   | config=WgmmaConfig(Bc=128,     |
-|      | for fp16/bf16 on Hopper at d = 128 (1.10×    |                              | CWG=2, STAGES=3,               |
-|      | SDPA flash causal, 0.88× not)                |                              | PRODUCER=True, OVERLAP=False,  |
+| 5    | three stages in the ring (``WgmmaConfig()``; | H200, 2026-12-01: 1.71 ms,   | method='flash_wgmma',          |
+|      | until the swizzle the default, and the       | 322 TFLOP/s, 58.17× lesson   | config=WgmmaConfig(Bc=128,     |
+|      | default method for fp16/bf16 on Hopper at d  |                              | CWG=2, STAGES=3,               |
+|      | = 128: 1.10× SDPA flash causal, 0.88× not)   |                              | PRODUCER=True, OVERLAP=False,  |
 |      |                                              |                              | PINGPONG=False, SWIZZLE=False) |
+| 6    | the 128-byte swizzle on the Q, K and V tiles | not measured yet             | method='flash_wgmma',          |
+|      | (a quarter-warp's 16-byte copies one         |                              | config=WgmmaConfig(Bc=128,     |
+|      | 128-byte line in global and in shared        |                              | CWG=2, STAGES=2,               |
+|      | memory, against the L2 tag requests that     |                              | PRODUCER=True, OVERLAP=False,  |
+|      | bound step 5; V read MN-major), with it two  |                              | PINGPONG=False, SWIZZLE=True)  |
+|      | stages as fast as three: the default         |                              |                                |
+|      | (``tc_methods.default_wgmma_config``), and   |                              |                                |
+|      | the default method for fp16/bf16 on Hopper   |                              |                                |
+|      | at d = 64 and 128                            |                              |                                |
 
 The loop (per consumer warpgroup of 64 query rows; CWG = 1, 2 or 3 of them, Br = 64·CWG)::
 
@@ -243,10 +253,11 @@ L2's tag requests at 88 %, 240 M requests for 241 M sectors, 1.76× the K/V byte
 16-byte copy goes to L2 alone, as a whole sector. A quarter-warp's 8 copies are one 128-byte
 line on one side only: in shared memory unpadded, in global memory padded. The 128-byte
 swizzle keeps both sides in one line: a row's 8 chunks, permuted, in one line of shared memory.
-That is the next step (SWIZZLE_128B: K-major for Q and K, MN-major for V; the descriptors:
-docs/hopper_sw128.md). It is untested.
+That was the next step (SWIZZLE_128B: K-major for Q and K, MN-major for V; the descriptors:
+docs/hopper_sw128.md), and it was the bound: ladder step 6.
 
-SWIZZLE (opt-in, ``WgmmaConfig(SWIZZLE=True)``; checked in the simulator and by ptxas only):
+SWIZZLE (``WgmmaConfig(SWIZZLE=True)``; with STAGES = 2 the GPU default, ``tc_methods.
+default_wgmma_config``):
 every tile, Q, K and V alike, lies as hopper.sw128_index puts it: 64-column halves one after
 the other, a row's 64 columns in one 128-byte line, its 16-byte chunk j at j ^ (row % 8); the
 tiles start on a 1024-byte boundary (``at0``, hopper.to_1024: the swizzle works on address
@@ -257,19 +268,27 @@ SBO = 1024, the k16 step 32 bytes into a half, the next half 128·rows on); V is
 (hopper.nmajor_desc: SBO = 1024 for 8 keys, LBO = 128·Bc for the next 64 columns, the k16 step
 2048 bytes). The
 descriptors come from the PTX ISA and four public implementations
-(``docs/hopper_sw128.md``). ``tests/test_hopper.py::test_wgmma_b_mn_major_128b_swizzle`` and
-``tests/test_attention_tc.py -k wgmma_swizzle`` will say on the GPU whether the hardware reads
-them so. ``SWIZZLE=1 bash scripts/gpu_wgmma.sh`` then times them against the default. ptxas
-13.5: the consumers keep 168 registers (d = 128) and 128 (d = 64, CWG = 3) and spill nothing,
-except 8 bytes with OVERLAP, causal, PAD and bf16 at d = 64; the d = 128 loop has 768 SASS
-instructions against the default's 763.
+(``docs/hopper_sw128.md``); ``tests/test_hopper.py::test_wgmma_b_mn_major_128b_swizzle`` and
+``tests/test_attention_tc.py -k wgmma_swizzle`` passed on the H200 (2026-12-02), so the
+hardware reads them so. ptxas 13.5: the consumers keep 168 registers (d = 128) and 128 (d =
+64, CWG = 3) and spill nothing, except 8 bytes with OVERLAP, causal, PAD and bf16 at d = 64;
+the d = 128 loop has 768 SASS instructions against the unswizzled 763. Measured (H200,
+2026-12-02, kernel-only, ``scripts/gpu_wgmma.py --swizzle``, docs/logs/gpu_swizzle_h200.log
+and gpu_swizzle_default_h200.log, two runs): 1.17–1.57× the unswizzled block with three
+stages, at B4 H16 N1024 d64, B2 H16 N4096 d64 and B1 H16 N8192 d128, causal and not (the
+larger d, the larger the gain); with the swizzle three stages ran level with two (0.98–1.01×)
+and two take less shared memory, so two is the default. With the swizzle the schedules FA3
+adds were tried again: OVERLAP 0.95–1.03× the default, PINGPONG 0.99–1.02×, both 1.00–1.03×,
+the wide d = 128 tile (Bc = 176) 0.94–0.96× — still opt-in: gains within what two runs of one
+configuration differ by.
 
 How to run: ``attention(q16, k16, v16, method="flash_wgmma", config=WgmmaConfig(...))``
 (``WgmmaConfig(OVERLAP=True)``: the pipelined loop; ``PINGPONG=True``: the turns),
 ``pytest tests/test_attention_tc.py -k wgmma``, on the H200 ``bash scripts/gpu_wgmma.sh``
 (``OVERLAP=1``: the OVERLAP configs timed beside the default; ``CWG3=1``: the CWG = 3 configs
 at d = 64; ``WIDE=1``: the wide tiles; ``PINGPONG=1``: the PINGPONG configs at both head
-dims).
+dims; ``SWIZZLE=1``: the default beside the unswizzled block and the schedules with the
+swizzle, torch's cuDNN backend too).
 """
 
 import math

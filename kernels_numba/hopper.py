@@ -100,8 +100,8 @@ shared arrays, ``src`` a global one; indices are flat element indices (as in ``v
     kmajor_index(r, k, rows) / kmajor_sw128_index(r, k)   where element (r, k) of a tile goes
         (a flat index in halves) in the two layouts below
     sw128_index(r, c, rows)            a row-major tile (a row = one token, 64-column halves)
-        with the 128-byte swizzle, read K-major or MN-major (its docstring; not yet run on a
-        GPU as MN-major)
+        with the 128-byte swizzle, read K-major or MN-major (its docstring; both readings
+        passed on the H200, 2026-12-02)
     kmajor_desc(addr, R, ks, SW) / nmajor_desc(addr, R, ks, SW)   the descriptors of k16 step
         ks of a tile of R rows (kmajor_index's, or SW sw128_index's) read K-major / N-major
     to_1024(smem)                      words from smem[0] to the next 1024-byte boundary
@@ -202,7 +202,7 @@ engine; the threads issue 16 bytes each).
 Limits. Hardware sm_90a (H100/H200); ``numba.cuda.compile_ptx`` needs ``cc=(9, 0, "a")`` for
 these. A is K-major (from shared memory) or in registers; B K-major, or N-major without
 swizzle (the _tb forms: N = 64, 128), or with the 128-byte swizzle as ``sw128_index`` lays
-it out (in the simulator's twin and its test; not yet run on a GPU). The _tb and _rs forms
+it out (the simulator's twin and its test; passed on the H200, 2026-12-02). The _tb and _rs forms
 (and cp_async_mbar_arrive)
 were added after the H200 run below: they are checked in the simulator and by ptxas only
 until a GPU run of tests/test_hopper.py. In the simulator: the product is computed when the

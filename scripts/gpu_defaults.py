@@ -67,7 +67,7 @@ def _case(torch, sdpa, b, h, n, d, causal):
     refs = [o64[0, 0]] + [r[0, 0] for r in
                           torch.autograd.grad(o64, x64, do[:1, :1].double())]
     o, lse = flashlesson.attention(q, k, v, causal=causal, return_lse=True)
-    fwd_method = "flash_wgmma" if tc_methods.wgmma_is_default(q, k, causal, 0.0) \
+    fwd_method = "flash_wgmma" if tc_methods.wgmma_is_default(q, 0.0) \
         else "flash_tc"
     bwd_method = "flash_wgmma" if tc_methods.wgmma_bwd_is_default(q, causal, 0.0) \
         else "flash_tc"

@@ -7,7 +7,7 @@ kernel-only, checked against torch in the same run (H200; ``scripts/gpu_wgmma.sh
     python3 scripts/gpu_wgmma.py --wide          # K/V tiles of 176 and 192 keys vs the default
     python3 scripts/gpu_wgmma.py --pingpong      # PINGPONG (FA3's ping-pong) vs the default
     python3 scripts/gpu_wgmma.py --cwg3 --tc     # … and flash_tc's default in the same run
-    python3 scripts/gpu_wgmma.py --swizzle --tc  # the 128-byte swizzled tiles vs the default
+    python3 scripts/gpu_wgmma.py --swizzle --tc  # the swizzled default vs unswizzled, schedules
 
 Per shape and causal mode: the inputs as fp16 torch tensors; each method is checked first (head
 (0, 0) against float64 SDPA on the same fp16 values: its max error beside torch flash's own),
@@ -108,13 +108,20 @@ PINGPONG = {
 
 
 # --swizzle: the 128-byte swizzled tiles (WgmmaConfig.SWIZZLE: a quarter-warp's copies one line
-# on both sides, against the default's L2 tag requests, docs/results.md session 6) on each head
-# dim's default block and on the wide d = 128 tile, beside that d's default
+# on both sides, against the L2 tag requests that bound the unswizzled kernel, docs/results.md
+# session 6) — the default since 2026-12-02 (docs/logs/gpu_swizzle_h200.log) — beside the
+# unswizzled block it replaced, and with it the schedules that measured no faster without it
+# (three stages, OVERLAP, PINGPONG, the wide d = 128 tile); torch's cuDNN backend too (the
+# issue's stretch target)
+_NOSW = {128: WgmmaConfig(), 64: WgmmaConfig(**_CWG3)}
 SWIZZLE = {
     "wgmma default": {64: None, 128: None},
-    "wgmma SWIZZLE": {128: WgmmaConfig(SWIZZLE=True), 64: WgmmaConfig(**_CWG3, SWIZZLE=True)},
-    "wgmma SWIZZLE ST2": {128: WgmmaConfig(STAGES=2, SWIZZLE=True),
-                          64: WgmmaConfig(**dict(_CWG3, STAGES=2), SWIZZLE=True)},
+    "wgmma no SWIZZLE": _NOSW,
+    **{f"wgmma SWIZZLE{name}": {d: WgmmaConfig(**{**vars(c), "SWIZZLE": True, **extra})
+                                for d, c in _NOSW.items()}
+       for name, extra in ((" ST3", {}), (" OVERLAP", {"OVERLAP": True}),
+                           (" PINGPONG ST2", {"PINGPONG": True, "STAGES": 2}),
+                           (" OVERLAP PINGPONG", {"OVERLAP": True, "PINGPONG": True}))},
     "wgmma SWIZZLE Bc176 ST2": {128: WgmmaConfig(Bc=176, STAGES=2, SWIZZLE=True)},
 }
 
@@ -136,7 +143,13 @@ def methods(torch, sweep=False, only=None, tc=False):
         run.head_dims = tuple(config) if by_d else None
         return run
 
+    def torch_cudnn(q, k, v, causal):
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return sdpa(q, k, v, is_causal=causal)
+
     out = {"torch sdpa flash": torch_flash}
+    if only is SWIZZLE:
+        out["torch sdpa cudnn"] = torch_cudnn
     if only is not None:                        # --overlap, --cwg3, --wide, --pingpong
         if tc:                                  # (--tc: flash_tc's default beside them)
             out["flash_tc"] = ours("flash_tc", None)
@@ -189,8 +202,9 @@ def main():
                     "and the wide K/V tiles (Bc 176, 192) only (default shapes: all)")
     ap.add_argument("--pingpong", action="store_true", help="torch flash, the default and the "
                     "PINGPONG configs only (default shapes: all); with --wide: both lists")
-    ap.add_argument("--swizzle", action="store_true", help="torch flash, each head dim's "
-                    "default and the SWIZZLE configs only (default shapes: all)")
+    ap.add_argument("--swizzle", action="store_true", help="torch flash and cuDNN, each head "
+                    "dim's default (swizzled), the unswizzled block and the SWIZZLE configs "
+                    "only (default shapes: all)")
     ap.add_argument("--tc", action="store_true", help="with --overlap, --cwg3, --wide, "
                     "--pingpong or --swizzle: flash_tc's default too (where wgmma_is_default "
                     "chooses between them, both in one run)")

@@ -4,6 +4,8 @@
         python scripts/profile_attention.py --b 2 --h 16 --n 4096 --d 64 [--causal]
     … --dtype fp16 --method flash_wgmma      (ncu -k regex:flash_wgmma; scripts/gpu_ncu_wgmma.sh)
     … --dtype fp16 --method torch            (torch SDPA's flash backend, the same inputs)
+    … --dtype fp16 --method flash_wgmma --backward   (the backward after one forward:
+                 ncu -k regex:"dkdv|dq_kernel" --launch-skip 2 --launch-count 2)
 The first call compiles and warms up; the second is the one profiled.
 """
 
@@ -25,6 +27,8 @@ def main():
     p.add_argument("--method", default="flash", help="a flashlesson method, or 'torch' (SDPA's "
                    "flash backend)")
     p.add_argument("--dtype", default="fp32", choices=("fp32", "fp16", "bf16"))
+    p.add_argument("--backward", action="store_true", help="profile the backward (torch: "
+                   "autograd of SDPA flash; ours: attention_backward after its forward)")
     a = p.parse_args()
     rng = np.random.default_rng(0)
     x = [rng.standard_normal((a.b, a.h, a.n, a.d), dtype=np.float32) for _ in range(3)]
@@ -35,6 +39,8 @@ def main():
     else:
         q, k, v = (cuda.to_device(y.astype(np.float16 if a.dtype == "fp16" else np.float32))
                    for y in x)
+    if a.backward:
+        return backward(a, q, k, v)
     for _ in range(2):
         if a.method == "torch":
             from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -43,6 +49,27 @@ def main():
                 sdpa(q, k, v, is_causal=a.causal)
         else:
             flashlesson.attention(q, k, v, causal=a.causal, method=a.method)
+    cuda.synchronize()
+
+
+def backward(a, q, k, v):
+    """Two backward calls on dO = O's shape of ones-scaled noise; the forward once, first."""
+    if a.method == "torch":
+        import torch
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        from torch.nn.functional import scaled_dot_product_attention as sdpa
+        xs = [x.detach().requires_grad_(True) for x in (q, k, v)]
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            o = sdpa(*xs, is_causal=a.causal)
+        do = torch.randn_like(o)
+        for _ in range(2):
+            torch.autograd.grad(o, xs, do, retain_graph=True)
+        torch.cuda.synchronize()
+        return
+    o, lse = flashlesson.attention(q, k, v, causal=a.causal, return_lse=True)
+    do = cuda.to_device(np.random.default_rng(1).standard_normal(o.shape).astype(o.dtype))
+    for _ in range(2):
+        flashlesson.attention_backward(do, q, k, v, o, lse, causal=a.causal, method=a.method)
     cuda.synchronize()
 
 

@@ -75,9 +75,9 @@ def _run(rng, shape, fmt, causal=False, config=None):
 # each there, and run on the GPU; d = 128's operand readings are in test_one_tile_two_readings).
 # GPU: flash-attn's awkward lengths, N = 1, both dtypes, causal and not, both head dims, the
 # default and other variants (one stage with a wrapping ring, three stages, two warpgroups).
-# SWIZZLE (every tile in the 128-byte swizzle, not yet run on a GPU): in the simulator d = 128
-# (two 64-column halves: the K-major half step and the MN-major LBO), causal over two key
-# blocks; on the GPU both head dims, both tile sizes, one and two warpgroups.
+# SWIZZLE (every tile in the 128-byte swizzle): in the simulator d = 128 (two 64-column halves:
+# the K-major half step and the MN-major LBO), causal over two key blocks; on the GPU both head
+# dims, both tile sizes, one and two warpgroups.
 FUSED = WgmmaBwdConfig(FUSED=True)
 SW = WgmmaBwdConfig(SWIZZLE=True)
 CASES = by_device(
@@ -104,7 +104,8 @@ CASES = by_device(
                           ((1, 2, 333, 1301, 128), WgmmaBwdConfig(64, 64, 2, 3, True)))]
     + [("f16", False, (2, 3, 100, 100, 64), SW), ("bf16", True, (1, 2, 1031, 517, 128), SW),
        ("f16", True, (1, 2, 333, 301, 64), WgmmaBwdConfig(128, 128, 1, 3, SWIZZLE=True)),
-       ("bf16", False, (2, 2, 1000, 1000, 128), WgmmaBwdConfig(64, 128, 2, 3, SWIZZLE=True))])
+       ("bf16", False, (2, 2, 1000, 1000, 128), WgmmaBwdConfig(64, 128, 1, 3, SWIZZLE=True)),
+       ("f16", True, (1, 2, 333, 1301, 128), WgmmaBwdConfig(64, 64, 2, 3, SWIZZLE=True))])
 
 
 @pytest.mark.parametrize("fmt, causal, shape, config", CASES,

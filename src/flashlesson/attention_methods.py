@@ -149,8 +149,8 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
         themselves, and runs float32 inputs with 3xTF32 (see ``flashlesson.tc_methods``);
         "flash_wgmma" (§42–43 on Hopper's wgmma, fp16/bf16 with d = 64 or 128, a
         ``WgmmaConfig``: stages of the K/V ring, a producer warpgroup), where fp16/bf16
-        inputs go by themselves on an H100/H200 at d = 128, and at d = 64 when causal or
-        over 2048 keys or more (``tc_methods.wgmma_is_default``: where it measured faster).
+        inputs with d = 64 or 128 go by themselves on an H100/H200 (``tc_methods.
+        wgmma_is_default``: where it measured faster).
     causal: mask keys after each query, aligned bottom-right when Nq ≠ Nk (query i sees key j
         iff j ≤ i + Nk − Nq, as flash-attn ≥ 2.1; torch SDPA's is_causal aligns top-left).
         Rows that see no key give O = 0 and LSE = −inf.
@@ -197,7 +197,7 @@ def _attention_call(q, k, v, causal, scale, key_padding_mask, dropout_p, seed, r
         raise TypeError(f"q: tier 'lesson' of method {method!r} takes float32 inputs (fp16 "
                         "runs on method 'flash_tc', either tier; bf16 on its fast tier)")
     if method == "flash" and tier == "fast" and config is None and \
-            tc_methods.wgmma_is_default(q, k, causal, dropout_p):
+            tc_methods.wgmma_is_default(q, dropout_p):
         method = "flash_wgmma"                                  # (fp16/bf16 on Hopper)
     if method == "flash_wgmma":                                 # §42–43 on Hopper
         checks.integer(seed, "seed", 0, 2**64)

@@ -220,9 +220,16 @@ LADDERS = (
              "224 for the consumers), consumers that only compute",
              {"method": "flash_wgmma",
               "config": WgmmaConfig(Bc=128, CWG=2, STAGES=2, PRODUCER=True)}),
-        Step("5", "three stages in the ring: the default (``WgmmaConfig()``), and the default "
-             "method for fp16/bf16 on Hopper at d = 128 (1.10× SDPA flash causal, 0.88× not)",
+        Step("5", "three stages in the ring (``WgmmaConfig()``; until the swizzle the default, "
+             "and the default method for fp16/bf16 on Hopper at d = 128: 1.10× SDPA flash "
+             "causal, 0.88× not)",
              {"method": "flash_wgmma", "config": WgmmaConfig()}),
+        Step("6", "the 128-byte swizzle on the Q, K and V tiles (a quarter-warp's 16-byte copies "
+             "one 128-byte line in global and in shared memory, against the L2 tag requests "
+             "that bound step 5; V read MN-major), with it two stages as fast as three: the "
+             "default (``tc_methods.default_wgmma_config``), and the default method for "
+             "fp16/bf16 on Hopper at d = 64 and 128",
+             {"method": "flash_wgmma", "config": WgmmaConfig(STAGES=2, SWIZZLE=True)}),
     )),
     Ladder("attention_tc_backward", BACKWARD, DEFAULT_FP32, "float16", (
         Step("0", "the lesson kernels of §30 on CUDA cores, on float32 inputs of the same shape "

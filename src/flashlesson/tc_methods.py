@@ -389,8 +389,8 @@ class WgmmaConfig:
     warpgroup's softmax runs while another's products do (CWG ≥ 2). SWIZZLE: Q, K and V tiles
     in the 128-byte swizzle (hopper.sw128_index: a row's 64-column half in one 128-byte line,
     so a quarter-warp's copies read one line and write one; V read MN-major), against the
-    L2 requests that bound the default (docs/results.md, session 6). Not yet run on a GPU:
-    its descriptors come from docs/hopper_sw128.md."""
+    L2 requests that bound the unswizzled kernel (docs/results.md, session 6; the descriptors:
+    docs/hopper_sw128.md); the default on the GPU since 2026-12-02 (default_wgmma_config)."""
     Bc: int = 128
     CWG: int = 2
     STAGES: int = 3
@@ -439,41 +439,29 @@ class WgmmaConfig:
 
 def default_wgmma_config(d):
     """The simulator: the smallest block (one consumer warpgroup, Bc = 64, no producer). On the
-    GPU: 2 consumer warpgroups, Bc = 128, 3 stages, a producer — the fastest of the eight
-    configurations ``scripts/gpu_wgmma.py --sweep`` timed on the H200 (2026-12-01,
-    docs/logs/gpu_wgmma_h200.log) at all six shapes (d = 64 and 128, causal and not), 2–10 %
-    ahead of 2 stages — and at d = 64 three consumer warpgroups (Br = 192, FlashAttention-3's
-    block for d = 64): 1.26× and 1.19× the two-warpgroup block at B2 H16 N4096 d64 (not causal
-    / causal), 1.21× and 1.01× at B4 H16 N1024 d64 (``scripts/gpu_wgmma.py --cwg3``, H200,
-    2026-12-01, docs/logs/gpu_wgmma_cwg3_h200.log)."""
+    GPU: Bc = 128, a producer, 2 consumer warpgroups at d = 128 and 3 at d = 64 (Br = 192,
+    FlashAttention-3's block for d = 64: 1.19–1.26× two at B2 H16 N4096 d64, ``scripts/
+    gpu_wgmma.py --cwg3``, docs/logs/gpu_wgmma_cwg3_h200.log), every tile in the 128-byte
+    swizzle with two stages in the ring. The swizzle: 1.17–1.57× the unswizzled default (three
+    stages) at B4 H16 N1024 d64, B2 H16 N4096 d64 and B1 H16 N8192 d128, causal and not; with
+    it two stages ran level with three (0.99–1.03×) in less shared memory (``scripts/
+    gpu_wgmma.py --swizzle``, H200, 2026-12-02, docs/logs/gpu_swizzle_h200.log)."""
     if device.SIMULATOR:
         return WgmmaConfig(Bc=64, CWG=1, STAGES=2, PRODUCER=False)
     if d == 64:
-        return WgmmaConfig(Bc=128, CWG=3, STAGES=3, PRODUCER=True)
-    return WgmmaConfig()
+        return WgmmaConfig(Bc=128, CWG=3, STAGES=2, PRODUCER=True, SWIZZLE=True)
+    return WgmmaConfig(STAGES=2, SWIZZLE=True)
 
 
-def wgmma_is_default(q, k, causal, dropout_p):
+def wgmma_is_default(q, dropout_p):
     """Whether ``attention(q, k, v)`` with the default method ("flash") runs "flash_wgmma"
     rather than "flash_tc": fp16/bf16 inputs on a Hopper GPU (compute capability 9.0, not the
-    simulator), d = 64 or 128, no dropout — except d = 64 without a causal mask over fewer
-    than 2048 keys, where the mma.sync kernel stays ahead. Measured on the H200, 2026-12-01
-    (kernel-only TFLOP/s, flash_wgmma's default against flash_tc): B4 H16 N1024 d64 203 / 226,
-    causal 152 / 143; B2 H16 N4096 d64 269 / 258, causal 248 / 225; B1 H16 N8192 d128
-    317 / 268, causal 312 / 251. With three consumer warpgroups, the d = 64 default since,
-    flash_wgmma ran 230 TFLOP/s at B4 H16 N1024 d64 non-causal (docs/logs/
-    gpu_wgmma_cwg3_h200.log), level with flash_tc's 226 of the earlier run. Timed in one run
-    since (2026-12-01, session 6, both with the scale folded into the softmax; docs/logs/
-    gpu_l2_breakdown_h200.log): flash_tc 239, flash_wgmma (CWG = 3) 238 — level, so the rule
-    stays."""
-    d = _wgmma_head_dim(q, dropout_p)
-    if d is None:
-        return False
-    try:
-        nk = int(k.shape[-2])
-    except (AttributeError, IndexError, TypeError):
-        return False                            # (the full path names what is wrong)
-    return not (d == 64 and causal is not True and nk < 2048)
+    simulator), d = 64 or 128, no dropout. Measured on the H200, 2026-12-02 (kernel-only,
+    flash_wgmma's default against flash_tc's, docs/logs/gpu_swizzle_h200.log): 1.24× and
+    1.19× at B4 H16 N1024 d64 (not causal / causal), 1.39× and 1.43× at B2 H16 N4096 d64,
+    1.91× and 1.86× at B1 H16 N8192 d128. (Before the swizzle flash_tc kept d = 64 without a
+    causal mask over fewer than 2048 keys, where the two ran level.)"""
+    return _wgmma_head_dim(q, dropout_p) is not None
 
 
 def wgmma_bwd_is_default(q, causal, dropout_p):
@@ -723,8 +711,9 @@ class WgmmaBwdConfig:
     block in both kernels (1 or 2), STAGES shared-memory stages of each kernel's ring (1:
     load, wait, compute; 2 or 3: the next tiles in flight), FUSED: no dQ kernel — the dK/dV
     kernel adds dS K to a float32 dQ in key-block order (Bq = 64; Bk unused). SWIZZLE: every
-    tile in the 128-byte swizzle, as WgmmaConfig.SWIZZLE (not with FUSED; not yet run on a
-    GPU)."""
+    tile in the 128-byte swizzle, as WgmmaConfig.SWIZZLE (not with FUSED; correct on the H200,
+    and 0.94–1.02× the default there, 2026-12-02: the backward is not bound by its copies'
+    L2 requests — docs/logs/gpu_swizzle_h200.log)."""
     Bq: int = 64
     Bk: int = 64
     CWG: int = 2
