@@ -86,16 +86,16 @@ How to run: ``pytest tests/test_attention_tc_backward.py``; ``flashlesson bench 
 
 from functools import lru_cache
 
-from numba import cuda, float32, uint32
+from numba import cuda, float32, int32, uint32
 
 from .attention import block_tile, first_q_tile, kv_tiles
-from .attention_backward import lse_or_inf
+from .attention_backward import POS_INF, lse_or_inf
 from .attention_tc import BUILT, LOG2E, head_io, kv_loader_tc, ldsm_products_a, \
     pack_accumulators, padded_head_dim, products_for, rows_async, tc_shapes, zeros
 from .jit import pure_device
 from .mma import ex2, pack_bf16, pack_f16, unpack_bf16, unpack_f16
 from .reductions import NEG_INF, ZERO
-from .vector import cp_async4, cp_async_wait_all
+from .vector import cp_async4, cp_async_wait_all, load1
 
 
 def tc_bwd_smem_bytes(D, B, WARPS, ASYNC=False):
@@ -206,40 +206,82 @@ def exponent(s, scale, scale2, lse, NAT):
 
 
 @lru_cache(maxsize=None)
-def ds_transposed(NBQ, Bq, CAUSAL, PAD, NAT=False):
+def ds_transposed(NBQ, Bq, CAUSAL, PAD, NAT=False, KILL=True):
     """§30 on the dK/dV kernel's Sᵀ, dPᵀ accumulators (rows: the lane's keys key_lo, key_lo + 8;
     columns: queries q0 + 8nb + 2t (+1)), in place: Pᵀ and dSᵀ. LSE_i and D_i of the tile's
     queries are at fsm[fl …] and fsm[fl + Bq …].
 
     Per element only P = 2^(Sᵀ·scale·log2e − LSE·log2e) and dS = P ∘ (dP − D): a query that
     sees no key or lies past Nq has LSE·log2e = +inf (lse2_of, once per column), a key past Nk
-    or padded gets P = 0 (two flags per lane), and the causal test (§34) runs only in lanes
-    whose keys reach above this tile's diagonal."""
+    or padded gets P = 0 (two flags per lane; KILL), and the causal test (§34) runs only in
+    lanes whose keys reach above this tile's diagonal.
+
+    A full tile costs the four per-element instructions (FFMA, ex2, FADD, FMUL) and a few per
+    column; ptxas 13.5, a full tile of the wgmma dK/dV kernel at d = 128, Bq = 64 (32 elements
+    a thread): 508 SASS instructions before the shortcuts below, 248 after, 208 with KILL
+    False (2026-12-02). Each shortcut is exact:
+    - LSE_i, D_i are read by ``vector.load1`` at a 32-bit offset, not fsm[fl + c0]: the same
+      element (shared-memory offsets are ≥ 0 and small) without Numba's 64-bit index and its
+      negative-index fix-up per load, so ptxas pairs the columns 2t, 2t + 1 in one 8-byte load;
+    - the test "query q0 + c0 < Nq" runs only on a partial tile (q0 + Bq > Nq: the last one,
+      a branch the whole block takes alike); on a full tile every query is there, and
+      lse_or_inf's live = True changes nothing;
+    - LSE = −inf stays tested on every tile: the forward writes it for any row whose scores are
+      all −inf — with CAUSAL or PAD a row that sees no key, but also, unmasked, a row whose
+      q·k overflow float32 (bf16 and float32 inputs reach 3.4e38) or meet an infinite input;
+      untested, P = 2^(S·… + inf) would be NaN there instead of 0;
+    - KILL False skips the kill flags: a key's row of Pᵀ and dSᵀ reaches only its own rows of
+      dV = Pᵀ dO and dK = dSᵀ Q (row r of a product is row r of A times B), and those are
+      never written for a key past Nk (write_rows) and overwritten with 0 for a padded key
+      (clear_padded, after the loop) — whatever P was, NaN included. A caller whose Pᵀ or dSᵀ
+      go anywhere else (the wgmma kernel's FUSED dQ = dS K) keeps KILL.
+    - the causal tests sit in one branch of their own (step 3), taken by the lanes at the
+      diagonal: written in the per-element loop they become selects that every tile runs.
+    NAT: the 3xTF32 kernels' exponent (see ``exponent``; their LSE without the log2e)."""
+    NC = 2 * NBQ                            # my columns: 8nb + 2t + u, u = 0, 1
 
     @cuda.jit(device=True)
     def step(st, dpt, fsm, fl, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t, scale):
         scale2 = scale * LOG2E
-        kill_lo = key_lo >= n_k or pad_lo
-        kill_hi = key_lo + 8 >= n_k or pad_hi
+        at = int32(fl) + int32(2 * t)       # my LSE_i at fsm[at + 8nb + u], D_i Bq further on
+        full = q0 + Bq <= n_q               # (uniform) every column a query < Nq
+        kill_lo = KILL and (key_lo >= n_k or pad_lo)
+        kill_hi = KILL and (key_lo + 8 >= n_k or pad_hi)
         diag = CAUSAL and key_lo + 8 > q0 + offset          # some key > some query + offset
-        for nb in range(NBQ):
-            c0 = 8 * nb + 2 * t                             # my columns: queries q0 + c0 (+1)
-            if NAT:                                         # (see exponent)
-                l0 = lse_or_inf(fsm[fl + c0], q0 + c0 < n_q)
-                l1 = lse_or_inf(fsm[fl + c0 + 1], q0 + c0 + 1 < n_q)
-            else:
-                l0 = lse2_of(fsm[fl + c0], q0 + c0 < n_q)
-                l1 = lse2_of(fsm[fl + c0 + 1], q0 + c0 + 1 < n_q)
-            d0 = fsm[fl + Bq + c0]
-            d1 = fsm[fl + Bq + c0 + 1]
+        # causal: key_lo + 8h > q0 + 8nb + 2t + u + offset (row half h, column u) ⟺
+        # rel > 8nb + u − 8h, rel = key_lo − q0 − offset − 2t; used only where diag (so
+        # rel ≥ −13) and compared with constants < Bq, min(rel, Bq) keeps every answer and
+        # fits 32 bits (one compare an element, not two)
+        rel = int32(min(key_lo - q0 - offset - 2 * t, Bq))
+
+        lse = cuda.local.array(NC, float32)     # 1, per column: LSE·log2e (NAT: LSE), with
+        for nb in range(NBQ):                   # +inf for −inf (lse_or_inf's test)
+            for u in range(2):
+                x = load1(fsm, at + 8 * nb + u)
+                lse[2 * nb + u] = lse_or_inf(x, True) if NAT else lse2_of(x, True)
+        if not full:                            # the last tile: +inf past Nq too (as
+            for nb in range(NBQ):               # lse_or_inf's live False)
+                for u in range(2):
+                    if q0 + 8 * nb + 2 * t + u >= n_q:
+                        lse[2 * nb + u] = POS_INF
+
+        for nb in range(NBQ):                   # 2, per element: the exponent, into st
+            for e in range(4):
+                st[4 * nb + e] = exponent(st[4 * nb + e], scale, scale2, lse[2 * nb + e % 2],
+                                          NAT)      # (S·scale − LSE)·log2e
+        if CAUSAL and diag:                     # 3: one branch around all the causal tests
+            for nb in range(NBQ):
+                for e in range(4):
+                    if rel > 8 * nb + e % 2 - 8 * (e // 2):     # key > query + offset
+                        st[4 * nb + e] = NEG_INF                    # above the diagonal
+        for nb in range(NBQ):                   # 4: Pᵀ, dSᵀ
+            d0 = load1(fsm, at + Bq + 8 * nb)   # D of my two columns
+            d1 = load1(fsm, at + Bq + 8 * nb + 1)
             for e in range(4):
                 i = 4 * nb + e
-                x = exponent(st[i], scale, scale2, l0 if e % 2 == 0 else l1,
-                             NAT)                           # (S·scale − LSE)·log2e
-                if CAUSAL and diag:
-                    if key_lo + 8 * (e // 2) > q0 + c0 + e % 2 + offset:
-                        x = NEG_INF                                 # above the diagonal
-                p = ZERO if (kill_lo if e < 2 else kill_hi) else ex2(x)     # Pᵀ
+                p = ex2(st[i])                                      # Pᵀ
+                if KILL and (kill_lo if e < 2 else kill_hi):
+                    p = ZERO                                        # a key past Nk or padded
                 st[i] = p
                 dpt[i] = p * (dpt[i] - (d0 if e % 2 == 0 else d1))          # dSᵀ = Pᵀ∘(dPᵀ − D)
     return step
@@ -404,7 +446,8 @@ def flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD, BF16, ASYNC=False, d=Non
     acc_tile = accumulate(KC2, NBO, NBQ, BF16, ASYNC)
     write = write_rows(NBO, BF16, False, d)
     clear_o = zeros(AO)
-    ds_t = ds_transposed(NBQ, Bq, CAUSAL, PAD)
+    ds_t = ds_transposed(NBQ, Bq, CAUSAL, PAD, KILL=False)  # (Pᵀ, dSᵀ reach only their
+                                                            #  keys' dV, dK rows: see there)
 
     @cuda.jit(device=True)
     def issue(q, do, lse, dvec, bh, n_q, q0, smem, fsm, at, tid, kpm):

@@ -171,7 +171,7 @@ def flash_tf32x3_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL, PAD):
     FL = DO_AT + Bq * KS
     assert D % 8 == 0 and Bq % 16 == 0
     block_rows, rows, by_rows, _, clear_s, clear_o, write = parts(D, Bq, WARPS, PAD, False)
-    ds_t = ds_transposed(NBQ, Bq, CAUSAL, PAD, True)    # (NAT: see exponent)
+    ds_t = ds_transposed(NBQ, Bq, CAUSAL, PAD, NAT=True, KILL=False)   # (see there)
     unpad = clear_padded(NBO, False)
     by_blocks = tf32_by_keys_blocks(NBO, NBQ)          # (two-level sums: module menu)
     FR = 4 * NBQ                                        # floats of a tile of Pᵀ's fragments

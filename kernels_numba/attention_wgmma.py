@@ -52,33 +52,33 @@ numbers here; a step without one is historical (no longer separable in the code)
 TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
-| 0    | the lesson kernel of §37                     | H200, 2026-12-01: 99.5 ms,   | method='flash_tc',             |
+| 0    | the lesson kernel of §37                     | H200, 2026-12-02: 99.4 ms,   | method='flash_tc',             |
 |      | (``lesson/tensor_core.py``), as in           | 5.53 TFLOP/s                 | tier='lesson'                  |
 |      | attention_tc's ladder                        |                              |                                |
-| 1    | the mma.sync kernel (``attention_tc.py``,    | H200, 2026-12-01: 2.05 ms,   | method='flash_tc'              |
-|      | its default): where this file starts         | 268 TFLOP/s, 48.57× lesson   |                                |
-| 2    | both products on wgmma (S: Q, K from shared  | H200, 2026-12-01: 2.75 ms,   | method='flash_wgmma',          |
-|      | memory; P·V: P in registers, V N-major), 2   | 200 TFLOP/s, 36.22× lesson   | config=WgmmaConfig(Bc=128,     |
+| 1    | the mma.sync kernel (``attention_tc.py``,    | H200, 2026-12-02: 2.02 ms,   | method='flash_tc'              |
+|      | its default): where this file starts         | 272 TFLOP/s, 49.09× lesson   |                                |
+| 2    | both products on wgmma (S: Q, K from shared  | H200, 2026-12-02: 2.66 ms,   | method='flash_wgmma',          |
+|      | memory; P·V: P in registers, V N-major), 2   | 207 TFLOP/s, 37.34× lesson   | config=WgmmaConfig(Bc=128,     |
 |      | consumer warpgroups, Bc = 128, K/V through   |                              | CWG=2, STAGES=1,               |
 |      | one stage on mbarriers: load, wait, compute  |                              | PRODUCER=False, OVERLAP=False, |
 |      | (STAGES = 1)                                 |                              | PINGPONG=False, SWIZZLE=False) |
-| 3    | §42: two stages, the next tile's cp.async    | H200, 2026-12-01: 2.31 ms,   | method='flash_wgmma',          |
-|      | copies in flight during this tile's wgmmas   | 238 TFLOP/s, 42.98× lesson   | config=WgmmaConfig(Bc=128,     |
+| 3    | §42: two stages, the next tile's cp.async    | H200, 2026-12-02: 2.16 ms,   | method='flash_wgmma',          |
+|      | copies in flight during this tile's wgmmas   | 255 TFLOP/s, 46.10× lesson   | config=WgmmaConfig(Bc=128,     |
 |      | (every thread copies)                        |                              | CWG=2, STAGES=2,               |
 |      |                                              |                              | PRODUCER=False, OVERLAP=False, |
 |      |                                              |                              | PINGPONG=False, SWIZZLE=False) |
-| 4    | §43: a producer warpgroup that only copies   | H200, 2026-12-01: 1.76 ms,   | method='flash_wgmma',          |
-|      | (setmaxnreg: 56 registers for it, 224 for    | 313 TFLOP/s, 56.54× lesson   | config=WgmmaConfig(Bc=128,     |
+| 4    | §43: a producer warpgroup that only copies   | H200, 2026-12-02: 1.76 ms,   | method='flash_wgmma',          |
+|      | (setmaxnreg: 56 registers for it, 224 for    | 312 TFLOP/s, 56.38× lesson   | config=WgmmaConfig(Bc=128,     |
 |      | the consumers), consumers that only compute  |                              | CWG=2, STAGES=2,               |
 |      |                                              |                              | PRODUCER=True, OVERLAP=False,  |
 |      |                                              |                              | PINGPONG=False, SWIZZLE=False) |
-| 5    | three stages in the ring (``WgmmaConfig()``; | H200, 2026-12-01: 1.71 ms,   | method='flash_wgmma',          |
-|      | until the swizzle the default, and the       | 322 TFLOP/s, 58.17× lesson   | config=WgmmaConfig(Bc=128,     |
+| 5    | three stages in the ring (``WgmmaConfig()``; | H200, 2026-12-02: 1.7 ms,    | method='flash_wgmma',          |
+|      | until the swizzle the default, and the       | 323 TFLOP/s, 58.37× lesson   | config=WgmmaConfig(Bc=128,     |
 |      | default method for fp16/bf16 on Hopper at d  |                              | CWG=2, STAGES=3,               |
 |      | = 128: 1.10× SDPA flash causal, 0.88× not)   |                              | PRODUCER=True, OVERLAP=False,  |
 |      |                                              |                              | PINGPONG=False, SWIZZLE=False) |
-| 6    | the 128-byte swizzle on the Q, K and V tiles | not measured yet             | method='flash_wgmma',          |
-|      | (a quarter-warp's 16-byte copies one         |                              | config=WgmmaConfig(Bc=128,     |
+| 6    | the 128-byte swizzle on the Q, K and V tiles | H200, 2026-12-02: 1.04 ms,   | method='flash_wgmma',          |
+|      | (a quarter-warp's 16-byte copies one         | 527 TFLOP/s, 95.19× lesson   | config=WgmmaConfig(Bc=128,     |
 |      | 128-byte line in global and in shared        |                              | CWG=2, STAGES=2,               |
 |      | memory, against the L2 tag requests that     |                              | PRODUCER=True, OVERLAP=False,  |
 |      | bound step 5; V read MN-major), with it two  |                              | PINGPONG=False, SWIZZLE=True)  |
@@ -319,6 +319,15 @@ BUILT = {}                  # (factory, *arguments) → kernel, for resource rep
 BC_WIDTHS = (64, 96, 128, 160, 176, 192)   # Bc: wgmma N of S = Q Kᵀ and k16 steps of P·V
 
 
+@cuda.jit(device=True)
+def warpgroup_of(tid):
+    """tid // 128, taken from lane 0 by a shuffle (as CUTLASS's canonical_warp_group_idx): the
+    same value, but ptxas then knows it is the same in the whole warp and keeps what is built
+    from it — a warpgroup's tile addresses and wgmma descriptors — in uniform registers, where
+    wgmma reads its descriptors (attention_wgmma_backward: no R2UR per descriptor)."""
+    return cuda.shfl_sync(0xFFFFFFFF, tid // WARPGROUP, 0)
+
+
 def producer_regs(CWG):
     """setmaxnreg.dec of the producer warpgroup: ptxas allocates the code after it within this
     (d = 128, CWG = 2: 40 gave 40 bytes of spills, 56 none). CWG = 3: 32, FA3's figure, so
@@ -403,18 +412,39 @@ def kmajor_rows(D, R, NL, PAD=False, SWIZZLE=False):
     ``at`` on, K-major (hopper.kmajor_index(r, k, R): LBO = 16·R bytes, SBO = 128 bytes; SWIZZLE:
     hopper.sw128_index(r, k, R), row by row, ``at`` on a 1024-byte boundary), zeros (no global
     read) for rows ≥ n and, PAD, rows whose kpm[b_idx, row] is 0. Nothing waits: the caller
-    follows with cp_async_wait_all or cp_async_mbar_arrive. R a multiple of 8."""
+    follows with cp_async_wait_all or cp_async_mbar_arrive. R a multiple of 8.
+
+    NL is a multiple of D (a lap: 8 pieces of 8 rows, or 8 rows of pieces), so a copier's
+    pieces piece_of(lt + NL·m) keep the piece c and lie STEP = NL / PIECES rows apart, a
+    multiple of 8 (the swizzle's chunk order repeats every 8 rows): each shared offset is the
+    first one plus m·STEP·ROW words and each global one plus m·STEP·D/2 — computed once, not
+    per piece (attention_wgmma_backward streams its tiles with this: SASS, about 75
+    instructions a 16-byte copy before, a handful after). A whole tile (r0 + R ≤ n, no
+    padding: the same branch for every thread) reads from one base; a partial tile clamps
+    each row into the input and zero-fills the rows past n."""
+    assert NL % D == 0, (NL, D)                    # (every caller: warpgroups, D ≤ 128)
     piece_of, chunk_word = piece_order(D, SWIZZLE)
     DW, PIECES = D // 2, D // 8
+    STEP = NL // PIECES                             # rows between a copier's pieces
+    COPIES = -(-R // STEP)
+    ROW = 32 if SWIZZLE else 4                      # words a row on: chunk_word(r + 1, c, R)
 
     @cuda.jit(device=True)
     def copy(x, smem, at, lt, bh, n, r0, kpm, b_idx):
-        for p in range(lt, R * PIECES, NL):
-            r, c = piece_of(p)                      # row r of the tile, piece c (8 halves)
-            row = r0 + r
-            ok = row < n and (not PAD or kpm[b_idx, row] != 0)
-            cp_async16(smem, at + chunk_word(r, c, R), x,
-                       (bh * n + row) * DW + 4 * c if ok else 0, ok)
+        r, c = piece_of(lt)                         # my first piece: row r, piece c
+        dst = at + chunk_word(r, c, R)
+        if not PAD and r0 + R <= n:                 # a whole tile: one base
+            src = (bh * n + r0 + r) * DW + 4 * c
+            for m in range(COPIES):                 # (unrolled: the offsets are constants)
+                if R % STEP == 0 or r + STEP * m < R:       # (compile-time True if STEP | R)
+                    cp_async16(smem, dst + ROW * STEP * m, x, src + STEP * DW * m, True)
+        else:                                       # the last tile, or PAD: row by row
+            for m in range(COPIES):
+                if R % STEP == 0 or r + STEP * m < R:
+                    row = r0 + r + STEP * m
+                    ok = row < n and (not PAD or kpm[b_idx, row] != 0)
+                    cp_async16(smem, dst + ROW * STEP * m, x,
+                               (bh * n + min(row, n - 1)) * DW + 4 * c, ok)   # (in bounds)
     return copy
 
 

@@ -32,23 +32,24 @@ timed call, ``--write`` puts its numbers here; a step without one is historical 
 in the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
-| 0    | the lesson kernels of §30 on CUDA cores, on  | H200, 2026-12-01: 825 ms,    | tier='lesson'                  |
-|      | float32 inputs of the same shape (there is   | 1.67 TFLOP/s                 |                                |
+| 0    | the lesson kernels of §30 on CUDA cores, on  | H200, 2026-12-02: 834 ms,    | tier='lesson'                  |
+|      | float32 inputs of the same shape (there is   | 1.65 TFLOP/s                 |                                |
 |      | no lesson tensor-core backward) (float32)    |                              |                                |
-| 1    | the mma.sync backward                        | H200, 2026-12-01: 7.32 ms,   | method='flash_tc'              |
-|      | (``attention_tc_backward.py``, the fp16/bf16 | 188 TFLOP/s, 112.78× lesson  |                                |
-|      | default with a causal mask or off Hopper):   |                              |                                |
-|      | where this file starts                       |                              |                                |
-| 2    | every product on wgmma (Sᵀ, dPᵀ / S, dP from | H200, 2026-12-01: 7.41 ms,   | method='flash_wgmma',          |
-|      | shared memory; dV, dK / dQ with Pᵀ, dSᵀ / dS | 186 TFLOP/s, 111.39× lesson  | config=WgmmaBwdConfig(Bq=64,   |
+| 1    | the mma.sync backward                        | H200, 2026-12-02: 7.34 ms,   | method='flash_tc'              |
+|      | (``attention_tc_backward.py``, the fp16/bf16 | 187 TFLOP/s, 113.67× lesson  |                                |
+|      | default off Hopper): where this file starts  |                              |                                |
+| 2    | every product on wgmma (Sᵀ, dPᵀ / S, dP from | H200, 2026-12-02: 6.62 ms,   | method='flash_wgmma',          |
+|      | shared memory; dV, dK / dQ with Pᵀ, dSᵀ / dS | 207 TFLOP/s, 125.95× lesson  | config=WgmmaBwdConfig(Bq=64,   |
 |      | in registers and B N-major), 2 consumer      |                              | Bk=64, CWG=2, STAGES=1,        |
 |      | warpgroups, tiles of 64 through one stage on |                              | FUSED=False, SWIZZLE=False)    |
 |      | mbarriers: load, wait, compute (STAGES = 1)  |                              |                                |
-| 3    | two stages: the next tile's cp.async copies  | H200, 2026-12-01: 6.4 ms,    | method='flash_wgmma',          |
-|      | in flight during this tile's wgmmas; the     | 215 TFLOP/s, 129.03× lesson  | config=WgmmaBwdConfig(Bq=64,   |
+| 3    | two stages: the next tile's cp.async copies  | H200, 2026-12-02: 5.63 ms,   | method='flash_wgmma',          |
+|      | in flight during this tile's wgmmas; the     | 244 TFLOP/s, 148.26× lesson  | config=WgmmaBwdConfig(Bq=64,   |
 |      | method's default (``WgmmaBwdConfig()``), and |                              | Bk=64, CWG=2, STAGES=2,        |
-|      | the default method for fp16/bf16 without a   |                              | FUSED=False, SWIZZLE=False)    |
-|      | causal mask on Hopper (1.03–1.14× flash_tc)  |                              |                                |
+|      | the default method for fp16/bf16 on Hopper.  |                              | FUSED=False, SWIZZLE=False)    |
+|      | Steps 2 and 3 run the lean loop (menu: half  |                              |                                |
+|      | the instructions a tile, no spills); before  |                              |                                |
+|      | it, 2026-12-01: 7.41 and 6.4 ms              |                              |                                |
 
 FUSED (``WgmmaBwdConfig(FUSED=True)``): the two kernels compute S and dP twice — seven
 products a tile pair where FlashAttention-2 and -3 do five, adding dQ from the dK/dV kernel
@@ -116,8 +117,8 @@ step s at byte 256·s::
 (the forward's V tile is N-major with LBO = 16·D, SBO = 128: the same formula, rows and
 columns stored the other way round). No transposed copy, no second tile.
 
-SWIZZLE (``WgmmaBwdConfig(SWIZZLE=True)``, opt-in, not with FUSED; checked in the simulator and
-by ptxas only): every tile as hopper.sw128_index lays it out — 64-column halves, a row's half
+SWIZZLE (``WgmmaBwdConfig(SWIZZLE=True)``, opt-in, not with FUSED; correct on the H200 and
+0.94–1.02× the default there, 2026-12-02: the backward is bound by instructions, not copies): every tile as hopper.sw128_index lays it out — 64-column halves, a row's half
 in one 128-byte line, chunks XOR (row % 8) — copied row by row (kmajor_rows(…, SWIZZLE)), the
 tiles from a 1024-byte boundary on (``at0``; a stage rounded up to 1024 bytes:
 ``stage_words``), and its two readings with the swizzle (``kmajor_desc``, ``nmajor_desc``: SBO
@@ -158,16 +159,45 @@ tile, a key hidden from some rows but seen by others is in the tile, and 0·NaN 
 
 Limits: fp16/bf16, d = D = 64 or 128 exactly (other d: method 'flash_tc'); Bq, Bk = 64 or 128
 (not Bq = 128 at d = 128: below; FUSED: Bq = 64); CWG = 1 or 2; sm_90a (wgmma, mbarrier). No producer
-warpgroup (every thread copies), no swizzle, one wgmma group waited for at once (the CUDA-core
-work of a tile does not overlap its products), no dropout, no varlen. The simulator runs it at
+warpgroup (every thread copies), one wgmma group waited for at once (the CUDA-core work of a
+tile does not overlap its products), no dropout, no varlen. The simulator runs it at
 tiny shapes (one to four blocks; the products computed at once, not asynchronously).
 
-Registers (2026-12-01, CUDA 13.5's NVVM and ptxas, sm_90a; the H200's driver agrees): the dK/dV kernel
-holds Sᵀ, dPᵀ (Bq/2 floats each) and dK, dV (D/2 each) a thread — 192 at d = 128, Bq = 64: 255
-registers with 8–56 bytes of spills (the default; FUSED: 88 bytes); 202–225, none, at d = 64, Bq = 64; 255 with
-48–112 bytes at d = 64, Bq = 128; Bq = 128 at d = 128 (256 floats) spills 200–900 bytes and
-ptxas serializes the wgmmas (C7512), so ``WgmmaBwdConfig`` refuses it. The dQ kernel: 168–194
-registers at d = 128, Bk = 64, 246–255 at Bk = 128, no spills.
+The lean loop (2026-12-02). Nsight Compute at B1 H16 N8192 d128 (docs/results.md, session 7)
+showed both kernels issuing 2.6× the instructions of torch's backward, the integer pipe the
+busiest: about 1600 SASS instructions a warp per tile in the dK/dV kernel and 1050 in the dQ
+kernel, where some 230 and 170 do the work (wgmma, ex2, the dS arithmetic, packing, copies).
+Three changes, none of them in the arithmetic (the gradients are bitwise the same):
+- the copies: ``attention_wgmma.kmajor_rows`` finds a thread's first 16-byte piece once and
+  steps by constants (its pieces keep their column and lie a fixed number of rows apart),
+  with one base address for a whole tile — about 75 instructions a copy before, a handful
+  after; LSE_i and D_i in one unrolled pass;
+- the descriptors: ``hopper.kmajor_desc``/``nmajor_desc`` are step 0's descriptor plus a
+  constant (``desc_step``), so a k16 loop builds each once; the warpgroup index comes from
+  ``warpgroup_of`` (a shuffle from lane 0), so ptxas keeps the per-warpgroup addresses in
+  uniform registers, where wgmma reads its descriptors;
+- dS: ``attention_tc_backward.ds_transposed`` reads LSE_i, D_i at 32-bit offsets, tests
+  "query < Nq" on the last tile only, puts the causal tests in one branch for the lanes at the
+  diagonal and, KILL = FUSED, skips the kill flags of keys past Nk and padded keys (their
+  rows of Pᵀ, dSᵀ reach only their own dK, dV rows, never written or zeroed; FUSED's dQ keeps
+  them).
+SASS per tile (ptxas 13.5, d = 128, Bq = Bk = 64, CWG = 2, fp16, a full tile): dK/dV 1560 →
+783, dQ 1045 → 485 (d = 64: 1185 → 612, 700 → 350); the dK/dV kernel's 20 bytes of spills
+gone. Measured (H200, 2026-12-02, kernel-only, docs/logs/gpu_lean_bwd_h200.log, × torch SDPA
+flash backward; before in brackets): 0.81 (0.71) and 0.86 (0.65) at B1 H16 N8192 d128, not
+causal and causal; 0.87 (0.69) and 0.83 (0.58) at B2 H16 N4096 d64; 0.89 (0.74) and 0.93
+(0.70) at B4 H16 N1024 d64 — now ahead of flash_tc causal too (1.02–1.25×), so the default
+method on Hopper causal or not (``tc_methods.wgmma_bwd_is_default``). Still behind torch:
+the dQ kernel's S and dP again (seven products for torch's five), and about 280 instructions
+a dK/dV tile that a prototype's SASS showed could go (the Q/dO descriptors of each stage
+built outside the loop, the stage and parity arithmetic in 32 bits; not measured).
+
+Registers (2026-12-02, CUDA 13.5's NVVM and ptxas, sm_90a): the dK/dV kernel holds Sᵀ, dPᵀ
+(Bq/2 floats each) and dK, dV (D/2 each) a thread — 192 at d = 128, Bq = 64: 241 registers,
+no spills (before the lean loop: 255 with 8–56 bytes of spills; FUSED: 255 with 72); 184 at d = 64, Bq =
+64; Bq = 128 at d = 128 (256 floats) spills 200–900 bytes and ptxas serializes the wgmmas
+(C7512), so ``WgmmaBwdConfig`` refuses it. The dQ kernel: 164 registers at d = 128, Bk = 64,
+128 at d = 64, no spills.
 
 How to run: ``attention_backward(do, q, k, v, o, lse, method="flash_wgmma",
 config=WgmmaBwdConfig(...))`` on fp16/bf16 inputs; ``pytest tests/test_attention_wgmma_backward.py``;
@@ -182,7 +212,7 @@ from .attention import first_q_tile, kv_tiles
 from .attention_tc import pack_accumulators, zeros
 from .attention_tc_backward import clear_padded, ds_rows, ds_transposed, lane_row_stats, \
     lane_rows, padded_keys, write_rows
-from .attention_wgmma import BUILT, WARPGROUP, kmajor_rows
+from .attention_wgmma import BUILT, WARPGROUP, kmajor_rows, warpgroup_of
 from .hopper import WGMMA, WGMMA_RS_TB, WGMMA_TB, bar_sync, cp_async_mbar_arrive, \
     fence_mbarrier_init, fence_proxy_async, kmajor_desc, kmajor_index, mbar_arrive, mbar_init, \
     mbar_try_wait_parity, nmajor_desc, sem_release_add, sem_wait_geq, shared_addr, to_1024, \
@@ -286,7 +316,7 @@ def dq_turns(D, Bq, CWG):
 
     @cuda.jit(device=True)
     def add_dq(dqa, sem, dq_part, bh, q0, n_q, col0, turn, si, tid):
-        cw = tid // WARPGROUP
+        cw = warpgroup_of(tid)
         lane = tid % 32
         row = q0 + 16 * ((tid % WARPGROUP) // 32) + lane // 4
         col = col0 + 2 * (lane % 4)
@@ -340,7 +370,7 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False, SW
     start = block_start(D, Bk, T, STAGES, PAD, SWIZZLE)     # (PAD: padded keys' rows zeros)
     tile_rows = kmajor_rows(D, Bq, T, False, SWIZZLE)
     to_a = pack_accumulators(KC2, 1, NBQ, BF16)
-    ds_t = ds_transposed(NBQ, Bq, CAUSAL, PAD)
+    ds_t = ds_transposed(NBQ, Bq, CAUSAL, PAD, KILL=FUSED)  # (FUSED: dS feeds dQ too)
     unpad = clear_padded(D // 8, False)
     write = write_rows(D // 8, BF16)
     clear_acc = zeros(OH)
@@ -349,6 +379,7 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False, SW
     DS0 = RING + STAGES * STAGE             # FUSED: dS tiles 0 and 1 (tile i uses i % 2)
     mma_dq = WGMMA_TB[(kind, D // CWG)]     # FUSED: dQ_i += dS K: SS, B N-major
     put_ds, add_dq = dq_turns(D, Bq, CWG)
+    STATS = -(-2 * Bq // T)                 # passes of the LSE_i, D_i copies
 
     @cuda.jit(device=True)
     def issue(q, do, lse, dvec, smem, fsm, at0, bars, i, first, tid, bh, n_q, kpm):
@@ -361,14 +392,16 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False, SW
         q0 = (first + i) * Bq
         tile_rows(q, smem, at, tid, bh, n_q, q0, kpm, 0)
         tile_rows(do, smem, at + TW, tid, bh, n_q, q0, kpm, 0)
-        for r in range(tid, 2 * Bq, T):
-            c = r % Bq
-            ok = q0 + c < n_q
-            src = bh * n_q + q0 + c if ok else 0
-            if r < Bq:
-                cp_async4(fsm, at + 2 * TW + c, lse, src, ok)
-            else:
-                cp_async4(fsm, at + 2 * TW + Bq + c, dvec, src, ok)
+        for m in range(STATS):                      # LSE_i, then D_i: 4 bytes a thread
+            r = tid + T * m                         # (unrolled; one pass when T ≥ 2·Bq)
+            if r < 2 * Bq:
+                c = r % Bq
+                ok = q0 + c < n_q
+                src = bh * n_q + min(q0 + c, n_q - 1)       # (in bounds; read if ok)
+                if r < Bq:
+                    cp_async4(fsm, at + 2 * TW + c, lse, src, ok)
+                else:
+                    cp_async4(fsm, at + 2 * TW + Bq + c, dvec, src, ok)
         cp_async_mbar_arrive(bars, s)               # FULL[s]: once my copies have landed
 
     @cuda.jit
@@ -383,7 +416,7 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False, SW
         bars = cuda.shared.array(NBARS, uint64)         # FULL[0 …], EMPTY[0 …]
         b_idx = bh // heads
         offset = n_k - n_q                      # §34: query i sees key j iff j ≤ i + offset
-        cw = tid // WARPGROUP                   # my warpgroup: keys k0 + 64·cw …
+        cw = warpgroup_of(tid)                  # my warpgroup: keys k0 + 64·cw …
 
         at0 = to_1024(smem) if SWIZZLE else 0   # SWIZZLE: the tiles from a 1024-byte boundary
         start(k, v, smem, at0, bars, tid, bh, n_k, k0, kpm, b_idx)  # the block's K, V; ring
@@ -522,7 +555,7 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16, SWIZZLE=False):
         bars = cuda.shared.array(NBARS, uint64)
         b_idx = bh // heads
         offset = n_k - n_q
-        cw = tid // WARPGROUP
+        cw = warpgroup_of(tid)
 
         at0 = to_1024(smem) if SWIZZLE else 0   # SWIZZLE: as the dK/dV kernel
         start(q, do, smem, at0, bars, tid, bh, n_q, q0, kpm, b_idx)     # Q, dO rows; ring

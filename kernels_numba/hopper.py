@@ -104,6 +104,7 @@ shared arrays, ``src`` a global one; indices are flat element indices (as in ``v
         passed on the H200, 2026-12-02)
     kmajor_desc(addr, R, ks, SW) / nmajor_desc(addr, R, ks, SW)   the descriptors of k16 step
         ks of a tile of R rows (kmajor_index's, or SW sw128_index's) read K-major / N-major
+    desc_step(desc, nbytes)            desc with its start address nbytes on (step ks of a tile)
     to_1024(smem)                      words from smem[0] to the next 1024-byte boundary
     mnmajor_index(k, n, cols)          where element (k, n) of a K × cols B goes, N-major (below)
 
@@ -355,10 +356,13 @@ def kmajor_desc(addr, R, ks, SW):
     """The K-major descriptor of k16 step ks of a tile of R rows at addr, as kmajor_index lays
     it out (LBO = 16·R bytes, SBO = 128, the step at byte 32·R·ks) or, SW (a compile-time flag,
     folded once inlined), sw128_index (32 bytes a step into a 64-column half, 128·R bytes to
-    the next, SBO = 1024): A from shared memory, or the B of S = Q·Kᵀ and its kin."""
+    the next, SBO = 1024): A from shared memory, or the B of S = Q·Kᵀ and its kin. Built as
+    step 0's descriptor plus the step's 16-byte units (desc_step), so that a loop over ks
+    builds the descriptor once and adds a constant per step."""
     if SW:
-        return wgmma_desc(addr + 128 * R * (ks // 4) + 32 * (ks % 4), 16, 1024, SWIZZLE_128B)
-    return wgmma_desc(addr + 32 * R * ks, 16 * R, 128, SWIZZLE_NONE)
+        return desc_step(wgmma_desc(addr, 16, 1024, SWIZZLE_128B),
+                         128 * R * (ks // 4) + 32 * (ks % 4))
+    return desc_step(wgmma_desc(addr, 16 * R, 128, SWIZZLE_NONE), 32 * R * ks)
 
 
 @cuda.jit(device=True)
@@ -367,10 +371,21 @@ def nmajor_desc(addr, R, ks, SW):
     k16 step ks of rows 16·ks … — kmajor_index's tile: LBO = 128 bytes, SBO = 16·R, the step
     at byte 256·ks (attention_wgmma_backward's "one tile, two readings"); SW, sw128_index's:
     LBO = 128·R (the next 64 columns), SBO = 1024, the step at byte 2048·ks
-    (docs/hopper_sw128.md)."""
+    (docs/hopper_sw128.md). Step 0's descriptor plus the step, as kmajor_desc."""
     if SW:
-        return wgmma_desc(addr + 2048 * ks, 128 * R, 1024, SWIZZLE_128B)
-    return wgmma_desc(addr + 256 * ks, 128, 16 * R, SWIZZLE_NONE)
+        return desc_step(wgmma_desc(addr, 128 * R, 1024, SWIZZLE_128B), 2048 * ks)
+    return desc_step(wgmma_desc(addr, 128, 16 * R, SWIZZLE_NONE), 256 * ks)
+
+
+@cuda.jit(device=True)
+def desc_step(desc, nbytes):
+    """desc with its start address nbytes (a multiple of 16) further on: the address field
+    (bits 0‥13) counts 16-byte units of an address below 256 KB, and a shared window's
+    addresses stay below that (228 KB at most), so the add never carries out of the field.
+    The same value as wgmma_desc(addr + nbytes, …); where nbytes is a compile-time constant,
+    one integer add instead of rebuilding every field (SASS: 10–14 instructions a k16 step
+    down to 1–2, attention_wgmma_backward's loops)."""
+    return desc + uint64(nbytes >> 4)
 
 
 @cuda.jit(device=True)

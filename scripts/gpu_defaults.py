@@ -69,7 +69,7 @@ def _case(torch, sdpa, b, h, n, d, causal):
     o, lse = flashlesson.attention(q, k, v, causal=causal, return_lse=True)
     fwd_method = "flash_wgmma" if tc_methods.wgmma_is_default(q, 0.0) \
         else "flash_tc"
-    bwd_method = "flash_wgmma" if tc_methods.wgmma_bwd_is_default(q, causal, 0.0) \
+    bwd_method = "flash_wgmma" if tc_methods.wgmma_bwd_is_default(q, 0.0) \
         else "flash_tc"
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         xs = [x.detach().requires_grad_(True) for x in (q, k, v)]

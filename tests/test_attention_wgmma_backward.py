@@ -213,15 +213,15 @@ def test_refuses_a_gpu_that_is_not_hopper(rng):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_default_where_it_measured_ahead(rng, causal):
-    """The default method on fp16 inputs: flash_wgmma without a causal mask on Hopper (where
-    it measured ahead of flash_tc), flash_tc otherwise and in the simulator — bitwise the
-    method named."""
+    """The default method on fp16 inputs: flash_wgmma on Hopper, causal or not (where it
+    measured ahead of flash_tc), flash_tc otherwise and in the simulator — bitwise the method
+    named."""
     shape = by_device((1, 1, 5, 9, 64), (1, 2, 130, 256, 128))
     (q, k, v, do), (q64, k64, v64, _) = tc_inputs(rng, *shape, "f16")
     o, lse = _forward(q64, k64, v64, "f16", causal=causal)
     default = attention_backward(do, q, k, v, o, lse, causal=causal)
     hopper = not SIM and tuple(cuda.get_current_device().compute_capability) == (9, 0)
-    named = "flash_wgmma" if hopper and not causal else "flash_tc"
+    named = "flash_wgmma" if hopper else "flash_tc"
     chosen = attention_backward(do, q, k, v, o, lse, causal=causal, method=named)
     for a, b in zip(default, chosen):
         np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16))

@@ -158,7 +158,7 @@ def _backward_call(do, q, k, v, o, lse, causal, scale, key_padding_mask, dropout
         raise TypeError("q: the lesson tier's backward takes float32 inputs; fp16/bf16 run on "
                         "tier 'fast' (the tensor-core backward)")
     if method == "flash_wgmma" or (method == "flash" and config is None and tier == "fast" and
-                                   tc_methods.wgmma_bwd_is_default(q, causal, dropout_p)):
+                                   tc_methods.wgmma_bwd_is_default(q, dropout_p)):
         # §30 on Hopper's wgmma (fp16/bf16, d = 64, 128; the default where it measured ahead)
         checks.integer(seed, "seed", 0, 2**64)
         if config is not None and not isinstance(config, tc_methods.WgmmaBwdConfig):

@@ -9,9 +9,8 @@
                                                    measured faster: wgmma_is_default):
                                                    kernels_numba/attention_wgmma.py
     flashlesson.attention_backward(..., method="flash_wgmma")  its backward on wgmma (a
-                                                   ``WgmmaBwdConfig``; the default without a
-                                                   causal mask on Hopper, else "flash_tc":
-                                                   wgmma_bwd_is_default):
+                                                   ``WgmmaBwdConfig``; the default on Hopper
+                                                   at d = 64 and 128: wgmma_bwd_is_default):
                                                    kernels_numba/attention_wgmma_backward.py
 
 Input formats:
@@ -464,13 +463,16 @@ def wgmma_is_default(q, dropout_p):
     return _wgmma_head_dim(q, dropout_p) is not None
 
 
-def wgmma_bwd_is_default(q, causal, dropout_p):
+def wgmma_bwd_is_default(q, dropout_p):
     """Whether ``attention_backward`` with the default method runs "flash_wgmma" rather than
     "flash_tc": fp16/bf16 inputs on a Hopper GPU (not the simulator), d = 64 or 128, no
-    dropout, no causal mask — there it measured ahead, kernel-only on the H200 (2026-12-01,
-    docs/logs/gpu_wgmma_bwd_h200.log: 1.03–1.14× flash_tc at B4 H16 N1024 d64, B2 H16 N4096
-    d64, B1 H16 N8192 d128, two runs); causal it measured behind (0.81–0.99×)."""
-    return causal is False and _wgmma_head_dim(q, dropout_p) is not None
+    dropout, causal or not. Measured on the H200 (2026-12-02, kernel-only, after the copies,
+    descriptors and dS step of both kernels were cut to about half their instructions;
+    docs/logs/gpu_lean_bwd_h200.log): 1.22× and 1.02× flash_tc at B4 H16 N1024 d64 (not
+    causal / causal), 1.35× and 1.09× at B2 H16 N4096 d64, 1.31× and 1.25× at B1 H16 N8192
+    d128. (Before, 2026-12-01: ahead without a causal mask only, 1.03–1.14×, behind with it,
+    0.81–0.99×, docs/logs/gpu_wgmma_bwd_h200.log.)"""
+    return _wgmma_head_dim(q, dropout_p) is not None
 
 
 def _wgmma_head_dim(q, dropout_p):
