@@ -47,7 +47,7 @@ METHODS = {m.name: m for m in [
     AttentionMethod("flash_wgmma", "30, 37, 42", "the flash backward on Hopper's wgmma: Sᵀ = "
                     "KQᵀ, dPᵀ = VdOᵀ from shared memory, dV += PᵀdO and dK += dSᵀQ with Pᵀ, "
                     "dSᵀ in registers; Q/dO and K/V tiles in a ring of stages on mbarriers; "
-                    "fp16/bf16, d = 64 or 128; the default without a causal mask on Hopper",
+                    "fp16/bf16, d = 64 or 128; the default for them on Hopper",
                     "attention_wgmma_backward.wgmma_bwd_dkdv_kernel, wgmma_bwd_dq_kernel",
                     "D [B·H, Nq] (nothing N × N)"),
 ]}
@@ -108,8 +108,8 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
         (§31: P = exp(S − LSE) and dP/dS stored in global memory, GEMM launches) or
         "flash_tc" (§37: the flash backward on tensor cores; float32 inputs run 3xTF32 there,
         no dropout) or "flash_wgmma" (the same on Hopper's wgmma: fp16/bf16, d = 64 or 128,
-        no dropout; the default for fp16/bf16 without a causal mask on Hopper, where it
-        measured ahead — else fp16/bf16 inputs run "flash_tc" unless asked).
+        no dropout; the default for fp16/bf16 with d = 64 or 128 on Hopper, causal or not,
+        where it measured ahead — else fp16/bf16 inputs run "flash_tc" unless asked).
     config: a ``BwdConfig`` for method "flash", a ``TcBwdConfig`` for "flash_tc", a
         ``WgmmaBwdConfig`` for "flash_wgmma"; default per head dim.
     tier: "fast" (the tuned kernels, the default) or "lesson" (method "flash" only: the three
