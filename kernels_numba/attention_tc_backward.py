@@ -74,11 +74,12 @@ dQ = dS K zero there, and D_i sums the true d); no dropout, no varlen (the fp32 
 them). Inputs/outputs [BH, N, d/2] uint32 words of two halves (d % 8 ≠ 0: [BH, N, d] uint16
 halves, loaded one by one); LSE and D [BH, Nq] float32.
 
-Masked keys (README; attention_tc's menu): with PAD, padded keys' K and V rows are zeros on
-chip — the dQ kernel's streamed tiles (both loader forms), the dK/dV kernel's own rows (A
-fragments or cp.async rows, once per block) — so their S, dP and dS are 0 without a NaN, and
-the dK/dV kernel writes dk = dv = 0 for them. The dQ kernel's element step sets dS = 0 where it
-masks a score. The causal diagonal limit of the forward holds for dQ = dS K too.
+Masked keys (README; attention_tc's menu): with PAD, padded keys' K and V rows are zeros on chip —
+the dQ kernel's streamed tiles (both loader forms), the dK/dV kernel's own rows (A fragments or
+cp.async rows, once per block) — so no NaN of theirs enters a product, and the dK/dV kernel writes
+dk = dv = 0 for them (their rows of Pᵀ, dSᵀ there are not 0 — ds_transposed with KILL False — but
+reach only their own dK, dV rows, which clear_padded overwrites). The dQ kernel's element step sets
+dS = 0 where it masks a score. The causal diagonal limit of the forward holds for dQ = dS K too.
 
 How to run: ``pytest tests/test_attention_tc_backward.py``; ``flashlesson bench attention --tc
 --backward`` (GPU).

@@ -84,7 +84,10 @@ stays small until the diagonal's tiles come last. The same NumPy model (dV alone
 d = 128, causal; ``scripts/tf32x3_error.py --accumulation --d 128 --tile 16``), max |error|,
 diagonal first → last tile first (torch's staging): N = 2048 seed 0 1.27e-6 → 5.8e-7 (1.50e-6),
 seed 1 3.45e-6 → 7.1e-7 (1.81e-6); N = 4096 seed 12 2.10e-6 → 4.1e-7 (1.67e-6). Not causal, no
-query is special and the order changes nothing. Not yet measured on a GPU. ptxas 13.5: 180 and
+query is special and the order changes nothing. Measured (H200, 2026-12-02, ``flashlesson bench
+attention --tc --backward --quick``, docs/logs/gpu_swizzle_default_h200.log): max error 0.36–0.73×
+torch efficient's causal at the three main shapes (0.42× at B1 H16 N8192 d128, 5.2× before),
+1.03–1.35× not causal — within 2× everywhere. ptxas 13.5: 180 and
 174 registers at d = 64 (170, 168 before), 255 at d = 128 with no spill without a causal mask
 and 8 bytes causal (two local loads a tile; the forms tried, a negative-step range, a while
 loop, the tile's row computed from the last one, spilled 8–16 bytes).

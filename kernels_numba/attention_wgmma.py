@@ -175,7 +175,8 @@ add waits and no overlap.
 Who holds what. A thread of consumer warpgroup c (warp w of it, lane 4g + t) owns rows
 q0 + 64c + 16w + g and + 8, columns 8j + 2t, + 1 of S (Bc/2 floats) and of acc (D/2 floats).
 
-Shared memory (dynamic, ``wgmma_smem_bytes``), all in hopper.py's no-swizzle core matrices::
+Shared memory (dynamic, ``wgmma_smem_bytes``), without SWIZZLE in hopper.py's no-swizzle core
+matrices (SWIZZLE, the GPU default: below)::
 
     Q tile   Br × D, K-major (kmajor_index(r, k, Br)): LBO = 16·Br B, SBO = 128 B; warpgroup c's
              rows start at element 512·c (64 rows = 8 row blocks of 64 halves)
@@ -230,9 +231,9 @@ PINGPONG CWG ≥ 2. CWG = 3 (ptxas 13.5, SASS read with nvdisasm): a consumer us
 registers at d = 64, Bc = 128 (157 with OVERLAP), 106 at Bc = 64, 141 at d = 128, Bc = 64, no
 spills; d = 128 with Bc = 128 is refused (about 190 needed); with a key padding mask at d = 64,
 Bc = 128 the consumers spilled 8–88 bytes (OVERLAP: 152–176) before the CLAMPED mask, 0–8
-since. Not tuned: no swizzle (the tensor core reads core matrices of 128 contiguous bytes,
-conflict-free; a warp's cp.async writes are 4 runs of 128 bytes: ``piece_of``, which reads
-half lines from L2 — 64 bytes of 8 rows), no TMA (the
+since. Without SWIZZLE the tensor core reads core matrices of 128 contiguous bytes,
+conflict-free, and a warp's cp.async writes are 4 runs of 128 bytes (``piece_of``), which read
+half lines from L2 — 64 bytes of 8 rows: the bound SWIZZLE lifts (below). Not tuned: no TMA (the
 producer issues cp.async); without OVERLAP one wgmma group is waited for at once; with it, K
 and V of a tile share one EMPTY barrier (FA3 releases K after S, V after P·V), so a stage is
 held until P·V is done. The simulator
@@ -272,11 +273,12 @@ descriptors come from the PTX ISA and four public implementations
 ``tests/test_attention_tc.py -k wgmma_swizzle`` passed on the H200 (2026-12-02), so the
 hardware reads them so. ptxas 13.5: the consumers keep 168 registers (d = 128) and 128 (d =
 64, CWG = 3) and spill nothing, except 8 bytes with OVERLAP, causal, PAD and bf16 at d = 64;
-the d = 128 loop has 768 SASS instructions against the unswizzled 763. Measured (H200,
+the d = 128 loop had 768 SASS instructions against the unswizzled 763, and 732 since the
+descriptors are built once a k16 loop (hopper.desc_step, 2026-12-02). Measured (H200,
 2026-12-02, kernel-only, ``scripts/gpu_wgmma.py --swizzle``, docs/logs/gpu_swizzle_h200.log
 and gpu_swizzle_default_h200.log, two runs): 1.17–1.57× the unswizzled block with three
 stages, at B4 H16 N1024 d64, B2 H16 N4096 d64 and B1 H16 N8192 d128, causal and not (the
-larger d, the larger the gain); with the swizzle three stages ran level with two (0.98–1.01×)
+larger d, the larger the gain); with the swizzle three stages ran level with two (0.97–1.01×)
 and two take less shared memory, so two is the default. With the swizzle the schedules FA3
 adds were tried again: OVERLAP 0.95–1.03× the default, PINGPONG 0.99–1.02×, both 1.00–1.03×,
 the wide d = 128 tile (Bc = 176) 0.94–0.96× — still opt-in: gains within what two runs of one
@@ -414,20 +416,22 @@ def kmajor_rows(D, R, NL, PAD=False, SWIZZLE=False):
     read) for rows ≥ n and, PAD, rows whose kpm[b_idx, row] is 0. Nothing waits: the caller
     follows with cp_async_wait_all or cp_async_mbar_arrive. R a multiple of 8.
 
-    NL is a multiple of D (a lap: 8 pieces of 8 rows, or 8 rows of pieces), so a copier's
+    NL is a multiple of D (a lap of D copies: D/8 pieces of 8 rows, or 8 rows of D/8 pieces,
+    SWIZZLE), so a copier's
     pieces piece_of(lt + NL·m) keep the piece c and lie STEP = NL / PIECES rows apart, a
     multiple of 8 (the swizzle's chunk order repeats every 8 rows): each shared offset is the
     first one plus m·STEP·ROW words and each global one plus m·STEP·D/2 — computed once, not
     per piece (attention_wgmma_backward streams its tiles with this: SASS, about 75
     instructions a 16-byte copy before, a handful after). A whole tile (r0 + R ≤ n, no
     padding: the same branch for every thread) reads from one base; a partial tile clamps
-    each row into the input and zero-fills the rows past n."""
+    each row into the input and zero-fills the rows past n (n ≥ 1: the callers launch
+    nothing for empty inputs)."""
     assert NL % D == 0, (NL, D)                    # (every caller: warpgroups, D ≤ 128)
     piece_of, chunk_word = piece_order(D, SWIZZLE)
     DW, PIECES = D // 2, D // 8
     STEP = NL // PIECES                             # rows between a copier's pieces
     COPIES = -(-R // STEP)
-    ROW = 32 if SWIZZLE else 4                      # words a row on: chunk_word(r + 1, c, R)
+    ROW = 32 if SWIZZLE else 4      # words a row on (SWIZZLE: over steps of 8 rows, as STEP is)
 
     @cuda.jit(device=True)
     def copy(x, smem, at, lt, bh, n, r0, kpm, b_idx):

@@ -37,7 +37,8 @@ in the code) and keeps the TFLOP/s recorded then.
 |      | no lesson tensor-core backward) (float32)    |                              |                                |
 | 1    | the mma.sync backward                        | H200, 2026-12-02: 7.34 ms,   | method='flash_tc'              |
 |      | (``attention_tc_backward.py``, the fp16/bf16 | 187 TFLOP/s, 113.67× lesson  |                                |
-|      | default off Hopper): where this file starts  |                              |                                |
+|      | default off Hopper and at other head dims):  |                              |                                |
+|      | where this file starts                       |                              |                                |
 | 2    | every product on wgmma (Sᵀ, dPᵀ / S, dP from | H200, 2026-12-02: 6.62 ms,   | method='flash_wgmma',          |
 |      | shared memory; dV, dK / dQ with Pᵀ, dSᵀ / dS | 207 TFLOP/s, 125.95× lesson  | config=WgmmaBwdConfig(Bq=64,   |
 |      | in registers and B N-major), 2 consumer      |                              | Bk=64, CWG=2, STAGES=1,        |
@@ -46,10 +47,11 @@ in the code) and keeps the TFLOP/s recorded then.
 | 3    | two stages: the next tile's cp.async copies  | H200, 2026-12-02: 5.63 ms,   | method='flash_wgmma',          |
 |      | in flight during this tile's wgmmas; the     | 244 TFLOP/s, 148.26× lesson  | config=WgmmaBwdConfig(Bq=64,   |
 |      | method's default (``WgmmaBwdConfig()``), and |                              | Bk=64, CWG=2, STAGES=2,        |
-|      | the default method for fp16/bf16 on Hopper.  |                              | FUSED=False, SWIZZLE=False)    |
-|      | Steps 2 and 3 run the lean loop (menu: half  |                              |                                |
-|      | the instructions a tile, no spills); before  |                              |                                |
-|      | it, 2026-12-01: 7.41 and 6.4 ms              |                              |                                |
+|      | the default method for fp16/bf16 on Hopper   |                              | FUSED=False, SWIZZLE=False)    |
+|      | at d = 64 and 128. Steps 2 and 3 run the     |                              |                                |
+|      | lean loop (menu: half the instructions a     |                              |                                |
+|      | tile, no spills); before it, 2026-12-01:     |                              |                                |
+|      | 7.41 and 6.4 ms                              |                              |                                |
 
 FUSED (``WgmmaBwdConfig(FUSED=True)``): the two kernels compute S and dP twice — seven
 products a tile pair where FlashAttention-2 and -3 do five, adding dQ from the dK/dV kernel
@@ -118,16 +120,18 @@ step s at byte 256·s::
 columns stored the other way round). No transposed copy, no second tile.
 
 SWIZZLE (``WgmmaBwdConfig(SWIZZLE=True)``, opt-in, not with FUSED; correct on the H200 and
-0.94–1.02× the default there, 2026-12-02: the backward is bound by instructions, not copies): every tile as hopper.sw128_index lays it out — 64-column halves, a row's half
-in one 128-byte line, chunks XOR (row % 8) — copied row by row (kmajor_rows(…, SWIZZLE)), the
+0.94–1.02× the default there, 2026-12-02, before the lean loop below: the backward is bound by
+instructions, not copies): every tile as hopper.sw128_index lays it out — 64-column halves, a
+row's half in one 128-byte line, chunks XOR (row % 8) — copied row by row (kmajor_rows(…,
+SWIZZLE)), the
 tiles from a 1024-byte boundary on (``at0``; a stage rounded up to 1024 bytes:
 ``stage_words``), and its two readings with the swizzle (``kmajor_desc``, ``nmajor_desc``: SBO
 = 1024; K-major 32 bytes a k16 step within a half and 128·R to the next, MN-major 2048 bytes a
 step and LBO = 128·R; docs/hopper_sw128.md). The same reason as the forward's SWIZZLE: a
 quarter-warp's copies one line of global memory and one of shared memory, where kmajor_rows's
-order reads half lines (docs/results.md, session 6, the L2 requests). ptxas 13.5: registers
-and spills as without it (d = 128's dK/dV kernel: 255 registers, 24 bytes of spills, 20
-without).
+order reads half lines (docs/results.md, session 6, the L2 requests). ptxas 13.5, before the
+lean loop: registers and spills as without it (d = 128's dK/dV kernel: 255 registers, 24 bytes
+of spills, 20 without).
 
 Shared memory (dynamic, ``wgmma_bwd_smem_bytes``), in words (uint32 pairs of halves)::
 
@@ -192,12 +196,12 @@ the dQ kernel's S and dP again (seven products for torch's five), and about 280 
 a dK/dV tile that a prototype's SASS showed could go (the Q/dO descriptors of each stage
 built outside the loop, the stage and parity arithmetic in 32 bits; not measured).
 
-Registers (2026-12-02, CUDA 13.5's NVVM and ptxas, sm_90a): the dK/dV kernel holds Sᵀ, dPᵀ
-(Bq/2 floats each) and dK, dV (D/2 each) a thread — 192 at d = 128, Bq = 64: 241 registers,
-no spills (before the lean loop: 255 with 8–56 bytes of spills; FUSED: 255 with 72); 184 at d = 64, Bq =
-64; Bq = 128 at d = 128 (256 floats) spills 200–900 bytes and ptxas serializes the wgmmas
-(C7512), so ``WgmmaBwdConfig`` refuses it. The dQ kernel: 164 registers at d = 128, Bk = 64,
-128 at d = 64, no spills.
+Registers (2026-12-02, CUDA 13.5's NVVM and ptxas, sm_90a): the dK/dV kernel holds Sᵀ, dPᵀ (Bq/2
+floats each) and dK, dV (D/2 each) a thread — 192 at d = 128, Bq = 64: 241 registers, no spills
+(before the lean loop: 255 with 8–56 bytes of spills; FUSED: 255 with 72); 184 at d = 64, Bq = 64;
+Bq = 128 at d = 128 (256 floats) spills 200–900 bytes and ptxas serializes the wgmmas (C7512), so
+``WgmmaBwdConfig`` refuses it. The dQ kernel: 164 registers at d = 128, Bk = 64, 128 at d = 64, no
+spills.
 
 How to run: ``attention_backward(do, q, k, v, o, lse, method="flash_wgmma",
 config=WgmmaBwdConfig(...))`` on fp16/bf16 inputs; ``pytest tests/test_attention_wgmma_backward.py``;

@@ -200,16 +200,15 @@ tiles, out-of-bounds rows zero-filled, the 128-byte swizzle written as it lands)
 cp.async (vector.py) followed by cp.async.mbarrier.arrive.noinc on the same mbarrier (no copy
 engine; the threads issue 16 bytes each).
 
-Limits. Hardware sm_90a (H100/H200); ``numba.cuda.compile_ptx`` needs ``cc=(9, 0, "a")`` for
-these. A is K-major (from shared memory) or in registers; B K-major, or N-major without
-swizzle (the _tb forms: N = 64, 128), or with the 128-byte swizzle as ``sw128_index`` lays
-it out (the simulator's twin and its test; passed on the H200, 2026-12-02). The _tb and _rs forms
-(and cp_async_mbar_arrive)
-were added after the H200 run below: they are checked in the simulator and by ptxas only
-until a GPU run of tests/test_hopper.py. In the simulator: the product is computed when the
-warpgroup meets (float64, one rounding to float32), and the accumulator reads as NaN until the
-wgmma_wait_group that retires its group (a write to it before that raises); race mode cannot
-check kernels ordered by mbarriers or named barriers (it knows syncthreads only).
+Limits. Hardware sm_90a (H100/H200); ``numba.cuda.compile_ptx`` needs ``cc=(9, 0, "a")`` for these.
+A is K-major (from shared memory) or in registers; B K-major, or N-major without swizzle (the _tb
+forms: N = 64, 128), or with the 128-byte swizzle as ``sw128_index`` lays it out (the simulator's
+twin and its test; passed on the H200, 2026-12-02). The _tb and _rs forms and cp_async_mbar_arrive,
+added after the first H200 run below, passed tests/test_hopper.py on the H200 since (2026-12-01 and
+12-02). In the simulator: the product is computed when the warpgroup meets (float64, one rounding to
+float32), and the accumulator reads as NaN until the wgmma_wait_group that retires its group (a
+write to it before that raises); race mode cannot check kernels ordered by mbarriers or named
+barriers (it knows syncthreads only).
 
 Tests: ``tests/test_hopper.py`` — each helper alone against NumPy, in the simulator (CI) and on
 the GPU (``FLASHLESSON_DEVICE=gpu``; on the H200:
@@ -220,7 +219,7 @@ assembles them with ptxas where NVVM and ptxas are found (the GPU machine; elsew
 nvidia-nvvm, nvidia-cuda-nvrtc and nvidia-cuda-nvcc wheels). Seen 2026-12-01 without a GPU (CUDA
 13.0's NVVM and ptxas): every kernel assembles for sm_90a with no "Performance Loss" warning;
 the wgmma kernels keep their accumulators in registers (72 registers at N = 64, 138 at N = 128,
-no local memory); setmaxnreg is honoured under -maxrregcount 128. Not yet run on a GPU.
+no local memory); setmaxnreg is honoured under -maxrregcount 128 (run on the H200 since).
 Later the same day (CUDA 13.5's NVVM and ptxas): the _tb and _rs test kernels, the cp.async
 mbarrier kernel and flash_wgmma (attention_wgmma.py, d = 128, producer) assemble too, with
 no "Performance Loss" warning; the RS + N-major test kernel at N = 128 holds 166 registers.

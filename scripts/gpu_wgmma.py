@@ -44,7 +44,12 @@ WGMMA = {   # the ladder's steps (flashlesson/ladder.py, attention_wgmma)
 }
 
 
-# --sweep: more shapes of the block and the ring (d = 64: the ladder's config loses to flash_tc)
+# The lists below (--sweep, --overlap, --cwg3, --wide, --pingpong) hold the unswizzled configs of
+# sessions 5–6, timed then against the default of their day; "wgmma default" (config None) is
+# today's (swizzled, tc_methods.default_wgmma_config), and --swizzle times the schedules with
+# the swizzle.
+# --sweep: more shapes of the block and the ring (session 5: at d = 64 the ladder's config lost
+# to flash_tc)
 SWEEP = {
     "wgmma Bc64 CWG2 ST2 P": WgmmaConfig(Bc=64, CWG=2, STAGES=2, PRODUCER=True),
     "wgmma Bc64 CWG2 ST3 P": WgmmaConfig(Bc=64, CWG=2, STAGES=3, PRODUCER=True),
@@ -58,7 +63,7 @@ SWEEP = {
 # would replace; STAGES = 2 holds the ring back (a stage is freed one tile later), Bc = 64
 # halves the registers S and P take
 OVERLAP = {
-    "wgmma default": WgmmaConfig(),
+    "wgmma default": None,
     "wgmma OVERLAP ST3": WgmmaConfig(OVERLAP=True),
     "wgmma OVERLAP ST2": WgmmaConfig(STAGES=2, OVERLAP=True),
     "wgmma OVERLAP Bc64 ST3": WgmmaConfig(Bc=64, OVERLAP=True),
@@ -66,20 +71,20 @@ OVERLAP = {
 
 
 # --cwg3: three consumer warpgroups of 64 rows (Br = 192; with the producer 512 threads, 160
-# registers a consumer) — FA3's block for d = 64 — beside the default (CWG = 2, Br = 128)
+# registers a consumer) — FA3's block for d = 64 — beside today's default
 CWG3 = {
-    "wgmma default": WgmmaConfig(),
+    "wgmma default": None,
     "wgmma CWG3 ST3": WgmmaConfig(Bc=128, CWG=3, STAGES=3, PRODUCER=True),
     "wgmma CWG3 ST2": WgmmaConfig(Bc=128, CWG=3, STAGES=2, PRODUCER=True),
     "wgmma CWG3 Bc64 ST3": WgmmaConfig(Bc=64, CWG=3, STAGES=3, PRODUCER=True),
 }
 
 
-# --wide: K/V tiles wider than 128 keys beside each head dim's default (config None: CWG = 2,
-# Bc = 128 at d = 128; CWG = 3, Bc = 128 at d = 64), a config timed at the head dims it is
-# listed for. d = 128: FA3's Bc = 176 and 192 with 2 stages (3 exceed 227 KB), 176 with OVERLAP
-# (192 with OVERLAP is refused: its consumers spill, attention_wgmma.widest_bc); d = 64: the
-# widest for CWG = 3 (176; 192 refused) and CWG = 2 (192)
+# --wide: K/V tiles wider than 128 keys beside each head dim's default (config None: CWG = 2 at d =
+# 128, CWG = 3 at d = 64, Bc = 128, swizzled since session 7), a config timed at the head dims it is
+# listed for. d = 128: FA3's Bc = 176 and 192 with 2 stages (3 exceed 227 KB), 176 with OVERLAP (192
+# with OVERLAP is refused: its consumers spill, attention_wgmma.widest_bc); d = 64: the widest for
+# CWG = 3 (176; 192 refused) and CWG = 2 (192)
 WIDE = {
     "wgmma default": {64: None, 128: None},
     "wgmma Bc176 ST2": {128: WgmmaConfig(Bc=176, STAGES=2)},

@@ -12,8 +12,9 @@
 #   the three shapes, < 6 min in all)
 #   PINGPONG=1: --pingpong instead — the default and the PINGPONG configs of each head dim, with
 #   and without OVERLAP, at all three shapes, and 60 s more; SWIZZLE=1: --swizzle --tc instead —
-#   the 128-byte swizzled tiles beside each head dim's default and flash_tc, 40 s more; its
-#   tests, tests/test_hopper.py's MN-major swizzle case and -k wgmma_swizzle, run in step 1)
+#   each head dim's default (swizzled since session 7) beside the unswizzled block, the FA3
+#   schedules with the swizzle, flash_tc and torch cuDNN, 40 s more; its tests,
+#   tests/test_hopper.py's MN-major swizzle case and -k wgmma_swizzle, run in step 1)
 set -uo pipefail
 . "$(dirname "$0")/gpu_env.sh"        # wheels, PYTHONPATH, FLASHLESSON_DEVICE=gpu, $OUT
 start=$(date +%s)

@@ -40,7 +40,7 @@ SHAPES = ((1, 16, 8192, 128), (2, 16, 4096, 64), (4, 16, 1024, 64))    # (the la
 LADDER = {"wgmma STAGES=1": WgmmaBwdConfig(Bq=64, Bk=64, CWG=2, STAGES=1)}
 FUSED = {"wgmma fused": WgmmaBwdConfig(FUSED=True),          # --fused: dQ in the dK/dV kernel
          "wgmma fused S3": WgmmaBwdConfig(STAGES=3, FUSED=True)}
-SWEEP = {                     # --sweep: the next configurations to try (causal lags flash_tc)
+SWEEP = {                     # --sweep: other blocks and rings (session 5; not since the lean loop)
     "wgmma CWG1": WgmmaBwdConfig(CWG=1),                    # 64-key / 64-query blocks
     "wgmma CWG1 S3": WgmmaBwdConfig(CWG=1, STAGES=3),
     "wgmma S3": WgmmaBwdConfig(STAGES=3),
@@ -93,7 +93,7 @@ def fits(prepare, d):
 
 def warm(fns, shapes, torch):
     """Compile every kernel the timed loop will run, on small inputs of the same head dim and
-    key count (the forward's default method depends on them; the kernels on flags only)."""
+    key count (the kernels depend on flags only; the shapes are the timed loop's)."""
     for (_, _, n, d) in shapes:
         for causal in (False, True):
             q, do = (torch.randn(1, 1, 64, d, device="cuda").half() for _ in range(2))

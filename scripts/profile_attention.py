@@ -53,7 +53,7 @@ def main():
 
 
 def backward(a, q, k, v):
-    """Two backward calls on dO = O's shape of ones-scaled noise; the forward once, first."""
+    """Two backward calls on a random dO of O's shape; the forward once, first."""
     if a.method == "torch":
         import torch
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -67,7 +67,11 @@ def backward(a, q, k, v):
         torch.cuda.synchronize()
         return
     o, lse = flashlesson.attention(q, k, v, causal=a.causal, return_lse=True)
-    do = cuda.to_device(np.random.default_rng(1).standard_normal(o.shape).astype(o.dtype))
+    if a.dtype == "bf16":                       # (torch tensors in, torch tensors out)
+        import torch
+        do = torch.randn_like(o)
+    else:
+        do = cuda.to_device(np.random.default_rng(1).standard_normal(o.shape).astype(o.dtype))
     for _ in range(2):
         flashlesson.attention_backward(do, q, k, v, o, lse, causal=a.causal, method=a.method)
     cuda.synchronize()

@@ -497,7 +497,8 @@ def test_wgmma_pingpong_matches_oracle(rng, fmt, causal, pad, cwg, producer, sta
 # SWIZZLE: the tiles in the 128-byte swizzle (hopper.sw128_index), Q and K read K-major, V
 # MN-major. Simulator: d = 64 (one 64-column half, Bc = 64) and d = 128 (two halves: LBO, the
 # k16 steps past the first half), causal and PAD with NaN in the padded keys, CWG = 3 (Q rows
-# 64 and 128 into the tile) with OVERLAP. GPU: the default blocks, several tiles, Bc = 176.
+# 64 and 128 into the tile) with OVERLAP. GPU: the default blocks with three stages (the
+# default's two run in every default-config case), several tiles, Bc = 176.
 SWIZZLE_CASES = by_device(    # (fmt, causal, PAD, CWG, Bc, STAGES, OVERLAP, shape)
     [("f16", False, False, 2, 64, 2, False, (1, 1, 100, 150, 64)),
      ("bf16", True, True, 2, 64, 2, False, (1, 1, 70, 130, 128)),
@@ -575,7 +576,7 @@ def test_default_method_for_fp16_follows_the_measured_rule(rng):
     from flashlesson import tc_methods
     hopper = GPU and tuple(cuda.get_current_device().compute_capability) == (9, 0)
     cases = [(128, 256, False, hopper), (64, 256, True, hopper), (64, 256, False, hopper),
-             (96, 256, True, False)]
+             (64, 2048, False, hopper), (96, 256, True, False)]
     for d, nk, causal, want in cases:
         q, k, v = (rng.standard_normal((1, 2, 130, d)).astype(np.float16),
                    *(rng.standard_normal((1, 2, nk, d)).astype(np.float16) for _ in range(2)))

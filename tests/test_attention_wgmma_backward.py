@@ -156,7 +156,7 @@ def test_bitwise_identical_runs(rng, config):
 
 
 def test_refusals(rng):
-    """Opt-in and limited: named in the registry, not taken by float32 suites; d other than 64
+    """Limited: named in the registry, not taken by float32 suites; d other than 64
     and 128, float32, dropout, another config type, bad config fields: refused, naming the
     argument and where to go instead."""
     assert "flash_wgmma" in METHODS and "flash_wgmma" not in FLOAT32_METHODS

@@ -224,7 +224,7 @@ def test_wgmma_b_mn_major_128b_swizzle(rng, kind, N, ksteps):
     64 columns in one 128-byte line, chunks XOR key % 8) and read MN-major, imm-trans-b 1:
     SBO = 1024 (8 keys), LBO = 128·K (the next 64 columns, N = 128), the k16 step 2048 bytes on
     (docs/hopper_sw128.md, read from the PTX ISA and public code; the simulator's twin reads
-    it so, the GPU says whether the hardware does)."""
+    it so, and so did the H200, 2026-12-02)."""
     a, b, c, d = _wgmma_ab(rng, kind, N, ksteps, False, 1, sw128=True)
     assert not np.isnan(d).any(), "NaN: an element not written"
     ok, text = _within(d, _from_bits(a, kind), _from_bits(b, kind), c.astype(np.float64))

@@ -246,15 +246,15 @@ LADDERS = (
         Step("0", "the lesson kernels of §30 on CUDA cores, on float32 inputs of the same shape "
              "(there is no lesson tensor-core backward)", LESSON, dtype="float32"),
         Step("1", "the mma.sync backward (``attention_tc_backward.py``, the fp16/bf16 default "
-             "off Hopper): where this file starts", {"method": "flash_tc"}),
+             "off Hopper and at other head dims): where this file starts", {"method": "flash_tc"}),
         Step("2", "every product on wgmma (Sᵀ, dPᵀ / S, dP from shared memory; dV, dK / dQ with "
              "Pᵀ, dSᵀ / dS in registers and B N-major), 2 consumer warpgroups, tiles of 64 "
              "through one stage on mbarriers: load, wait, compute (STAGES = 1)",
              {"method": "flash_wgmma", "config": WgmmaBwdConfig(Bq=64, Bk=64, CWG=2, STAGES=1)}),
         Step("3", "two stages: the next tile's cp.async copies in flight during this tile's "
              "wgmmas; the method's default (``WgmmaBwdConfig()``), and the default method for "
-             "fp16/bf16 on Hopper. Steps 2 and 3 run the lean loop (menu: half the "
-             "instructions a tile, no spills); before it, 2026-12-01: 7.41 and 6.4 ms",
+             "fp16/bf16 on Hopper at d = 64 and 128. Steps 2 and 3 run the lean loop (menu: "
+             "half the instructions a tile, no spills); before it, 2026-12-01: 7.41 and 6.4 ms",
              {"method": "flash_wgmma", "config": WgmmaBwdConfig()}),
     )),
     Ladder("attention_tf32x3_backward", BACKWARD, DEFAULT_FP32, "float32", (
