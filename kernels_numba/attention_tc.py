@@ -782,6 +782,17 @@ def split(x, big, small, i):
     small[i] = tf32(x - b)
 
 
+@cuda.jit(device=True)
+def split_keys_fragment(p, kc, big, small, at):
+    """3xTF32's A fragment of k8 step kc over the tile's rows (tf32_by_keys): P's accumulator
+    entries of 8-column block kc, split into big[at … at + 3] and small[at … at + 3]. Lane t's
+    P(g, 2t), P(g, 2t + 1) serve as k = t and k = t + 4 (B gives rows 2t and 2t + 1 for them)."""
+    split(p[4 * kc], big, small, at)            # a0 = P(g, 2t)      as k = t
+    split(p[4 * kc + 2], big, small, at + 1)    # a1 = P(g + 8, 2t)  as k = t
+    split(p[4 * kc + 1], big, small, at + 2)    # a2 = P(g, 2t + 1)  as k = t + 4
+    split(p[4 * kc + 3], big, small, at + 3)    # a3 = P(g + 8, 2t + 1)
+
+
 @lru_cache(maxsize=None)
 def rows_f32(D, B, T, PAD=False):
     """float32 rows r0 … r0 + B − 1 of x[bh] and of y[bh] ([BH, N, D] each: K and V, or Q and
@@ -839,10 +850,7 @@ def tf32_by_keys(NB, KC2):
     @cuda.jit(device=True)
     def run(p, smem, off, KS, g, t, acc, pa, ps):
         for kc in range(KC2):
-            split(p[4 * kc], pa, ps, 0)             # a0 = P(g, 2t)      as k = t
-            split(p[4 * kc + 2], pa, ps, 1)         # a1 = P(g + 8, 2t)  as k = t
-            split(p[4 * kc + 1], pa, ps, 2)         # a2 = P(g, 2t + 1)  as k = t + 4
-            split(p[4 * kc + 3], pa, ps, 3)         # a3 = P(g + 8, 2t + 1)
+            split_keys_fragment(p, kc, pa, ps, 0)   # (k permuted: see there)
             at = off + (8 * kc + 2 * t) * KS + g
             for nb in range(NB):
                 acc[4 * nb], acc[4 * nb + 1], acc[4 * nb + 2], acc[4 * nb + 3] = mma3(

@@ -108,7 +108,8 @@ from functools import lru_cache
 from numba import cuda, float32
 
 from .attention import first_q_tile, kv_tiles
-from .attention_tc import BUILT, mma3, rows_f32, split, tf32_by_keys, tf32_by_rows, tf32x3_tiles
+from .attention_tc import BUILT, mma3, rows_f32, split_keys_fragment, tf32_by_keys, tf32_by_rows, \
+    tf32x3_tiles
 from .attention_tc_backward import clear_padded, ds_rows, ds_transposed, lane_row_stats, \
     lane_rows, padded_keys, write_rows, zeros
 from .reductions import NEG_INF, ZERO
@@ -143,10 +144,7 @@ def tf32_by_keys_blocks(NB, KC2):
     @cuda.jit(device=True)
     def run(p, smem, off, KS, g, t, acc, fa, fs):
         for kc in range(KC2):
-            split(p[4 * kc], fa, fs, 4 * kc)            # a0 = P(g, 2t)      as k = t
-            split(p[4 * kc + 2], fa, fs, 4 * kc + 1)    # a1 = P(g + 8, 2t)  as k = t
-            split(p[4 * kc + 1], fa, fs, 4 * kc + 2)    # a2 = P(g, 2t + 1)  as k = t + 4
-            split(p[4 * kc + 3], fa, fs, 4 * kc + 3)    # a3 = P(g + 8, 2t + 1)
+            split_keys_fragment(p, kc, fa, fs, 4 * kc)  # step kc's A fragment, once a tile
         for nb in range(NB):
             c0 = c1 = c2 = c3 = ZERO                    # this block's sum over the tile
             for kc in range(KC2):

@@ -301,7 +301,7 @@ from numba import cuda, float32, uint32, uint64
 from .attention import block_tile, kv_tiles
 from .attention_tc import LN2, LOG2E, QUAD, fold_scale, head_io, mask_scores_tc, \
     online_softmax_tc, pack_accumulators, rescale_tc, zeros
-from .hopper import SWIZZLE_NONE, WGMMA, WGMMA_RS_TB, bar_arrive, bar_sync, \
+from .hopper import SW128_ALIGN, SWIZZLE_NONE, WGMMA, WGMMA_RS_TB, bar_arrive, bar_sync, \
     cp_async_mbar_arrive, fence_mbarrier_init, fence_proxy_async, kmajor_desc, mbar_arrive, \
     mbar_init, mbar_try_wait_parity, nmajor_desc, setmaxnreg_dec, setmaxnreg_inc, shared_addr, \
     sw128_index, to_1024, wgmma_commit_group, wgmma_desc, wgmma_fence, wgmma_fence_operand, \
@@ -371,7 +371,16 @@ def widest_bc(D, CWG, OVERLAP):
 def wgmma_smem_bytes(D, Bc, CWG, STAGES, SWIZZLE=False):
     """Dynamic shared memory: the Q tile (64·CWG × D halves) and STAGES × (K, V) tiles
     (SWIZZLE: 1024 bytes more, to put the tiles on a 1024-byte boundary)."""
-    return 2 * (64 * CWG * D + STAGES * 2 * Bc * D) + (1024 if SWIZZLE else 0)
+    return 2 * (64 * CWG * D + STAGES * 2 * Bc * D) + (SW128_ALIGN if SWIZZLE else 0)
+
+
+def row_words(SWIZZLE=False):
+    """Words from a row of a tile to the next in piece_order's layouts: 4 in the K-major core
+    matrices (a row of a core matrix is 16 bytes), 32 with SWIZZLE (a row of a 64-column half
+    is a 128-byte line). With SWIZZLE it holds over steps of 8 rows only (the chunk order
+    repeats every 8 rows), which is all the kernels take: copies STEP rows apart, a
+    warpgroup's 64 rows (64·row_words words on)."""
+    return 32 if SWIZZLE else 4
 
 
 @lru_cache(maxsize=None)
@@ -431,7 +440,7 @@ def kmajor_rows(D, R, NL, PAD=False, SWIZZLE=False):
     DW, PIECES = D // 2, D // 8
     STEP = NL // PIECES                             # rows between a copier's pieces
     COPIES = -(-R // STEP)
-    ROW = 32 if SWIZZLE else 4      # words a row on (SWIZZLE: over steps of 8 rows, as STEP is)
+    ROW = row_words(SWIZZLE)                        # words a row on (STEP a multiple of 8)
 
     @cuda.jit(device=True)
     def copy(x, smem, at, lt, bh, n, r0, kpm, b_idx):
@@ -494,7 +503,7 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
 
     piece_of, chunk_word = piece_order(D, SWIZZLE)   # the copies' layout (Q: q_rows)
     q_rows = kmajor_rows(D, Br, T, False, SWIZZLE)
-    ROW_WORDS = 32                          # SWIZZLE: a row of a 64-column half, 128 bytes
+    ROW = row_words(SWIZZLE)                # words a row on in the Q and K tiles
 
     @cuda.jit(device=True)
     def take_turn(cw):
@@ -580,9 +589,8 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
                                                     # producer, 32 rows, at Bc = 176)
                 ok = key < n_k and (not PAD or kpm[b_idx, key] != 0)
                 src = (bh * n_k + min(key, n_k - 1)) * DW + 4 * c   # (in bounds; read if ok)
-                k_step = ROW_WORDS if SWIZZLE else 4    # words a row on: chunk_word(r, c, Bc)
-                v_step = ROW_WORDS if SWIZZLE else DW   # (else mnmajor_index(r, 8c, D) / 2)
-                cp_async16(smem, k_at + k_step * STEP * n, k, src, ok)
+                v_step = ROW if SWIZZLE else DW     # (V as K, else mnmajor_index(r, 8c, D) / 2)
+                cp_async16(smem, k_at + ROW * STEP * n, k, src, ok)
                 cp_async16(smem, v_at + v_step * STEP * n, v, src, ok)
         cp_async_mbar_arrive(bars, s)               # FULL[s]: once my copies have landed
 
@@ -644,8 +652,7 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
         ml[1] = NEG_INF
         ml[2] = ZERO
         ml[3] = ZERO
-        q_addr = shared_addr(smem, at0 + (2048 if SWIZZLE else 256) * cw)   # warpgroup cw's
-                                                    # 64 rows of Q (64 × 128 or 64 × 16 bytes)
+        q_addr = shared_addr(smem, at0 + 64 * ROW * cw)     # warpgroup cw's 64 rows of Q
 
         if not PRODUCER:                            # tiles 0 … AHEAD − 1 before the loop
             for i in range(min(AHEAD, n_tiles)):

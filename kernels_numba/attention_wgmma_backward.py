@@ -216,8 +216,8 @@ from .attention import first_q_tile, kv_tiles
 from .attention_tc import pack_accumulators, zeros
 from .attention_tc_backward import clear_padded, ds_rows, ds_transposed, lane_row_stats, \
     lane_rows, padded_keys, write_rows
-from .attention_wgmma import BUILT, WARPGROUP, kmajor_rows, warpgroup_of
-from .hopper import WGMMA, WGMMA_RS_TB, WGMMA_TB, bar_sync, cp_async_mbar_arrive, \
+from .attention_wgmma import BUILT, WARPGROUP, kmajor_rows, row_words, warpgroup_of
+from .hopper import SW128_ALIGN, WGMMA, WGMMA_RS_TB, WGMMA_TB, bar_sync, cp_async_mbar_arrive, \
     fence_mbarrier_init, fence_proxy_async, kmajor_desc, kmajor_index, mbar_arrive, mbar_init, \
     mbar_try_wait_parity, nmajor_desc, sem_release_add, sem_wait_geq, shared_addr, to_1024, \
     wgmma_commit_group, wgmma_fence, wgmma_fence_operand, wgmma_wait_group
@@ -229,7 +229,8 @@ def stage_words(D, B, KEYS, SWIZZLE=False):
     """Words of a stage: two streamed tiles of B rows (KEYS, the dK/dV kernel: + LSE_i, D_i),
     SWIZZLE: rounded up to 1024 bytes, so that every tile starts on a 1024-byte boundary."""
     words = 2 * B * D // 2 + (2 * B if KEYS else 0)
-    return -(-words // 256) * 256 if SWIZZLE else words
+    align = SW128_ALIGN // 4                # (words)
+    return -(-words // align) * align if SWIZZLE else words
 
 
 def wgmma_bwd_smem_bytes(D, B, CWG, STAGES, KEYS, FUSED=False, SWIZZLE=False):
@@ -238,7 +239,8 @@ def wgmma_bwd_smem_bytes(D, B, CWG, STAGES, KEYS, FUSED=False, SWIZZLE=False):
     1024 bytes more, to start on a 1024-byte boundary."""
     own = 2 * 64 * CWG * D // 2
     ds = 2 * B * 64 * CWG // 2 if FUSED else 0
-    return 4 * (own + STAGES * stage_words(D, B, KEYS, SWIZZLE) + ds) + (1024 if SWIZZLE else 0)
+    return 4 * (own + STAGES * stage_words(D, B, KEYS, SWIZZLE) + ds) + \
+        (SW128_ALIGN if SWIZZLE else 0)
 
 
 @lru_cache(maxsize=None)
@@ -364,6 +366,7 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False, SW
     Bk = 64 * CWG                           # keys per block
     T = WARPGROUP * CWG
     OWN = Bk * D // 2                       # words of the block's K rows (V rows follow)
+    WG_ROWS = 64 * row_words(SWIZZLE)       # words from one warpgroup's 64 rows to the next
     TW = Bq * D // 2                        # words of a Qi or dOi tile
     STAGE = stage_words(D, Bq, True, SWIZZLE)   # [Qi | dOi | LSE_i | D_i (| to 1024 bytes)]
     RING = 2 * OWN                          # stage s at RING + STAGE·s
@@ -436,9 +439,8 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False, SW
         pa_ds = cuda.local.array(PA, uint32)    # dSᵀ as A fragments
         clear_acc(dk_acc)
         clear_acc(dv_acc)
-        WG_ROWS = 2048 if SWIZZLE else 256      # words of 64 rows (SWIZZLE: 64 × 128 bytes
-        k_addr = shared_addr(smem, at0 + WG_ROWS * cw)  # of a half; else 8 row blocks of 64
-        v_addr = shared_addr(smem, at0 + OWN + WG_ROWS * cw)    # halves: kmajor_index)
+        k_addr = shared_addr(smem, at0 + WG_ROWS * cw)  # my warpgroup's 64 rows of K, V
+        v_addr = shared_addr(smem, at0 + OWN + WG_ROWS * cw)
 
         first = first_q_tile(CAUSAL, k0, Bq, n_q, n_k)  # (causal: earlier Q tiles see none
         n_qt = (n_q + Bq - 1) // Bq                      #  of this block's keys)
@@ -525,6 +527,7 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16, SWIZZLE=False):
     Bq = 64 * CWG                           # queries per block
     T = WARPGROUP * CWG
     OWN = Bq * D // 2                       # words of the block's Q rows (dO rows follow)
+    WG_ROWS = 64 * row_words(SWIZZLE)       # words from one warpgroup's 64 rows to the next
     TW = Bk * D // 2                        # words of a Kj or Vj tile
     STAGE = stage_words(D, Bk, False, SWIZZLE)  # [Kj | Vj]
     RING = 2 * OWN
@@ -571,8 +574,7 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16, SWIZZLE=False):
         stats = cuda.local.array(4, float32)    # LSE·log2e and D of my two rows
         lane_row_stats(lse, dvec, bh, r_lo, n_q, stats)
         clear_acc(dq_acc)
-        WG_ROWS = 2048 if SWIZZLE else 256      # words of 64 rows (as the dK/dV kernel)
-        q_addr = shared_addr(smem, at0 + WG_ROWS * cw)  # my warpgroup's 64 rows
+        q_addr = shared_addr(smem, at0 + WG_ROWS * cw)  # my warpgroup's 64 rows of Q, dO
         do_addr = shared_addr(smem, at0 + OWN + WG_ROWS * cw)
 
         n_tiles = kv_tiles(CAUSAL, q0, Bq, Bk, n_q, n_k)

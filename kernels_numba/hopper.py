@@ -239,6 +239,7 @@ from .vector import cp_async16, element_address, element_pointer, shared_address
 helper = helper_chooser("hopper")
 
 SWIZZLE_NONE, SWIZZLE_128B = 0, 1       # the descriptor's bits 62‥63
+SW128_ALIGN = 1024      # bytes: where a swizzled tile starts (the atom: 8 rows of 128 bytes)
 
 _LL = {"r": ir.IntType(32), "l": ir.IntType(64), "f": ir.FloatType()}
 
@@ -332,8 +333,9 @@ def kmajor_index(r, k, rows):
 @pure_device
 def kmajor_sw128_index(r, k):
     """Halves index of element (r, k), k < 64, of a tile stored with the 128-byte swizzle:
-    rows of 64 halves, chunk k // 8 of row r at chunk (k // 8) ^ (r % 8). SBO = 1024 bytes."""
-    return (r // 8) * 512 + (r % 8) * 64 + ((k // 8) ^ (r % 8)) * 8 + k % 8
+    rows of 64 halves, chunk k // 8 of row r at chunk (k // 8) ^ (r % 8). SBO = 1024 bytes:
+    sw128_index's first 64-column half (its ``rows`` then unused)."""
+    return sw128_index(r, k, 0)
 
 
 @pure_device
@@ -392,7 +394,7 @@ def to_1024(smem):
     """Words from smem[0] (uint32) to the first 1024-byte boundary of the shared window at or
     after it: where tiles in the 128-byte swizzle start (the swizzle works on address bits,
     and dynamic shared memory is not promised that alignment)."""
-    return ((1024 - (shared_addr(smem, 0) & 1023)) & 1023) // 4
+    return ((SW128_ALIGN - (shared_addr(smem, 0) & (SW128_ALIGN - 1))) & (SW128_ALIGN - 1)) // 4
 
 
 @pure_device

@@ -341,22 +341,17 @@ def accumulation(n=4096, d=64, causal=True, seed=0, tile=32, log=print):
         return c.astype(np.float64)
 
     def run(chain, tile, backwards=False):
-        acc, part = np.zeros((n, d), F32), np.zeros((n, d), F32)
-        if backwards:                                   # Q tiles last to first
-            for t0 in range(n - n % tile if n % tile else n - tile, -1, -tile):
-                part = np.zeros((n, d), F32)
-                for i in range(t0, min(n, t0 + tile), 8):
-                    part = (part + steps(i, i + 8, np.zeros((n, d)))).astype(F32)
-                acc = (acc + part).astype(F32)
+        acc = np.zeros((n, d), F32)
+        if tile is None:                                # one level: dV += each chain's sum
+            for i in range(0, n, 8 * chain):
+                acc = (acc + steps(i, min(n, i + 8 * chain), np.zeros((n, d)))).astype(F32)
             return float(np.max(np.abs(acc - ref)))
-        for i in range(0, n, 8 * chain):
-            s = steps(i, min(n, i + 8 * chain), np.zeros((n, d)))
-            if tile is None:
-                acc = (acc + s).astype(F32)
-            else:
-                part = (part + s).astype(F32)
-                if (i + 8 * chain) % tile == 0 or i + 8 * chain >= n:
-                    acc, part = (acc + part).astype(F32), np.zeros((n, d), F32)
+        starts = range(0, n, tile)                      # two levels: a partial a tile, the
+        for t0 in (reversed(starts) if backwards else starts):  # tiles in order or backwards
+            part = np.zeros((n, d), F32)
+            for i in range(t0, min(n, t0 + tile), 8 * chain):
+                part = (part + steps(i, min(n, i + 8 * chain), np.zeros((n, d)))).astype(F32)
+            acc = (acc + part).astype(F32)
         return float(np.max(np.abs(acc - ref)))
 
     out = {}
