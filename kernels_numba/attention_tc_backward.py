@@ -3,7 +3,8 @@
 Menu
 | kernel                                               | what                                    |
 |------------------------------------------------------|-----------------------------------------|
-| ``tc_bwd_preprocess(BF16)``                          | D_i = Σ_c dO_ic·O_ic (one thread a row) |
+| ``tc_bwd_preprocess(BF16, LSE2, CLEAR)``             | D_i = Σ_c dO_ic·O_ic (one thread a row) |
+|                                                      | (LSE2: and LSE_i·log2e, for wgmma)      |
 | ``flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL,     | one block per 16·WARPS keys, Q tiles    |
 |   PAD, BF16, ASYNC)``                                | streamed: dV += Pᵀ dO, dK += dSᵀ Q       |
 | ``flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL,       | one block per 16·WARPS queries, K/V     |
@@ -111,15 +112,18 @@ def tc_bwd_smem_bytes(D, B, WARPS, ASYNC=False):
 
 
 @lru_cache(maxsize=None)
-def tc_bwd_preprocess(BF16, CLEAR=False):
+def tc_bwd_preprocess(BF16, LSE2=False, CLEAR=False):
     """D[r] = Σ_c dO[r, c]·O[r, c] over rows r of o, do [R, d/2] (words) or [R, d] (uint16
-    halves: d % 8 ≠ 0, attention_tc.head_io), d [R] float32. CLEAR (the wgmma backward with dQ
-    fused, attention_wgmma_backward.py): also acc[:] = 0 and sem[:] = 0 (flat float32 and
-    int32 arrays: its dQ accumulator and its turns), in the same launch."""
+    halves: d % 8 ≠ 0, attention_tc.head_io), d [R] float32. LSE2 (the wgmma backward,
+    attention_wgmma_backward.py): also lse2[r] = lse2_of(lse[r]) (lse, lse2 [R] float32), the
+    base-2 offset its kernels read, converted once a row here instead of once a tile there.
+    CLEAR (with LSE2: the wgmma backward with dQ fused): also acc[:] = 0 and sem[:] = 0 (flat
+    float32 and int32 arrays: its dQ accumulator and its turns), in the same launch."""
+    assert LSE2 or not CLEAR
     unpack = unpack_bf16 if BF16 else unpack_f16
 
     @cuda.jit(device=True)
-    def rows(o, do, dvec):
+    def rows(o, do, dvec, lse, lse2):
         row = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
         while row < o.shape[0]:
             total = ZERO
@@ -128,17 +132,25 @@ def tc_bwd_preprocess(BF16, CLEAR=False):
                 g0, g1 = unpack(uint32(do[row, c]))
                 total += g0 * o0 + g1 * o1          # D_i = Σ_c dO_ic O_ic
             dvec[row] = total
+            if LSE2:
+                lse2[row] = lse2_of(lse[row], True)     # LSE·log2e, +inf for −inf
             row += cuda.gridDim.x * cuda.blockDim.x
+
+    if not LSE2:
+        @cuda.jit
+        def preprocess(o, do, dvec):
+            rows(o, do, dvec, dvec, dvec)       # (lse, lse2 unused)
+        return preprocess
 
     if not CLEAR:
         @cuda.jit
-        def preprocess(o, do, dvec):
-            rows(o, do, dvec)
-        return preprocess
+        def preprocess_lse2(o, do, dvec, lse, lse2):
+            rows(o, do, dvec, lse, lse2)
+        return preprocess_lse2
 
     @cuda.jit
-    def preprocess_clear(o, do, dvec, acc, sem):
-        rows(o, do, dvec)
+    def preprocess_clear(o, do, dvec, lse, lse2, acc, sem):
+        rows(o, do, dvec, lse, lse2)
         first = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
         step = cuda.gridDim.x * cuda.blockDim.x
         for e in range(first, acc.shape[0], step):     # (coalesced: consecutive threads,
@@ -157,15 +169,18 @@ def lse2_of(lse, live):
 
 
 @cuda.jit(device=True)
-def lane_row_stats(lse, dvec, bh, r_lo, n_q, stats, NAT=False):
+def lane_row_stats(lse, dvec, bh, r_lo, n_q, stats, NAT=False, LSE2=False):
     """The dQ kernels' two rows r_lo, r_lo + 8 (attention_backward.row_stats in base 2):
-    stats = [LSE·log2e (lse2_of) of each — NAT: LSE itself, lse_or_inf — D of each (0 past
-    Nq)]."""
+    stats = [LSE·log2e (lse2_of) of each — NAT: LSE itself, lse_or_inf; LSE2: lse holds
+    lse2_of(LSE) already — D of each (0 past Nq)]."""
     for half in range(2):
         row = r_lo + 8 * half
         live = row < n_q
         x = lse[bh, row] if live else NEG_INF
-        stats[half] = lse_or_inf(x, live) if NAT else lse2_of(x, live)
+        if LSE2:
+            stats[half] = x if live else POS_INF
+        else:
+            stats[half] = lse_or_inf(x, live) if NAT else lse2_of(x, live)
         stats[2 + half] = dvec[bh, row] if live else ZERO
 
 
@@ -207,7 +222,7 @@ def exponent(s, scale, scale2, lse, NAT):
 
 
 @lru_cache(maxsize=None)
-def ds_transposed(NBQ, Bq, CAUSAL, PAD, NAT=False, KILL=True):
+def ds_transposed(NBQ, Bq, CAUSAL, PAD, NAT=False, KILL=True, LSE2=False):
     """§30 on the dK/dV kernel's Sᵀ, dPᵀ accumulators (rows: the lane's keys key_lo, key_lo + 8;
     columns: queries q0 + 8nb + 2t (+1)), in place: Pᵀ and dSᵀ. LSE_i and D_i of the tile's
     queries are at fsm[fl …] and fsm[fl + Bq …].
@@ -238,11 +253,30 @@ def ds_transposed(NBQ, Bq, CAUSAL, PAD, NAT=False, KILL=True):
       go anywhere else (the wgmma kernel's FUSED dQ = dS K) keeps KILL.
     - the causal tests sit in one branch of their own (step 3), taken by the lanes at the
       diagonal: written in the per-element loop they become selects that every tile runs.
-    NAT: the 3xTF32 kernels' exponent (see ``exponent``; their LSE without the log2e)."""
-    NC = 2 * NBQ                            # my columns: 8nb + 2t + u, u = 0, 1
+    NAT: the 3xTF32 kernels' exponent (see ``exponent``; their LSE without the log2e). LSE2:
+    fsm holds lse2_of(LSE) already (tc_bwd_preprocess(…, LSE2): the wgmma kernel; at d = 128
+    the conversion was 48 of a tile's 450 SASS instructions, 2026-12-02)."""
+    probs, grads = ds_transposed_steps(NBQ, Bq, CAUSAL, PAD, NAT, KILL, LSE2)
 
     @cuda.jit(device=True)
     def step(st, dpt, fsm, fl, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t, scale):
+        probs(st, fsm, fl, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t, scale)
+        grads(st, dpt, fsm, fl, t)
+    return step
+
+
+@lru_cache(maxsize=None)
+def ds_transposed_steps(NBQ, Bq, CAUSAL, PAD, NAT=False, KILL=True, LSE2=False):
+    """ds_transposed as two steps (its steps 1–3 and 4), for a caller whose dPᵀ is still being
+    computed while it takes Pᵀ (the wgmma dK/dV kernel: Pᵀ needs Sᵀ only):
+    probs(st, fsm, fl, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t, scale): Sᵀ → Pᵀ in st;
+    grads(st, dpt, fsm, fl, t): dPᵀ → dSᵀ = Pᵀ∘(dPᵀ − D) in dpt. Together the same
+    arithmetic, in the same order, as ds_transposed."""
+    assert not (NAT and LSE2)
+    NC = 2 * NBQ                            # my columns: 8nb + 2t + u, u = 0, 1
+
+    @cuda.jit(device=True)
+    def probs(st, fsm, fl, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t, scale):
         scale2 = scale * LOG2E
         at = int32(fl) + int32(2 * t)       # my LSE_i at fsm[at + 8nb + u], D_i Bq further on
         full = q0 + Bq <= n_q               # (uniform) every column a query < Nq
@@ -259,7 +293,8 @@ def ds_transposed(NBQ, Bq, CAUSAL, PAD, NAT=False, KILL=True):
         for nb in range(NBQ):                   # +inf for −inf (lse_or_inf's test)
             for u in range(2):
                 x = load1(fsm, at + 8 * nb + u)
-                lse[2 * nb + u] = lse_or_inf(x, True) if NAT else lse2_of(x, True)
+                lse[2 * nb + u] = x if LSE2 else lse_or_inf(x, True) if NAT else \
+                    lse2_of(x, True)
         if not full:                            # the last tile: +inf past Nq too (as
             for nb in range(NBQ):               # lse_or_inf's live False)
                 for u in range(2):
@@ -275,17 +310,22 @@ def ds_transposed(NBQ, Bq, CAUSAL, PAD, NAT=False, KILL=True):
                 for e in range(4):
                     if rel > 8 * nb + e % 2 - 8 * (e // 2):     # key > query + offset
                         st[4 * nb + e] = NEG_INF                    # above the diagonal
-        for nb in range(NBQ):                   # 4: Pᵀ, dSᵀ
+        for i in range(4 * NBQ):                # 4a: Pᵀ
+            p = ex2(st[i])
+            if KILL and (kill_lo if (i % 4) < 2 else kill_hi):
+                p = ZERO                                            # a key past Nk or padded
+            st[i] = p
+
+    @cuda.jit(device=True)
+    def grads(st, dpt, fsm, fl, t):
+        at = int32(fl) + int32(2 * t)           # (as in probs)
+        for nb in range(NBQ):                   # 4b: dSᵀ
             d0 = load1(fsm, at + Bq + 8 * nb)   # D of my two columns
             d1 = load1(fsm, at + Bq + 8 * nb + 1)
             for e in range(4):
                 i = 4 * nb + e
-                p = ex2(st[i])                                      # Pᵀ
-                if KILL and (kill_lo if e < 2 else kill_hi):
-                    p = ZERO                                        # a key past Nk or padded
-                st[i] = p
-                dpt[i] = p * (dpt[i] - (d0 if e % 2 == 0 else d1))          # dSᵀ = Pᵀ∘(dPᵀ − D)
-    return step
+                dpt[i] = st[i] * (dpt[i] - (d0 if e % 2 == 0 else d1))      # dSᵀ = Pᵀ∘(dPᵀ − D)
+    return probs, grads
 
 
 @lru_cache(maxsize=None)
@@ -298,6 +338,7 @@ def ds_rows(NBK, CAUSAL, PAD, NAT=False):
     dP is set to 0 too, so dS = 0 exactly even where a hidden key's V row holds NaN/inf (padded
     keys' rows are zeros already, from the loaders)."""
     Bk = 8 * NBK
+    hidden = key_hidden(CAUSAL, PAD)
 
     @cuda.jit(device=True)
     def step(s, dp, stats, r_lo, k0, n_k, offset, kpm, b_idx, t, scale):
@@ -309,15 +350,67 @@ def ds_rows(NBK, CAUSAL, PAD, NAT=False):
                 i = 4 * nb + e
                 x = exponent(s[i], scale, scale2, stats[half], NAT)  # (S·scale − LSE)·log2e
                 if PAD or edge:
-                    key = k0 + 8 * nb + 2 * t + e % 2
-                    if key >= n_k or (CAUSAL and key > r_lo + 8 * half + offset) or \
-                            (PAD and kpm[b_idx, key] == 0):
+                    if hidden(k0 + 8 * nb + 2 * t + e % 2, r_lo + 8 * half, n_k, offset, kpm,
+                              b_idx):
                         x = NEG_INF
                         dp[i] = ZERO                # dS = 0, not 0·(NaN − D) (a hidden V row)
                 p = ex2(x)                                          # P
                 s[i] = p
                 dp[i] = p * (dp[i] - stats[2 + half])               # dS = P ∘ (dP − D)
     return step
+
+
+@lru_cache(maxsize=None)
+def key_hidden(CAUSAL, PAD):
+    """hidden(key, row, n_k, offset, kpm, b_idx): whether key is masked for query row — past
+    Nk, above the diagonal (§34: key > row + offset), padded (§35)."""
+
+    @cuda.jit(device=True)
+    def hidden(key, row, n_k, offset, kpm, b_idx):
+        return key >= n_k or (CAUSAL and key > row + offset) or (PAD and kpm[b_idx, key] == 0)
+    return hidden
+
+
+@lru_cache(maxsize=None)
+def ds_rows_steps(NBK, CAUSAL, PAD, NAT=False):
+    """ds_rows as two steps, for a caller whose dP is still being computed while it takes P
+    (the wgmma dQ kernel): probs(s, stats, r_lo, k0, n_k, offset, kpm, b_idx, t, scale): S → P
+    in s (masked: 0); grads(s, dp, stats, r_lo, k0, n_k, offset, kpm, b_idx, t): dP → dS in dp
+    (masked: 0, the mask tested again, on the same tiles only). The same values as ds_rows,
+    whose one pass flash_tc's dQ kernel keeps (with the second test, 255 registers and spills
+    at d = 128 there; ptxas 13.5)."""
+    Bk = 8 * NBK
+    hidden = key_hidden(CAUSAL, PAD)
+
+    @cuda.jit(device=True)
+    def probs(s, stats, r_lo, k0, n_k, offset, kpm, b_idx, t, scale):
+        scale2 = scale * LOG2E
+        edge = k0 + Bk > n_k or (CAUSAL and k0 + Bk - 1 > r_lo + offset)
+        for nb in range(NBK):
+            for e in range(4):
+                half = e // 2
+                i = 4 * nb + e
+                x = exponent(s[i], scale, scale2, stats[half], NAT)  # (S·scale − LSE)·log2e
+                if PAD or edge:
+                    if hidden(k0 + 8 * nb + 2 * t + e % 2, r_lo + 8 * half, n_k, offset, kpm,
+                              b_idx):
+                        x = NEG_INF
+                s[i] = ex2(x)                                       # P
+
+    @cuda.jit(device=True)
+    def grads(s, dp, stats, r_lo, k0, n_k, offset, kpm, b_idx, t):
+        edge = k0 + Bk > n_k or (CAUSAL and k0 + Bk - 1 > r_lo + offset)
+        for nb in range(NBK):
+            for e in range(4):
+                half = e // 2
+                i = 4 * nb + e
+                ds = s[i] * (dp[i] - stats[2 + half])               # dS = P ∘ (dP − D)
+                if PAD or edge:
+                    if hidden(k0 + 8 * nb + 2 * t + e % 2, r_lo + 8 * half, n_k, offset, kpm,
+                              b_idx):
+                        ds = ZERO           # dS = 0, not 0·(NaN − D) (a hidden V row)
+                dp[i] = ds
+    return probs, grads
 
 
 @lru_cache(maxsize=None)

@@ -274,7 +274,10 @@ descriptors come from the PTX ISA and four public implementations
 hardware reads them so. ptxas 13.5: the consumers keep 168 registers (d = 128) and 128 (d =
 64, CWG = 3) and spill nothing, except 8 bytes with OVERLAP, causal, PAD and bf16 at d = 64;
 the d = 128 loop had 768 SASS instructions against the unswizzled 763, and 732 since the
-descriptors are built once a k16 loop (hopper.desc_step, 2026-12-02). Measured (H200,
+descriptors are built once a k16 loop (hopper.desc_step, 2026-12-02); with two stages, 717 →
+673 since Q's and the stage's addresses come through uniform_u32 and ring_slot (session 8:
+the descriptors in uniform registers; 1.47/1.78× SDPA flash at d = 128 after, 1.45/1.79×
+before, not causal/causal — the same within run-to-run spread). Measured (H200,
 2026-12-02, kernel-only, ``scripts/gpu_wgmma.py --swizzle``, docs/logs/gpu_swizzle_h200.log
 and gpu_swizzle_default_h200.log, two runs): 1.17–1.57× the unswizzled block with three
 stages, at B4 H16 N1024 d64, B2 H16 N4096 d64 and B1 H16 N8192 d128, causal and not (the
@@ -296,7 +299,7 @@ swizzle, torch's cuDNN backend too).
 import math
 from functools import lru_cache
 
-from numba import cuda, float32, uint32, uint64
+from numba import cuda, float32, int32, uint32, uint64
 
 from .attention import block_tile, kv_tiles
 from .attention_tc import LN2, LOG2E, QUAD, fold_scale, head_io, mask_scores_tc, \
@@ -328,6 +331,24 @@ def warpgroup_of(tid):
     from it — a warpgroup's tile addresses and wgmma descriptors — in uniform registers, where
     wgmma reads its descriptors (attention_wgmma_backward: no R2UR per descriptor)."""
     return cuda.shfl_sync(0xFFFFFFFF, tid // WARPGROUP, 0)
+
+
+@cuda.jit(device=True)
+def uniform_u32(x):
+    """x, a 32-bit value the same in every lane (a shared-window address), taken from lane 0 by
+    a shuffle, as warpgroup_of: ptxas then keeps it and what is built from it — a stage's
+    wgmma descriptors — in uniform registers (attention_wgmma_backward: a stage's descriptors
+    were rebuilt in the vector registers, about 7 instructions a wgmma)."""
+    return uint32(cuda.shfl_sync(0xFFFFFFFF, int32(x), 0))
+
+
+@cuda.jit(device=True)
+def ring_slot(i, STAGES):
+    """Use i of a ring of STAGES stages: (its stage i % STAGES, the parity of its phase
+    (i // STAGES) & 1), in 32-bit unsigned arithmetic (i ≥ 0): Numba's int64 signed modulo and
+    division cost about 20 uniform instructions a tile, this a handful."""
+    u = uint32(i)
+    return u % uint32(STAGES), (u // uint32(STAGES)) & uint32(1)
 
 
 def producer_regs(CWG):
@@ -652,7 +673,9 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
         ml[1] = NEG_INF
         ml[2] = ZERO
         ml[3] = ZERO
-        q_addr = shared_addr(smem, at0 + 64 * ROW * cw)     # warpgroup cw's 64 rows of Q
+        q_addr = uniform_u32(shared_addr(smem, at0 + 64 * ROW * cw))    # warpgroup cw's 64
+        ring = uniform_u32(shared_addr(smem, at0 + QW))     # rows of Q; stage 0's K (uniform:
+                                                            # the descriptors in uniform registers)
 
         if not PRODUCER:                            # tiles 0 … AHEAD − 1 before the loop
             for i in range(min(AHEAD, n_tiles)):
@@ -664,11 +687,11 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
             for j in range(n_tiles):
                 if not PRODUCER and j + STAGES - 1 < n_tiles:
                     copy_tile(k, v, smem, at0, bars, j + STAGES - 1, ct, bh, n_k, kpm, b_idx)
-                s = j % STAGES
-                mbar_try_wait_parity(bars, s, (j // STAGES) & 1)    # wait: K_j, V_j have landed
+                s, ph = ring_slot(j, STAGES)
+                mbar_try_wait_parity(bars, s, ph)   # wait: K_j, V_j have landed
                 fence_proxy_async()                 # the copies (generic proxy) before wgmma
-                k_addr = shared_addr(smem, at0 + QW + 2 * KVW * s)
-                v_addr = shared_addr(smem, at0 + QW + 2 * KVW * s + KVW)
+                k_addr = uint32(ring + uint32(8 * KVW) * s)     # shared_addr(smem, at0 + QW +
+                v_addr = uint32(k_addr + uint32(4 * KVW))       #  2·KVW·s), … + KVW
 
                 if PINGPONG:                        # (compile-time) after the data, my turn
                     take_turn(cw)

@@ -84,20 +84,24 @@ first one whose last row sees key k0 (§34)::
 
     wait FULL[s]                       ← Qi, dOi, LSE_i, D_i have landed
     Sᵀ  = K Qiᵀ                        ← wgmma m64n{Bq}k16 ×D/16, A = K rows, B = Qi rows (SS)
-    dPᵀ = V dOiᵀ                       ← the same with V and dOi (one commit group for both)
-    Pᵀ  = 2^(Sᵀ·scale·log2e − LSE·log2e);  dSᵀ = Pᵀ∘(dPᵀ − D)
-                                       ← CUDA cores: attention_tc_backward.ds_transposed, as is
-    Pᵀ, dSᵀ → A fragments              ← attention_tc.pack_accumulators (2 column blocks = 1 k16)
+    dPᵀ = V dOiᵀ                       ← the same with V and dOi (a second commit group)
+    wait Sᵀ                            ← wgmma_wait_group(1): dPᵀ still running
+    Pᵀ  = 2^(Sᵀ·scale·log2e − LSE·log2e) → A fragments
+                                       ← CUDA cores (attention_tc_backward.ds_transposed_steps'
+                                         probs), under dPᵀ's products; pack_accumulators
     dV += Pᵀ dOi                       ← wgmma m64n{D}k16 ×Bq/16, A = Pᵀ (RS), B = dOi N-major
-    dK += dSᵀ Qi                       ← the same with dSᵀ and Qi (one commit group for both)
-    arrive EMPTY[s]
+    wait dPᵀ                           ← wgmma_wait_group(1): dV still running
+    dSᵀ = Pᵀ∘(dPᵀ − D) → A fragments   ← CUDA cores (its grads), under dV's products
+    dK += dSᵀ Qi                       ← the same with dSᵀ and Qi
+    wait dV, dK; arrive EMPTY[s]
     dK ·= scale; padded keys: dk = dv = 0
 
 The dQ kernel (queries as rows), per consumer warpgroup of 64 queries, for each K/V tile j
 the warpgroup's rows see (§34)::
 
-    S = Qi Kjᵀ, dP = dOi Vjᵀ            ← SS wgmmas, B = Kj rows, Vj rows (K-major)
-    P, dS = P∘(dP − D)                  ← attention_tc_backward.ds_rows, as is (masked: dS = 0)
+    S = Qi Kjᵀ, dP = dOi Vjᵀ            ← SS wgmmas, B = Kj rows, Vj rows (K-major), two groups
+    P; then dS = P∘(dP − D)             ← attention_tc_backward.ds_rows_steps: P once S has
+                                          landed, under dP's products (masked: dS = 0)
     dQ += dS Kj                         ← RS wgmma, B = Kj N-major
     dQ ·= scale
 
@@ -148,7 +152,8 @@ the copies of tile i + STAGES − 1 before tile i's products (STAGES = 1: tile i
 wait, compute), arrives on FULL[s] by ``cp_async_mbar_arrive``, waits on EMPTY[s] before
 refilling a stage, and arrives on EMPTY[s] once its wgmmas reading the stage are waited for.
 LSE_i and D_i travel by 4-byte cp.async in the same stage (zeros past Nq, where
-``lse2_of`` gives +inf: P = 0).
+``ds_transposed`` puts +inf: P = 0); LSE_i as LSE·log2e (+inf for −inf), which the preprocess
+computes once a row (``tc_bwd_preprocess(…, LSE2=True)``, the kernels' argument lse2).
 
 Deterministic: no atomics, each gradient element summed by one thread in tile order (the
 wgmma's own summation order is fixed by the hardware): bitwise the same from run to run.
@@ -163,8 +168,8 @@ tile, a key hidden from some rows but seen by others is in the tile, and 0·NaN 
 
 Limits: fp16/bf16, d = D = 64 or 128 exactly (other d: method 'flash_tc'); Bq, Bk = 64 or 128
 (not Bq = 128 at d = 128: below; FUSED: Bq = 64); CWG = 1 or 2; sm_90a (wgmma, mbarrier). No producer
-warpgroup (every thread copies), one wgmma group waited for at once (the CUDA-core work of a
-tile does not overlap its products), no dropout, no varlen. The simulator runs it at
+warpgroup (every thread copies), a tile's CUDA-core work overlaps only its own later products
+(Pᵀ under dPᵀ, dSᵀ under dV: not the next tile's), no dropout, no varlen. The simulator runs it at
 tiny shapes (one to four blocks; the products computed at once, not asynchronously).
 
 The lean loop (2026-12-02). Nsight Compute at B1 H16 N8192 d128 (docs/results.md, session 7)
@@ -194,14 +199,35 @@ causal and causal; 0.87 (0.69) and 0.83 (0.58) at B2 H16 N4096 d64; 0.89 (0.74) 
 method on Hopper causal or not (``tc_methods.wgmma_bwd_is_default``). Still behind torch:
 the dQ kernel's S and dP again (seven products for torch's five), and about 280 instructions
 a dK/dV tile that a prototype's SASS showed could go (the Q/dO descriptors of each stage
-built outside the loop, the stage and parity arithmetic in 32 bits; not measured).
+built outside the loop, the stage and parity arithmetic in 32 bits: done next).
+
+The leaner loop (session 8, 2026-12-02). SASS of a full tile's path (ptxas 13.5, d = 128, the
+default config; counted without the partial-tile branches, which the counts above included:
+by this count the lean loop's dK/dV tile was 572 instructions, its dQ tile 350):
+- the stage's tile addresses: ``shared_addr(smem, at)`` per tile put each Q/dO descriptor in
+  vector registers (R2UR and a 64-bit add for every wgmma: 7 instructions each); the stage 0
+  address taken once through ``attention_wgmma.uniform_u32`` (a shuffle from lane 0) plus
+  the stage's offset keeps them in uniform registers — one uniform add a wgmma;
+- ``attention_wgmma.ring_slot``: a use's stage and phase parity in 32-bit unsigned
+  arithmetic, not Numba's int64 signed modulo and division;
+- LSE·log2e (+inf for −inf) is computed once a row by the preprocess
+  (``tc_bwd_preprocess(…, LSE2=True)``) instead of once a tile in every key block (3
+  instructions a column: 48 a tile at Bq = 64).
+dK/dV 572 → 406, dQ 350 → 337 (242 and 161 registers, no spills). Then the overlap above:
+Sᵀ and dPᵀ (S and dP) as two commit groups, Pᵀ taken while dPᵀ runs, dV issued before dSᵀ
+and running under it. Measured (H200, 2026-12-02 session 8, kernel-only, × SDPA flash
+backward, docs/logs/gpu_session8_h200.log): the leaner loop alone 0.84 (0.81 before) and
+0.88 (0.86) at B1 H16 N8192 d128, 0.90 (0.87) and 0.86 (0.83) at B2 H16 N4096 d64, 0.91
+(0.89) and 0.95 (0.93) at B4 H16 N1024 d64 — 2–4 %, far less than the instructions saved:
+the issue slots are no longer what bounds it; with the overlap 0.84, 0.84, 0.90, 0.88, 0.90,
+0.98 (not causal, causal; within the runs' 3–5 % of each other, so kept for its shorter
+critical path, not for a measured gain).
 
 Registers (2026-12-02, CUDA 13.5's NVVM and ptxas, sm_90a): the dK/dV kernel holds Sᵀ, dPᵀ (Bq/2
-floats each) and dK, dV (D/2 each) a thread — 192 at d = 128, Bq = 64: 241 registers, no spills
+floats each) and dK, dV (D/2 each) a thread — 192 at d = 128, Bq = 64: 242 registers, no spills
 (before the lean loop: 255 with 8–56 bytes of spills; FUSED: 255 with 72); 184 at d = 64, Bq = 64;
 Bq = 128 at d = 128 (256 floats) spills 200–900 bytes and ptxas serializes the wgmmas (C7512), so
-``WgmmaBwdConfig`` refuses it. The dQ kernel: 164 registers at d = 128, Bk = 64, 128 at d = 64, no
-spills.
+``WgmmaBwdConfig`` refuses it. The dQ kernel: 161 registers at d = 128, Bk = 64, no spills.
 
 How to run: ``attention_backward(do, q, k, v, o, lse, method="flash_wgmma",
 config=WgmmaBwdConfig(...))`` on fp16/bf16 inputs; ``pytest tests/test_attention_wgmma_backward.py``;
@@ -214,9 +240,10 @@ from numba import cuda, float32, uint16, uint32, uint64
 
 from .attention import first_q_tile, kv_tiles
 from .attention_tc import pack_accumulators, zeros
-from .attention_tc_backward import clear_padded, ds_rows, ds_transposed, lane_row_stats, \
-    lane_rows, padded_keys, write_rows
-from .attention_wgmma import BUILT, WARPGROUP, kmajor_rows, row_words, warpgroup_of
+from .attention_tc_backward import clear_padded, ds_rows_steps, ds_transposed_steps, \
+    lane_row_stats, lane_rows, padded_keys, write_rows
+from .attention_wgmma import BUILT, WARPGROUP, kmajor_rows, ring_slot, row_words, uniform_u32, \
+    warpgroup_of
 from .hopper import SW128_ALIGN, WGMMA, WGMMA_RS_TB, WGMMA_TB, bar_sync, cp_async_mbar_arrive, \
     fence_mbarrier_init, fence_proxy_async, kmajor_desc, kmajor_index, mbar_arrive, mbar_init, \
     mbar_try_wait_parity, nmajor_desc, sem_release_add, sem_wait_geq, shared_addr, to_1024, \
@@ -271,8 +298,10 @@ def block_start(D, R, T, STAGES, PAD, SWIZZLE=False):
 def paired_products(kind, D, RA, RB, SWIZZLE=False):
     """Both kernels' first step: X = A₁ B₁ᵀ and Y = A₂ B₂ᵀ (64 × RB each, D/16 k16 steps; A
     the warpgroup's 64 rows of a K-major tile of RA rows, B a K-major tile of RB rows, both
-    from shared memory) as one wgmma group, waited for — Sᵀ = K Qᵀ, dPᵀ = V dOᵀ in the dK/dV
-    kernel, S = Q Kᵀ, dP = dO Vᵀ in the dQ kernel."""
+    from shared memory) as two wgmma groups, X's first, not waited for — Sᵀ = K Qᵀ, dPᵀ = V dOᵀ
+    in the dK/dV kernel, S = Q Kᵀ, dP = dO Vᵀ in the dQ kernel. The caller waits for X
+    (wgmma_wait_group(1): Y may still run), takes P from it while the tensor cores compute Y,
+    then waits for Y."""
     mma = WGMMA[(kind, RB)]
     KC, SH = D // 16, RB // 2
 
@@ -283,13 +312,12 @@ def paired_products(kind, D, RA, RB, SWIZZLE=False):
         wgmma_fence()                           # (x, y last read by to_a, before)
         for ks in range(KC):
             mma(x, kmajor_desc(a1, RA, ks, SWIZZLE), kmajor_desc(b1, RB, ks, SWIZZLE), ks > 0)
+        wgmma_commit_group()                    # group: X
         for ks in range(KC):
             mma(y, kmajor_desc(a2, RA, ks, SWIZZLE), kmajor_desc(b2, RB, ks, SWIZZLE), ks > 0)
-        wgmma_commit_group()
-        wgmma_wait_group(0)                     # wait: X, Y are in x, y
-        wgmma_fence_operand(x, SH)
-        wgmma_fence_operand(y, SH)
+        wgmma_commit_group()                    # group: Y
     return run
+
 
 
 @lru_cache(maxsize=None)
@@ -377,7 +405,8 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False, SW
     start = block_start(D, Bk, T, STAGES, PAD, SWIZZLE)     # (PAD: padded keys' rows zeros)
     tile_rows = kmajor_rows(D, Bq, T, False, SWIZZLE)
     to_a = pack_accumulators(KC2, 1, NBQ, BF16)
-    ds_t = ds_transposed(NBQ, Bq, CAUSAL, PAD, KILL=FUSED)  # (FUSED: dS feeds dQ too)
+    probs, grads = ds_transposed_steps(NBQ, Bq, CAUSAL, PAD, KILL=FUSED,   # (FUSED: dS feeds
+                                       LSE2=True)                          #  dQ too)
     unpad = clear_padded(D // 8, False)
     write = write_rows(D // 8, BF16)
     clear_acc = zeros(OH)
@@ -389,12 +418,12 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False, SW
     STATS = -(-2 * Bq // T)                 # passes of the LSE_i, D_i copies
 
     @cuda.jit(device=True)
-    def issue(q, do, lse, dvec, smem, fsm, at0, bars, i, first, tid, bh, n_q, kpm):
+    def issue(q, do, lse2, dvec, smem, fsm, at0, bars, i, first, tid, bh, n_q, kpm):
         """Every thread: tile first + i's Qi, dOi rows and LSE_i, D_i (0 past Nq) into stage
         i % STAGES by cp.async, then its arrival on FULL (noinc, once they have landed)."""
-        s = i % STAGES
+        s, ph = ring_slot(i, STAGES)
         if i >= STAGES:                             # wait: tile i − STAGES left this stage
-            mbar_try_wait_parity(bars, STAGES + s, ((i // STAGES) - 1) & 1)
+            mbar_try_wait_parity(bars, STAGES + s, ph ^ uint32(1))
         at = at0 + RING + STAGE * s
         q0 = (first + i) * Bq
         tile_rows(q, smem, at, tid, bh, n_q, q0, kpm, 0)
@@ -406,15 +435,15 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False, SW
                 ok = q0 + c < n_q
                 src = bh * n_q + min(q0 + c, n_q - 1)       # (in bounds; read if ok)
                 if r < Bq:
-                    cp_async4(fsm, at + 2 * TW + c, lse, src, ok)
+                    cp_async4(fsm, at + 2 * TW + c, lse2, src, ok)
                 else:
                     cp_async4(fsm, at + 2 * TW + Bq + c, dvec, src, ok)
         cp_async_mbar_arrive(bars, s)               # FULL[s]: once my copies have landed
 
     @cuda.jit
-    def dkdv(q, k, v, do, lse, dvec, dk, dv, dqa, sem, scale, n_q, n_k, heads, kpm):
-        """q, do [BH, Nq, D/2], k, v [BH, Nk, D/2]: uint32 words of two halves; lse, dvec
-        [BH, Nq] float32; dk, dv [BH, Nk, D/2] words; kpm uint8 [B, Nk] (PAD); FUSED: dqa
+    def dkdv(q, k, v, do, lse2, dvec, dk, dv, dqa, sem, scale, n_q, n_k, heads, kpm):
+        """q, do [BH, Nq, D/2], k, v [BH, Nk, D/2]: uint32 words of two halves; lse2 (LSE·log2e,
+        +inf for −inf), dvec [BH, Nq] float32; dk, dv [BH, Nk, D/2] words; kpm uint8 [B, Nk] (PAD); FUSED: dqa
         [BH, Nq, D] float32 (zeros), sem [BH·⌈Nq/Bq⌉] int32 (zeros) — else placeholders."""
         bh, k0, tid, g, t, key_lo = lane_rows(Bk, CAUSAL, True)     # my keys: key_lo, + 8
         smem = cuda.shared.array(0, uint32)     # K | V | stage 0 | stage 1 … (menu)
@@ -441,31 +470,44 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False, SW
         clear_acc(dv_acc)
         k_addr = shared_addr(smem, at0 + WG_ROWS * cw)  # my warpgroup's 64 rows of K, V
         v_addr = shared_addr(smem, at0 + OWN + WG_ROWS * cw)
-
+        ring = uniform_u32(shared_addr(smem, at0 + RING))  # stage 0's Qi (uniform_u32: the
+                                                            #  descriptors in uniform registers)
         first = first_q_tile(CAUSAL, k0, Bq, n_q, n_k)  # (causal: earlier Q tiles see none
         n_qt = (n_q + Bq - 1) // Bq                      #  of this block's keys)
         count = max(n_qt - first, 0)
         dq_part = cuda.local.array(NQ, float32)         # FUSED: dQ_i's columns c·N … of mine
         kq_addr = shared_addr(smem, cw * (D // CWG) * Bk // 2)  # (… K read N-major from there)
         for i in range(min(STAGES - 1, count)):         # tiles 0 … STAGES − 2 before the loop
-            issue(q, do, lse, dvec, smem, fsm, at0, bars, i, first, tid, bh, n_q, kpm)
+            issue(q, do, lse2, dvec, smem, fsm, at0, bars, i, first, tid, bh, n_q, kpm)
         for i in range(count):
             if i + STAGES - 1 < count:
-                issue(q, do, lse, dvec, smem, fsm, at0, bars, i + STAGES - 1, first, tid, bh,
+                issue(q, do, lse2, dvec, smem, fsm, at0, bars, i + STAGES - 1, first, tid, bh,
                       n_q, kpm)
-            s = i % STAGES
+            s, ph = ring_slot(i, STAGES)
             q0 = (first + i) * Bq
             at = at0 + RING + STAGE * s
-            mbar_try_wait_parity(bars, s, (i // STAGES) & 1)    # wait: tile i has landed
+            mbar_try_wait_parity(bars, s, ph)   # wait: tile i has landed
             fence_proxy_async()                 # the copies (generic proxy) before wgmma
-            q_addr = shared_addr(smem, at)
-            do_addr = shared_addr(smem, at + TW)
+            q_addr = uint32(ring + uint32(4 * STAGE) * s)   # shared_addr(smem, at)
+            do_addr = uint32(q_addr + uint32(4 * TW))       # shared_addr(smem, at + TW)
 
             products(st, dpt, k_addr, q_addr, v_addr, do_addr)     # Sᵀ = K Qiᵀ, dPᵀ = V dOiᵀ
-
-            ds_t(st, dpt, fsm, at + 2 * TW, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t,
-                 scale)                         # Pᵀ, dSᵀ = Pᵀ∘(dPᵀ − D)
+            wgmma_wait_group(1)                 # wait: Sᵀ is in st (dPᵀ still running)
+            wgmma_fence_operand(st, SH)
+            probs(st, fsm, at + 2 * TW, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t,
+                  scale)                        # Pᵀ
             to_a(st, pa_p)                      # → A fragments (16-bit pairs)
+
+            # dV += Pᵀ dOi: Bq/16 k16 steps (dOi read N-major), under dPᵀ's products
+            wgmma_fence_operand(dv_acc, OH)
+            wgmma_fence()                       # (pa_p just written)
+            for ks in range(KC2):
+                mma_acc(dv_acc, pa_p[4 * ks], pa_p[4 * ks + 1], pa_p[4 * ks + 2],
+                        pa_p[4 * ks + 3], nmajor_desc(do_addr, Bq, ks, SWIZZLE), True)
+            wgmma_commit_group()                # group: dV
+            wgmma_wait_group(1)                 # wait: dPᵀ is in dpt (dV still running)
+            wgmma_fence_operand(dpt, SH)
+            grads(st, dpt, fsm, at + 2 * TW, t)     # dSᵀ = Pᵀ∘(dPᵀ − D)
             to_a(dpt, pa_ds)
 
             if FUSED:                           # (before the wgmmas that read pa_ds)
@@ -473,17 +515,13 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False, SW
                 put_ds(pa_ds, hsm, 2 * ds_at, key_lo - k0, t)  # dSᵀ → dS, K-major by queries
                 fence_proxy_async()             # my dS stores before wgmma's reads
 
-            # dV += Pᵀ dOi, dK += dSᵀ Qi: Bq/16 k16 steps each (dOi, Qi read N-major)
-            wgmma_fence_operand(dv_acc, OH)
+            # dK += dSᵀ Qi: Bq/16 k16 steps (Qi read N-major)
             wgmma_fence_operand(dk_acc, OH)
-            wgmma_fence()
-            for ks in range(KC2):
-                mma_acc(dv_acc, pa_p[4 * ks], pa_p[4 * ks + 1], pa_p[4 * ks + 2],
-                        pa_p[4 * ks + 3], nmajor_desc(do_addr, Bq, ks, SWIZZLE), True)
+            wgmma_fence()                       # (pa_ds just written)
             for ks in range(KC2):
                 mma_acc(dk_acc, pa_ds[4 * ks], pa_ds[4 * ks + 1], pa_ds[4 * ks + 2],
                         pa_ds[4 * ks + 3], nmajor_desc(q_addr, Bq, ks, SWIZZLE), True)
-            wgmma_commit_group()
+            wgmma_commit_group()                # group: dK
             if FUSED:                           # dQ_i += dS K over the block's Bk keys
                 cuda.syncthreads()              # wait: every warpgroup's keys of dS stored
                 wgmma_wait_group(0)             # wait: dV, dK updated (Pᵀ, dSᵀ free: fewer
@@ -538,7 +576,7 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16, SWIZZLE=False):
     start = block_start(D, Bq, T, STAGES, False, SWIZZLE)
     tile_rows = kmajor_rows(D, Bk, T, PAD, SWIZZLE)     # (PAD: padded keys' rows are zeros)
     to_a = pack_accumulators(KC2, 1, NBK, BF16)
-    ds = ds_rows(NBK, CAUSAL, PAD)
+    probs, grads = ds_rows_steps(NBK, CAUSAL, PAD)
     write = write_rows(D // 8, BF16)
     clear_acc = zeros(OH)
 
@@ -546,16 +584,16 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16, SWIZZLE=False):
     def issue(k, v, smem, at0, bars, i, tid, bh, n_k, kpm, b_idx):
         """Every thread: tile i's Kj, Vj rows into stage i % STAGES (zeros past Nk and for
         padded keys), then its arrival on FULL."""
-        s = i % STAGES
+        s, ph = ring_slot(i, STAGES)
         if i >= STAGES:                             # wait: tile i − STAGES left this stage
-            mbar_try_wait_parity(bars, STAGES + s, ((i // STAGES) - 1) & 1)
+            mbar_try_wait_parity(bars, STAGES + s, ph ^ uint32(1))
         at = at0 + RING + STAGE * s
         tile_rows(k, smem, at, tid, bh, n_k, i * Bk, kpm, b_idx)
         tile_rows(v, smem, at + TW, tid, bh, n_k, i * Bk, kpm, b_idx)
         cp_async_mbar_arrive(bars, s)               # FULL[s]: once my copies have landed
 
     @cuda.jit
-    def dq_kernel(q, k, v, do, lse, dvec, dq, scale, n_q, n_k, heads, kpm):
+    def dq_kernel(q, k, v, do, lse2, dvec, dq, scale, n_q, n_k, heads, kpm):
         """As the dK/dV kernel's arguments; dq [BH, Nq, D/2] words."""
         bh, q0, tid, g, t, r_lo = lane_rows(Bq, CAUSAL, False)    # my rows: r_lo, r_lo + 8
         smem = cuda.shared.array(0, uint32)     # Q | dO | stage 0 | stage 1 … (menu)
@@ -572,10 +610,11 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16, SWIZZLE=False):
         dq_acc = cuda.local.array(OH, float32)
         pa = cuda.local.array(PA, uint32)       # dS as A fragments
         stats = cuda.local.array(4, float32)    # LSE·log2e and D of my two rows
-        lane_row_stats(lse, dvec, bh, r_lo, n_q, stats)
+        lane_row_stats(lse2, dvec, bh, r_lo, n_q, stats, False, True)  # (NAT, LSE2)
         clear_acc(dq_acc)
         q_addr = shared_addr(smem, at0 + WG_ROWS * cw)  # my warpgroup's 64 rows of Q, dO
         do_addr = shared_addr(smem, at0 + OWN + WG_ROWS * cw)
+        ring = uniform_u32(shared_addr(smem, at0 + RING))  # stage 0's Kj (as the dK/dV kernel)
 
         n_tiles = kv_tiles(CAUSAL, q0, Bq, Bk, n_q, n_k)
         for i in range(min(STAGES - 1, n_tiles)):
@@ -583,17 +622,19 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16, SWIZZLE=False):
         for j in range(n_tiles):
             if j + STAGES - 1 < n_tiles:
                 issue(k, v, smem, at0, bars, j + STAGES - 1, tid, bh, n_k, kpm, b_idx)
-            s = j % STAGES
-            at = at0 + RING + STAGE * s
-            mbar_try_wait_parity(bars, s, (j // STAGES) & 1)    # wait: Kj, Vj have landed
+            s, ph = ring_slot(j, STAGES)
+            mbar_try_wait_parity(bars, s, ph)   # wait: Kj, Vj have landed
             fence_proxy_async()                 # the copies (generic proxy) before wgmma
-            k_addr = shared_addr(smem, at)
-            v_addr = shared_addr(smem, at + TW)
+            k_addr = uint32(ring + uint32(4 * STAGE) * s)   # shared_addr(smem, at0 + RING +
+            v_addr = uint32(k_addr + uint32(4 * TW))        #  STAGE·s), … + TW
 
             products(s_acc, dp, q_addr, k_addr, do_addr, v_addr)   # S = Qi Kjᵀ, dP = dOi Vjᵀ
-
-            ds(s_acc, dp, stats, r_lo, j * Bk, n_k, offset, kpm, b_idx, t,
-               scale)                           # P, dS = P ∘ (dP − D)
+            wgmma_wait_group(1)                 # wait: S is in s_acc (dP still running)
+            wgmma_fence_operand(s_acc, SH)
+            probs(s_acc, stats, r_lo, j * Bk, n_k, offset, kpm, b_idx, t, scale)      # P
+            wgmma_wait_group(0)                 # wait: dP is in dp
+            wgmma_fence_operand(dp, SH)
+            grads(s_acc, dp, stats, r_lo, j * Bk, n_k, offset, kpm, b_idx, t)  # dS = P∘(dP − D)
             to_a(dp, pa)                        # dS → A fragments
 
             # dQ += dS Kj: Bk/16 k16 steps (Kj read N-major)

@@ -669,7 +669,7 @@ def _backward_tc(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, sca
     D = d if tf32 else KT.padded_head_dim(d)        # the kernels' head dimension
     q3, k3, v3, do3, o3 = (_words(x, (bh, x.shape[2], w), word)
                            for x in (qo, ko, vo, doo, oo))
-    lse2 = lo.device_view((bh, nq))
+    lse = lo.device_view((bh, nq))
     dvec = empty((bh, nq), np.float32)
     rows = bh * nq
     pre = KBF.bwd_preprocess if tf32 else KB.tc_bwd_preprocess(fmt == "bf16")
@@ -698,7 +698,7 @@ def _backward_tc(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, sca
              for _, n, warps, _, _ in launches]
     for (kern, _, warps, out, smem), grid in zip(launches, grids):
         launch(kern, grid, 32 * warps,
-               (q3, k3, v3, do3, lse2, dvec, *out, np.float32(scale), nq, nk, H, mask), smem)
+               (q3, k3, v3, do3, lse, dvec, *out, np.float32(scale), nq, nk, H, mask), smem)
     return grads
 
 
@@ -792,10 +792,12 @@ def _backward_wgmma(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, 
     word = np.uint32
     q3, k3, v3, do3, o3 = (_words(x, (bh, x.shape[2], d // 2), word)
                            for x in (qo, ko, vo, doo, oo))
-    lse2 = lo.device_view((bh, nq))
+    lse = lo.device_view((bh, nq))
     dvec = empty((bh, nq), np.float32)
+    lse2 = empty((bh, nq), np.float32)      # LSE·log2e, +inf for −inf: the preprocess writes it
     rows = bh * nq
-    pre_args = (o3.reshape((rows, d // 2)), do3.reshape((rows, d // 2)), dvec.reshape(rows))
+    pre_args = (o3.reshape((rows, d // 2)), do3.reshape((rows, d // 2)), dvec.reshape(rows),
+                lse.reshape(rows), lse2.reshape(rows))
     grads = [empty((bh, n, d), np.float16, bf16=fmt == "bf16").view(word) for n in (nq, nk, nk)]
     dq, dk, dv = grads
     mask = kpm if kpm is not None else dummy("mask")
@@ -820,10 +822,10 @@ def _backward_wgmma(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, 
                       f"q, k: {nq} queries, {nk} keys in row blocks of {rows_a_block}")
              for _, blocks, _, _ in launches]
     if cfg.FUSED:
-        launch(KB.tc_bwd_preprocess(fmt == "bf16", True), *stride_grid(rows),
+        launch(KB.tc_bwd_preprocess(fmt == "bf16", LSE2=True, CLEAR=True), *stride_grid(rows),
                (*pre_args, dqa.reshape(rows * d), sem))
     else:
-        launch(KB.tc_bwd_preprocess(fmt == "bf16"), *stride_grid(rows), pre_args)
+        launch(KB.tc_bwd_preprocess(fmt == "bf16", LSE2=True), *stride_grid(rows), pre_args)
     for (kern, _, out, smem), grid in zip(launches, grids):
         launch(kern, grid, 128 * cfg.CWG,
                (q3, k3, v3, do3, lse2, dvec, *out, np.float32(scale), nq, nk, H, mask), smem)
