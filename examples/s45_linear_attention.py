@@ -103,30 +103,38 @@ def _timed(rng, verbose):
     from numba import cuda
 
     from flashlesson.bench import time_gpu_adaptive
-    table, times = [], {}
+    big, small = 16384, 4096
+    table, times, again = [], {}, {}
     for n in NS[1:]:
         q, k, v = (cuda.to_device(rng.standard_normal((1, 16, n, D)).astype(np.float32))
                    for _ in range(3))
         row = [f"{n:,}"]
-        for name, fn in (("linear", lambda: flashlesson.linear_attention(q, k, v)),
-                         ("linear causal",
-                          lambda: flashlesson.linear_attention(q, k, v, causal=True)),
-                         ("flash", lambda: flashlesson.attention(q, k, v))):
+        for name, fn in (("linear", lambda q=q, k=k, v=v: flashlesson.linear_attention(q, k, v)),
+                         ("linear causal", lambda q=q, k=k, v=v:
+                          flashlesson.linear_attention(q, k, v, causal=True)),
+                         ("flash", lambda q=q, k=k, v=v: flashlesson.attention(q, k, v))):
             if name == "flash" and n > 16384:
                 row.append("—")                     # 0.7 s a call: skipped
                 continue
             ms = time_gpu_adaptive(fn)
             times[name, n] = ms
+            if name in ("linear", "flash") and n in (small, big):
+                again[name, n] = fn
             flops = (linear_attention_flops(1, 16, n, n, D) if name.startswith("linear")
                      else attention_flops(1, 16, n, n, D))
             row.append(f"{ms:.3f} ms ({flops / ms / 1e9:.2f} TFLOP/s)")
         table.append(row)
-    big, small = 16384, 4096
     # timing as pass/fail only with a large margin, on what the lesson claims: the cost's
     # growth. From N = 4096 to 16384 flash's time should grow ~16× (N²) and linear's ~4× (N),
     # a ratio of ~4; pass at ≥ 2. (The times themselves are a measurement: linear's kernel
     # walks each sequence in one block, and under other processes' load on the GPU its lead
-    # at N = 16384 fell to 1.9× in one H200 run.)
+    # at N = 16384 fell to 1.9× in one H200 run.) Each of the four times is the least of three
+    # medians taken in turn: other processes' kernels only ever add time, and under the GPU
+    # test run's twelve workers one median of flash at N = 4096 came out 5.7× its own cost
+    # (2026-12-02: ×2.8 from 4096 to 16384, the check failed).
+    for _ in range(2):
+        for key, fn in again.items():
+            times[key] = min(times[key], time_gpu_adaptive(fn))
     gain = times["flash", big] / times["linear", big]
     growth = (times["flash", big] / times["flash", small]) / \
         (times["linear", big] / times["linear", small])
