@@ -32,26 +32,27 @@ timed call, ``--write`` puts its numbers here; a step without one is historical 
 in the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
-| 0    | the lesson kernels of §30 on CUDA cores, on  | H200, 2026-12-02: 834 ms,    | tier='lesson'                  |
-|      | float32 inputs of the same shape (there is   | 1.65 TFLOP/s                 |                                |
+| 0    | the lesson kernels of §30 on CUDA cores, on  | H200, 2026-12-02: 822 ms,    | tier='lesson'                  |
+|      | float32 inputs of the same shape (there is   | 1.67 TFLOP/s                 |                                |
 |      | no lesson tensor-core backward) (float32)    |                              |                                |
-| 1    | the mma.sync backward                        | H200, 2026-12-02: 7.34 ms,   | method='flash_tc'              |
-|      | (``attention_tc_backward.py``, the fp16/bf16 | 187 TFLOP/s, 113.67× lesson  |                                |
+| 1    | the mma.sync backward                        | H200, 2026-12-02: 7.38 ms,   | method='flash_tc'              |
+|      | (``attention_tc_backward.py``, the fp16/bf16 | 186 TFLOP/s, 111.32× lesson  |                                |
 |      | default off Hopper and at other head dims):  |                              |                                |
 |      | where this file starts                       |                              |                                |
-| 2    | every product on wgmma (Sᵀ, dPᵀ / S, dP from | H200, 2026-12-02: 6.62 ms,   | method='flash_wgmma',          |
-|      | shared memory; dV, dK / dQ with Pᵀ, dSᵀ / dS | 207 TFLOP/s, 125.95× lesson  | config=WgmmaBwdConfig(Bq=64,   |
+| 2    | every product on wgmma (Sᵀ, dPᵀ / S, dP from | H200, 2026-12-02: 6.59 ms,   | method='flash_wgmma',          |
+|      | shared memory; dV, dK / dQ with Pᵀ, dSᵀ / dS | 208 TFLOP/s, 124.66× lesson  | config=WgmmaBwdConfig(Bq=64,   |
 |      | in registers and B N-major), 2 consumer      |                              | Bk=64, CWG=2, STAGES=1,        |
 |      | warpgroups, tiles of 64 through one stage on |                              | FUSED=False, SWIZZLE=False)    |
 |      | mbarriers: load, wait, compute (STAGES = 1)  |                              |                                |
-| 3    | two stages: the next tile's cp.async copies  | H200, 2026-12-02: 5.63 ms,   | method='flash_wgmma',          |
-|      | in flight during this tile's wgmmas; the     | 244 TFLOP/s, 148.26× lesson  | config=WgmmaBwdConfig(Bq=64,   |
+| 3    | two stages: the next tile's cp.async copies  | H200, 2026-12-02: 5.46 ms,   | method='flash_wgmma',          |
+|      | in flight during this tile's wgmmas; the     | 252 TFLOP/s, 150.51× lesson  | config=WgmmaBwdConfig(Bq=64,   |
 |      | method's default (``WgmmaBwdConfig()``), and |                              | Bk=64, CWG=2, STAGES=2,        |
 |      | the default method for fp16/bf16 on Hopper   |                              | FUSED=False, SWIZZLE=False)    |
 |      | at d = 64 and 128. Steps 2 and 3 run the     |                              |                                |
-|      | lean loop (menu: half the instructions a     |                              |                                |
-|      | tile, no spills); before it, 2026-12-01:     |                              |                                |
-|      | 7.41 and 6.4 ms                              |                              |                                |
+|      | leaner loop and the softmax under the second |                              |                                |
+|      | product (menu, session 8); with the lean     |                              |                                |
+|      | loop alone 6.62 and 5.63 ms, before it 7.41  |                              |                                |
+|      | and 6.4 ms (2026-12-01)                      |                              |                                |
 
 FUSED (``WgmmaBwdConfig(FUSED=True)``): the two kernels compute S and dP twice — seven
 products a tile pair where FlashAttention-2 and -3 do five, adding dQ from the dK/dV kernel
@@ -213,15 +214,23 @@ by this count the lean loop's dK/dV tile was 572 instructions, its dQ tile 350):
 - LSE·log2e (+inf for −inf) is computed once a row by the preprocess
   (``tc_bwd_preprocess(…, LSE2=True)``) instead of once a tile in every key block (3
   instructions a column: 48 a tile at Bq = 64).
-dK/dV 572 → 406, dQ 350 → 337 (242 and 161 registers, no spills). Then the overlap above:
+dK/dV 572 → 406, dQ 350 → 337 (242 and 161 registers, no spills; the H200's driver gave the
+dQ kernel 154). Then the overlap above:
 Sᵀ and dPᵀ (S and dP) as two commit groups, Pᵀ taken while dPᵀ runs, dV issued before dSᵀ
 and running under it. Measured (H200, 2026-12-02 session 8, kernel-only, × SDPA flash
-backward, docs/logs/gpu_session8_h200.log): the leaner loop alone 0.84 (0.81 before) and
+backward, docs/logs/gpu_session8_h200.log): the leaner loop alone 0.83 (0.81 before) and
 0.88 (0.86) at B1 H16 N8192 d128, 0.90 (0.87) and 0.86 (0.83) at B2 H16 N4096 d64, 0.91
-(0.89) and 0.95 (0.93) at B4 H16 N1024 d64 — 2–4 %, far less than the instructions saved:
-the issue slots are no longer what bounds it; with the overlap 0.84, 0.84, 0.90, 0.88, 0.90,
-0.98 (not causal, causal; within the runs' 3–5 % of each other, so kept for its shorter
-critical path, not for a measured gain).
+(0.89) and 0.95 (0.93) at B4 H16 N1024 d64 — 2–4 %, far less than the instructions saved;
+with the overlap too (two runs; the final one): 0.84 and 0.84, 0.90 and 0.89, 0.90 and 0.98
+— within the runs' 3–5 % of each other, so the overlap is kept for its shorter critical path,
+not for a measured gain. What bounds it now (Nsight Compute, B1 H16 N8192 d128, not causal,
+docs/logs/gpu_session8_h200.log): the dK/dV kernel 2.92 ms (3.65 before the lean loop), the
+dQ kernel 2.47 (2.71), torch's fused kernel 4.43; issue slots 17 % busy (49 % before: the
+instructions are gone), the tensor pipe 39 % and 34 %, 11.5 cycles between a warp's
+instructions against torch's 7.7, 8 warps an SM (one block of 256 threads: 242 registers) —
+latency, with two warps a scheduler to hide it. Next: more independent work a warp (the next
+tile's Sᵀ, dPᵀ issued before this tile's dK), or a producer warp for the copies (FA3's
+layout), and the dQ kernel's seven-products cost.
 
 Registers (2026-12-02, CUDA 13.5's NVVM and ptxas, sm_90a): the dK/dV kernel holds Sᵀ, dPᵀ (Bq/2
 floats each) and dK, dV (D/2 each) a thread — 192 at d = 128, Bq = 64: 242 registers, no spills
