@@ -378,7 +378,9 @@ def ds_rows_steps(NBK, CAUSAL, PAD, NAT=False):
     in s (masked: 0); grads(s, dp, stats, r_lo, k0, n_k, offset, kpm, b_idx, t): dP → dS in dp
     (masked: 0, the mask tested again, on the same tiles only). The same values as ds_rows,
     whose one pass flash_tc's dQ kernel keeps (with the second test, 255 registers and spills
-    at d = 128 there; ptxas 13.5)."""
+    at d = 128 there; ptxas 13.5). The element's lines stand in both: written once, as a
+    helper both call, they cost flash_tc's dQ kernel 5 % more SASS or 48 bytes of spills
+    (two forms tried, 2026-12-02), so ds_rows keeps its own."""
     Bk = 8 * NBK
     hidden = key_hidden(CAUSAL, PAD)
 
