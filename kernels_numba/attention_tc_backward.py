@@ -242,7 +242,8 @@ def ds_transposed(NBQ, Bq, CAUSAL, PAD, NAT=False, KILL=True, LSE2=False):
     - the test "query q0 + c0 < Nq" runs only on a partial tile (q0 + Bq > Nq: the last one,
       a branch the whole block takes alike); on a full tile every query is there, and
       lse_or_inf's live = True changes nothing;
-    - LSE = −inf stays tested on every tile: the forward writes it for any row whose scores are
+    - LSE = −inf stays tested on every tile (LSE2: once a row, in the preprocess, instead):
+      the forward writes it for any row whose scores are
       all −inf — with CAUSAL or PAD a row that sees no key, but also, unmasked, a row whose
       q·k overflow float32 (bf16 and float32 inputs reach 3.4e38) or meet an infinite input;
       untested, P = 2^(S·… + inf) would be NaN there instead of 0;

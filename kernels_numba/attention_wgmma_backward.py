@@ -6,7 +6,8 @@ mbarriers, as the wgmma forward (``attention_wgmma.py``) streams K and V.
 Menu
 | kernel                                            | what                                      |
 |---------------------------------------------------|-------------------------------------------|
-| ``attention_tc_backward.tc_bwd_preprocess(BF16)`` | D_i = Σ_c dO_ic·O_ic (reused as it is)    |
+| ``attention_tc_backward.tc_bwd_preprocess(BF16,  | D_i = Σ_c dO_ic·O_ic and LSE_i·log2e     |
+|   LSE2=True)``                                    | (+inf for −inf), a thread a row           |
 | ``wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES,       | one block per 64·CWG keys (a consumer     |
 |   CAUSAL, PAD, BF16)``                            | warpgroup per 64), Q/dO tiles of Bq       |
 |                                                   | streamed: Sᵀ = K Qᵀ, dPᵀ = V dOᵀ (SS),    |
@@ -15,8 +16,8 @@ Menu
 |   CAUSAL, PAD, BF16)``                            | of Bk streamed: S = Q Kᵀ, dP = dO Vᵀ      |
 |                                                   | (SS), dQ += dS K (RS, B N-major)          |
 | ``wgmma_bwd_dkdv_kernel(…, FUSED=True)``,         | no dQ kernel: the dK/dV kernel also puts  |
-|   ``tc_bwd_preprocess(BF16, CLEAR=True)``,        | dS in shared memory, dQ_i += dS K (SS, B  |
-|   ``dq_finish(BF16)``                             | = its K rows N-major) and adds that to a  |
+|   ``tc_bwd_preprocess(BF16, LSE2=True,            | dS in shared memory, dQ_i += dS K (SS, B  |
+|   CLEAR=True)``, ``dq_finish(BF16)``              | = its K rows N-major) and adds that to a  |
 |                                                   | float32 dQ in key-block order (turns on a |
 |                                                   | semaphore a Q tile); opt-in, slower here  |
 | ``… (…, SWIZZLE=True)`` (not with FUSED)          | every tile in the 128-byte swizzle        |
@@ -57,7 +58,7 @@ in the code) and keeps the TFLOP/s recorded then.
 FUSED (``WgmmaBwdConfig(FUSED=True)``): the two kernels compute S and dP twice — seven
 products a tile pair where FlashAttention-2 and -3 do five, adding dQ from the dK/dV kernel
 with atomics in whatever order the blocks arrive (not deterministic). FUSED does the five and
-stays deterministic: after dV, dK are issued, each warpgroup stores its dSᵀ fragments as dS
+stays deterministic: after dV is issued and before dK, each warpgroup stores its dSᵀ fragments as dS
 (queries as rows, K-major: ``dq_turns``' put_ds), a syncthreads publishes the whole 64 × Bk
 tile, and warpgroup c computes columns c·D/CWG … of dQ_i = dS K (m64n{D/CWG}k16 × Bk/16, SS,
 B = the block's K rows read N-major); then it waits for its turn on sem[Q tile] (hopper.
@@ -221,9 +222,10 @@ and running under it. Measured (H200, 2026-12-02 session 8, kernel-only, × SDPA
 backward, docs/logs/gpu_session8_h200.log): the leaner loop alone 0.83 (0.81 before) and
 0.88 (0.86) at B1 H16 N8192 d128, 0.90 (0.87) and 0.86 (0.83) at B2 H16 N4096 d64, 0.91
 (0.89) and 0.95 (0.93) at B4 H16 N1024 d64 — 2–4 %, far less than the instructions saved;
-with the overlap too (two runs; the final one): 0.84 and 0.84, 0.90 and 0.89, 0.90 and 0.98
-— within the runs' 3–5 % of each other, so the overlap is kept for its shorter critical path,
-not for a measured gain. What bounds it now (Nsight Compute, B1 H16 N8192 d128, not causal,
+with the overlap too (the final run): 0.84 and 0.84, 0.90 and 0.89, 0.90 and 0.98 — a mixed
+effect, alike in two runs: not causal level, causal about 3 % faster at d = 64 and 5 % slower
+at d = 128 (2.89 → 3.03 ms). Which kernel gains and which loses is not measured apart (the
+two kernels changed together); kept, as a net zero, for the shorter critical path. What bounds it now (Nsight Compute, B1 H16 N8192 d128, not causal,
 docs/logs/gpu_session8_h200.log): the dK/dV kernel 2.92 ms (3.65 before the lean loop), the
 dQ kernel 2.47 (2.71), torch's fused kernel 4.43; issue slots 17 % busy (49 % before: the
 instructions are gone), the tensor pipe 39 % and 34 %, 11.5 cycles between a warp's
@@ -452,8 +454,9 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False, SW
     @cuda.jit
     def dkdv(q, k, v, do, lse2, dvec, dk, dv, dqa, sem, scale, n_q, n_k, heads, kpm):
         """q, do [BH, Nq, D/2], k, v [BH, Nk, D/2]: uint32 words of two halves; lse2 (LSE·log2e,
-        +inf for −inf), dvec [BH, Nq] float32; dk, dv [BH, Nk, D/2] words; kpm uint8 [B, Nk] (PAD); FUSED: dqa
-        [BH, Nq, D] float32 (zeros), sem [BH·⌈Nq/Bq⌉] int32 (zeros) — else placeholders."""
+        +inf for −inf), dvec [BH, Nq] float32; dk, dv [BH, Nk, D/2] words; kpm uint8 [B, Nk]
+        (PAD); FUSED: dqa [BH, Nq, D] float32 (zeros), sem [BH·⌈Nq/Bq⌉] int32 (zeros) — else
+        placeholders."""
         bh, k0, tid, g, t, key_lo = lane_rows(Bk, CAUSAL, True)     # my keys: key_lo, + 8
         smem = cuda.shared.array(0, uint32)     # K | V | stage 0 | stage 1 … (menu)
         fsm = cuda.shared.array(0, float32)     # (the same memory as float32: LSE_i, D_i)

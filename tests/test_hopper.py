@@ -475,13 +475,15 @@ PTX_EXPECT = {
                                   "setmaxnreg.inc.sync.aligned.u32 160"],
     "wgmma_bwd_dkdv": ["wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 ",
                        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 ",
-                       "cp.async.mbarrier.arrive.noinc.shared::cta.b64"],
+                       "cp.async.mbarrier.arrive.noinc.shared::cta.b64",
+                       "wgmma.wait_group.sync.aligned 1;"],     # (Pᵀ under dPᵀ, dSᵀ under dV)
     "wgmma_bwd_fused": ["wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 ",
                         "ld.acquire.gpu.global.s32", "red.release.gpu.global.add.s32",
                         "bar.sync", "atom.global.add.f32"],
     "wgmma_bwd_dq": ["wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 ",
                      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 ",
-                     "cp.async.mbarrier.arrive.noinc.shared::cta.b64"],
+                     "cp.async.mbarrier.arrive.noinc.shared::cta.b64",
+                     "wgmma.wait_group.sync.aligned 1;"],       # (P under dP's products)
     "mbarrier": ["mbarrier.init.shared::cta.b64", "mbarrier.arrive.shared::cta.b64",
                  "mbarrier.try_wait.parity.shared::cta.b64", "fence.mbarrier_init.release.cluster"],
     "bulk": ["mbarrier.arrive.expect_tx.shared::cta.b64",

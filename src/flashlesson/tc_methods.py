@@ -471,7 +471,8 @@ def wgmma_bwd_is_default(q, dropout_p):
     docs/logs/gpu_lean_bwd_h200.log): 1.22× and 1.02× flash_tc at B4 H16 N1024 d64 (not
     causal / causal), 1.35× and 1.09× at B2 H16 N4096 d64, 1.31× and 1.25× at B1 H16 N8192
     d128. (Before, 2026-12-01: ahead without a causal mask only, 1.03–1.14×, behind with it,
-    0.81–0.99×, docs/logs/gpu_wgmma_bwd_h200.log.)"""
+    0.81–0.99×, docs/logs/gpu_wgmma_bwd_h200.log.) Session 8's leaner loop (final run,
+    docs/logs/gpu_session8_h200.log): 1.24× and 1.08×, 1.39× and 1.16×, 1.35× and 1.23×."""
     return _wgmma_head_dim(q, dropout_p) is not None
 
 
