@@ -82,6 +82,8 @@ TC_FWD = [CROSS + "test_tensor_cores_causal_last_key_on_a_tile_edge",
           "tests/test_attention_tc.py"]
 TC_BWD = [CROSS + "test_tensor_cores_causal_last_key_on_a_tile_edge",
           "tests/test_attention_tc_backward.py"]
+WGMMA_BWD = ["tests/test_attention_wgmma_backward.py"]
+WGMMA_FWD = ["tests/test_attention_tc.py", "-k", "wgmma"]
 RACE_TC = [CROSS + "test_tensor_core_kernels_race_free"]
 SOFTMAX = ["tests/test_softmax.py::test_method_matches_oracle_fp32",
            "tests/test_softmax.py::test_special_rows", "tests/test_softmax.py"]
@@ -194,8 +196,9 @@ MUTANTS = [
     M("db-barrier", KN + "attention_db.py", BARRIER + "                      # the tile's one "
       "barrier", "pass                                    # the tile's one barrier",
       RACE_FWD + FWD_DB, "the double buffer's one barrier removed"),
-    M("db-lse", KN + "attention_db.py", "else m[i] + math.log(l[i])",
-      "else m[i] + math.log(l[i] + ONE)", FWD_DB, "LSE of l + 1"),
+    M("db-lse", KN + "flash_steps.py", "else m[i] + math.log(l[i])",
+      "else m[i] + math.log(l[i] + l[i])", FWD_DB,
+      "LSE of 2l (flash_steps.o_lse_store: flash_db's and flash_async's)"),
     # ---- kernels_numba/tiles.py ----
     M("tiles-row-bound", KN + "tiles.py", "and g + it < ITERS and row < n:",
       "and g + it < ITERS and row <= n:", FWD_FLASH, "loads row n (past the tile edge)"),
@@ -239,8 +242,8 @@ MUTANTS = [
       "first = first_q_tile(CAUSAL, k0, Bq, n_q, n_k)",
       "first = first_q_tile(CAUSAL, k0 + 16, Bq, n_q, n_k)", TC_BWD,
       "tensor-core dK/dV: causal first Q tile too late"),
-    M("tcb-lse-live", KN + "attention_tc_backward.py", "l1 = lse2_of(fsm[fl + c0 + 1], q0 + c0 + 1 < n_q)",
-      "l1 = lse2_of(fsm[fl + c0], q0 + c0 + 1 < n_q)", TC_BWD, "LSE of the odd column wrong"),
+    M("tcb-lse-live", KN + "attention_tc_backward.py", "x = load1(fsm, at + 8 * nb + u)",
+      "x = load1(fsm, at + 8 * nb)", TC_BWD, "LSE of the odd column wrong (ds_transposed)"),
     M("tcb-barrier", KN + "attention_tc_backward.py",
       BARRIER + "              # wait: the tiles are in shared memory",
       "pass                            # wait: the tiles are in shared memory",
@@ -261,6 +264,21 @@ MUTANTS = [
       "    return mma_tf32(A0, A1, A2, A3, B0, B1, d0, d1, d2, d3)",
       ["tests/test_tf32x3_accuracy.py::test_3xtf32_product_is_staged"],
       "3xTF32: a k8 step's three mmas straight into the accumulator (issue 16's bug)"),
+    # ---- kernels_numba/attention_wgmma_backward.py, attention_wgmma.py (Hopper, issue 16) ----
+    M("wgb-lse2", KN + "attention_tc_backward.py", "lse2[row] = lse2_of(lse[row], True)",
+      "lse2[row] = lse[row]", WGMMA_BWD, "the preprocess's LSE without the log2e"),
+    M("wgb-wait-dp", KN + "attention_wgmma_backward.py",
+      "wgmma_wait_group(1)                 # wait: dPᵀ is in dpt",
+      "wgmma_wait_group(2)                 # wait: dPᵀ is in dpt", WGMMA_BWD,
+      "dSᵀ taken while dPᵀ may still be in flight"),
+    M("wgb-stage", KN + "attention_wgmma_backward.py",
+      "q_addr = uint32(ring + uint32(4 * STAGE) * s)", "q_addr = uint32(ring)", WGMMA_BWD,
+      "dK/dV: every tile's Q, dO read from stage 0"),
+    M("wgb-parity", KN + "attention_wgmma.py", "return u % uint32(STAGES), (u // uint32(STAGES)) & uint32(1)",
+      "return u % uint32(STAGES), uint32(0)", WGMMA_BWD,
+      "ring_slot: every lap waits for parity 0"),
+    M("wgf-stage", KN + "attention_wgmma.py", "k_addr = uint32(ring + uint32(8 * KVW) * s)",
+      "k_addr = uint32(ring)", WGMMA_FWD, "forward: every tile's K read from stage 0"),
     # ---- kernels_numba/reductions.py ----
     M("red-barrier-after", KN + "reductions.py",
       BARRIER + "                               # wait: all reads of scratch are done before",

@@ -71,8 +71,12 @@ def _run(rng, shape, fmt, causal=False, config=None):
 # about a second there): causal bf16 at 81 × 81 with the default (one warpgroup, tiles of 64,
 # two stages) — two key blocks and two query blocks, 2 + 1 Q tiles and 1 + 2 K/V tiles (the
 # tiles past the diagonal skipped), row 63's last key the last of tile 0, row 64's the first of
-# tile 1 (about 30 s; N = 1, d = 128, two warpgroups and a one-stage ring that wraps cost 10–55 s
-# each there, and run on the GPU; d = 128's operand readings are in test_one_tile_two_readings).
+# tile 1 (about 30 s; N = 1, d = 128 and two warpgroups cost 10–55 s each there, and run on the
+# GPU; d = 128's operand readings are in test_one_tile_two_readings). The ring wraps (a stage's
+# second use: the other phase parity on FULL, the wait on EMPTY) in two cases: FUSED at 150 ×
+# 130, three Q tiles through two stages, and the SWIZZLE case's one stage, two K/V tiles in its
+# dQ kernel — without them a parity bug (ring_slot's) passed the simulator (scripts/mutate.py,
+# wgb-parity, 2026-12-02).
 # GPU: flash-attn's awkward lengths, N = 1, both dtypes, causal and not, both head dims, the
 # default and other variants (one stage with a wrapping ring, three stages, two warpgroups).
 # SWIZZLE (every tile in the 128-byte swizzle): in the simulator d = 128 (two 64-column halves:
@@ -83,8 +87,8 @@ SW = WgmmaBwdConfig(SWIZZLE=True)
 CASES = by_device(
     [("bf16", True, (1, 1, 81, 81, 64), None),
      ("bf16", True, (1, 1, 81, 150, 64), WgmmaBwdConfig(64, 64, 2, 2, True)),
-     ("f16", False, (1, 1, 70, 130, 64), WgmmaBwdConfig(64, 64, 1, 2, True)),
-     ("f16", True, (1, 1, 40, 90, 128), WgmmaBwdConfig(64, 64, 1, 2, SWIZZLE=True))],
+     ("f16", False, (1, 1, 150, 130, 64), WgmmaBwdConfig(64, 64, 1, 2, True)),
+     ("f16", True, (1, 1, 40, 90, 128), WgmmaBwdConfig(64, 64, 1, 1, SWIZZLE=True))],
     [(fmt, causal, shape, None) for fmt in ("f16", "bf16") for causal in (False, True)
      for shape in ((2, 3, 100, 100, 64), (1, 2, 257, 130, 128), (1, 2, 77, 300, 64),
                    (1, 2, 1031, 517, 128), (1, 1, 1, 1, 64), (2, 2, 1000, 1000, 128))]
