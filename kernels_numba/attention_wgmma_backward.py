@@ -330,6 +330,26 @@ def paired_products(kind, D, RA, RB, SWIZZLE=False):
     return run
 
 
+@lru_cache(maxsize=None)
+def accumulated_product(kind, D, B, SWIZZLE=False):
+    """Both kernels' second step: acc += A·B (64 × D; B/16 k16 steps) as one wgmma group, not
+    waited for — A the warpgroup's fragments pa in registers (RS: Pᵀ, dSᵀ, dS as
+    pack_accumulators leaves them), B a tile of B rows from shared memory read N-major (dOi,
+    Qi in the dK/dV kernel, Kj in the dQ kernel)."""
+    mma = WGMMA_RS_TB[(kind, D)]
+    OH = D // 2
+
+    @cuda.jit(device=True)
+    def run(acc, pa, b):
+        wgmma_fence_operand(acc, OH)
+        wgmma_fence()                           # (pa just written)
+        for ks in range(B // 16):
+            mma(acc, pa[4 * ks], pa[4 * ks + 1], pa[4 * ks + 2], pa[4 * ks + 3],
+                nmajor_desc(b, B, ks, SWIZZLE), True)
+        wgmma_commit_group()
+    return run
+
+
 
 @lru_cache(maxsize=None)
 def dq_turns(D, Bq, CWG):
@@ -401,7 +421,7 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False, SW
     assert not (FUSED and SWIZZLE)          # (the dS tiles are stored unswizzled)
     kind = "bf16" if BF16 else "f16"
     products = paired_products(kind, D, 64 * CWG, Bq, SWIZZLE)  # Sᵀ = K Qᵀ, dPᵀ = V dOᵀ
-    mma_acc = WGMMA_RS_TB[(kind, D)]        # dV += Pᵀ dO, dK += dSᵀ Q: 64 × D, RS, B N-major
+    add_product = accumulated_product(kind, D, Bq, SWIZZLE)     # dV += Pᵀ dO, dK += dSᵀ Q
     Bk = 64 * CWG                           # keys per block
     T = WARPGROUP * CWG
     OWN = Bk * D // 2                       # words of the block's K rows (V rows follow)
@@ -510,13 +530,7 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False, SW
                   scale)                        # Pᵀ
             to_a(st, pa_p)                      # → A fragments (16-bit pairs)
 
-            # dV += Pᵀ dOi: Bq/16 k16 steps (dOi read N-major), under dPᵀ's products
-            wgmma_fence_operand(dv_acc, OH)
-            wgmma_fence()                       # (pa_p just written)
-            for ks in range(KC2):
-                mma_acc(dv_acc, pa_p[4 * ks], pa_p[4 * ks + 1], pa_p[4 * ks + 2],
-                        pa_p[4 * ks + 3], nmajor_desc(do_addr, Bq, ks, SWIZZLE), True)
-            wgmma_commit_group()                # group: dV
+            add_product(dv_acc, pa_p, do_addr)  # group: dV += Pᵀ dOi, under dPᵀ's products
             wgmma_wait_group(1)                 # wait: dPᵀ is in dpt (dV still running)
             wgmma_fence_operand(dpt, SH)
             grads(st, dpt, fsm, at + 2 * TW, t)     # dSᵀ = Pᵀ∘(dPᵀ − D)
@@ -527,13 +541,7 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False, SW
                 put_ds(pa_ds, hsm, 2 * ds_at, key_lo - k0, t)  # dSᵀ → dS, K-major by queries
                 fence_proxy_async()             # my dS stores before wgmma's reads
 
-            # dK += dSᵀ Qi: Bq/16 k16 steps (Qi read N-major)
-            wgmma_fence_operand(dk_acc, OH)
-            wgmma_fence()                       # (pa_ds just written)
-            for ks in range(KC2):
-                mma_acc(dk_acc, pa_ds[4 * ks], pa_ds[4 * ks + 1], pa_ds[4 * ks + 2],
-                        pa_ds[4 * ks + 3], nmajor_desc(q_addr, Bq, ks, SWIZZLE), True)
-            wgmma_commit_group()                # group: dK
+            add_product(dk_acc, pa_ds, q_addr)  # group: dK += dSᵀ Qi
             if FUSED:                           # dQ_i += dS K over the block's Bk keys
                 cuda.syncthreads()              # wait: every warpgroup's keys of dS stored
                 wgmma_wait_group(0)             # wait: dV, dK updated (Pᵀ, dSᵀ free: fewer
@@ -573,7 +581,7 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16, SWIZZLE=False):
     assert D in (64, 128) and Bk in (64, 128) and CWG in (1, 2) and STAGES >= 1
     kind = "bf16" if BF16 else "f16"
     products = paired_products(kind, D, 64 * CWG, Bk, SWIZZLE)  # S = Q Kᵀ, dP = dO Vᵀ
-    mma_acc = WGMMA_RS_TB[(kind, D)]        # dQ += dS K: 64 × D, RS, B N-major
+    add_product = accumulated_product(kind, D, Bk, SWIZZLE)     # dQ += dS K
     Bq = 64 * CWG                           # queries per block
     T = WARPGROUP * CWG
     OWN = Bq * D // 2                       # words of the block's Q rows (dO rows follow)
@@ -649,13 +657,7 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16, SWIZZLE=False):
             grads(s_acc, dp, stats, r_lo, j * Bk, n_k, offset, kpm, b_idx, t)  # dS = P∘(dP − D)
             to_a(dp, pa)                        # dS → A fragments
 
-            # dQ += dS Kj: Bk/16 k16 steps (Kj read N-major)
-            wgmma_fence_operand(dq_acc, OH)
-            wgmma_fence()
-            for ks in range(KC2):
-                mma_acc(dq_acc, pa[4 * ks], pa[4 * ks + 1], pa[4 * ks + 2], pa[4 * ks + 3],
-                        nmajor_desc(k_addr, Bk, ks, SWIZZLE), True)
-            wgmma_commit_group()
+            add_product(dq_acc, pa, k_addr)     # group: dQ += dS Kj
             wgmma_wait_group(0)                 # wait: dQ updated, stage s read
             wgmma_fence_operand(dq_acc, OH)
             mbar_arrive(bars, STAGES + s)       # EMPTY[s]: the stage may be refilled
