@@ -24,6 +24,10 @@ Menu
 |                                                   | (hopper.sw128_index), read K-major and    |
 |                                                   | MN-major as attention_wgmma's SWIZZLE;    |
 |                                                   | opt-in: 0.94–1.02× the default (H200)     |
+| ``wgmma_bwd_dkdv_kernel(…, AHEAD=True)``,         | AHEAD: the next tile's Sᵀ, dPᵀ (S, dP)    |
+|   ``wgmma_bwd_dq_kernel(…, AHEAD=True)``          | issued at the end of this tile, behind    |
+|   (STAGES ≥ 2, not FUSED)                         | dV, dK (dQ); the default: the dK/dV       |
+|                                                   | kernel always, the dQ kernel at d = 128   |
 
 Ladder (issue 13): from the lesson kernel to this file, step by step, at B1 H16 N8192 d128 float16
 unless a step says otherwise; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's); kernel-only
@@ -33,27 +37,35 @@ timed call, ``--write`` puts its numbers here; a step without one is historical 
 in the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
-| 0    | the lesson kernels of §30 on CUDA cores, on  | H200, 2026-12-02: 822 ms,    | tier='lesson'                  |
+| 0    | the lesson kernels of §30 on CUDA cores, on  | H200, 2026-12-02: 824 ms,    | tier='lesson'                  |
 |      | float32 inputs of the same shape (there is   | 1.67 TFLOP/s                 |                                |
 |      | no lesson tensor-core backward) (float32)    |                              |                                |
 | 1    | the mma.sync backward                        | H200, 2026-12-02: 7.38 ms,   | method='flash_tc'              |
-|      | (``attention_tc_backward.py``, the fp16/bf16 | 186 TFLOP/s, 111.32× lesson  |                                |
+|      | (``attention_tc_backward.py``, the fp16/bf16 | 186 TFLOP/s, 111.57× lesson  |                                |
 |      | default off Hopper and at other head dims):  |                              |                                |
 |      | where this file starts                       |                              |                                |
 | 2    | every product on wgmma (Sᵀ, dPᵀ / S, dP from | H200, 2026-12-02: 6.59 ms,   | method='flash_wgmma',          |
-|      | shared memory; dV, dK / dQ with Pᵀ, dSᵀ / dS | 208 TFLOP/s, 124.66× lesson  | config=WgmmaBwdConfig(Bq=64,   |
+|      | shared memory; dV, dK / dQ with Pᵀ, dSᵀ / dS | 209 TFLOP/s, 125.04× lesson  | config=WgmmaBwdConfig(Bq=64,   |
 |      | in registers and B N-major), 2 consumer      |                              | Bk=64, CWG=2, STAGES=1,        |
-|      | warpgroups, tiles of 64 through one stage on |                              | FUSED=False, SWIZZLE=False)    |
-|      | mbarriers: load, wait, compute (STAGES = 1)  |                              |                                |
-| 3    | two stages: the next tile's cp.async copies  | H200, 2026-12-02: 5.46 ms,   | method='flash_wgmma',          |
-|      | in flight during this tile's wgmmas; the     | 252 TFLOP/s, 150.51× lesson  | config=WgmmaBwdConfig(Bq=64,   |
-|      | method's default (``WgmmaBwdConfig()``), and |                              | Bk=64, CWG=2, STAGES=2,        |
-|      | the default method for fp16/bf16 on Hopper   |                              | FUSED=False, SWIZZLE=False)    |
-|      | at d = 64 and 128. Steps 2 and 3 run the     |                              |                                |
-|      | leaner loop and the softmax under the second |                              |                                |
-|      | product (menu, session 8); with the lean     |                              |                                |
-|      | loop alone 6.62 and 5.63 ms, before it 7.41  |                              |                                |
-|      | and 6.4 ms (2026-12-01)                      |                              |                                |
+|      | warpgroups, tiles of 64 through one stage on |                              | FUSED=False, SWIZZLE=False,    |
+|      | mbarriers: load, wait, compute (STAGES = 1)  |                              | AHEAD=None)                    |
+| 3    | two stages: the next tile's cp.async copies  | H200, 2026-12-02: 5.47 ms,   | method='flash_wgmma',          |
+|      | in flight during this tile's wgmmas. Steps 2 | 251 TFLOP/s, 150.59× lesson  | config=WgmmaBwdConfig(Bq=64,   |
+|      | and 3 run the leaner loop and the softmax    |                              | Bk=64, CWG=2, STAGES=2,        |
+|      | under the second product (menu, session 8);  |                              | FUSED=False, SWIZZLE=False,    |
+|      | with the lean loop alone 6.62 and 5.63 ms,   |                              | AHEAD=False)                   |
+|      | before it 7.41 and 6.4 ms (2026-12-01)       |                              |                                |
+| 4    | AHEAD: the next tile's Sᵀ, dPᵀ (S, dP)       | H200, 2026-12-02: 4.83 ms,   | method='flash_wgmma',          |
+|      | issued behind this tile's dV, dK (dQ), so    | 285 TFLOP/s, 170.68× lesson  | config=WgmmaBwdConfig(Bq=64,   |
+|      | the tensor cores have the next products      |                              | Bk=64, CWG=2, STAGES=2,        |
+|      | queued while the warpgroup waits, arrives    |                              | FUSED=False, SWIZZLE=False,    |
+|      | and copies (menu, session 9; the dQ kernel   |                              | AHEAD=None)                    |
+|      | ahead at d = 128 only)                       |                              |                                |
+| 5    | three stages: a stage's copies wait for the  | H200, 2026-12-02: 4.51 ms,   | method='flash_wgmma',          |
+|      | tile two back, not the one before; the       | 305 TFLOP/s, 182.65× lesson  | config=WgmmaBwdConfig(Bq=64,   |
+|      | method's default (``WgmmaBwdConfig()``), and |                              | Bk=64, CWG=2, STAGES=3,        |
+|      | the default method for fp16/bf16 on Hopper   |                              | FUSED=False, SWIZZLE=False,    |
+|      | at d = 64 and 128                            |                              | AHEAD=None)                    |
 
 FUSED (``WgmmaBwdConfig(FUSED=True)``): the two kernels compute S and dP twice — seven
 products a tile pair where FlashAttention-2 and -3 do five, adding dQ from the dK/dV kernel
@@ -97,6 +109,41 @@ first one whose last row sees key k0 (§34)::
     dK += dSᵀ Qi                       ← the same with dSᵀ and Qi
     wait dV, dK; arrive EMPTY[s]
     dK ·= scale; padded keys: dk = dv = 0
+
+AHEAD (the default where it can be: STAGES ≥ 2, not FUSED) moves the first products to the
+end of the tile before, so that the tensor cores find them queued behind dK::
+
+    before the loop: wait FULL[0]; Sᵀ₀, dPᵀ₀; wait Sᵀ₀
+    for each tile i:
+        copies of tile i + STAGES − 1  ← into tile i − 1's stage, released at its end
+        Pᵀ from Sᵀ → A fragments       ← under dPᵀᵢ (issued in tile i − 1)
+        wait dPᵀ                       ← wgmma_wait_group(0): below
+        dV += Pᵀ dOi; dSᵀ (under dV); dK += dSᵀ Qi
+        wait FULL[i + 1]; Sᵀᵢ₊₁        ← behind dV, dK (st is free: Pᵀ is in pa_p)
+        wait dV, dK; arrive EMPTY[s]   ← wgmma_wait_group(1): Sᵀᵢ₊₁ runs on
+        dPᵀᵢ₊₁; wait Sᵀᵢ₊₁             ← wgmma_wait_group(1): dPᵀᵢ₊₁ runs on, over the back edge
+
+and the dQ kernel the same with S, dP issued together behind dQ. Three facts of ptxas shape
+it (CUDA 13.5, read from its C75xx remarks and the SASS): (1) a group issued before the
+loop's back edge and waited for after it must be waited for by wait_group(0) before any
+newer group is issued — ptxas does not follow the groups' order across the back edge, and
+a wait_group(1) behind dV made it serialize every wgmma of the kernel (C7514); so the dK/dV
+kernel waits for dPᵀ before it issues dV, no longer after. (2) The back edge must carry one
+group in flight from both of its entries (before the loop, end of the loop): with two, or
+with the products of the next tile issued only "if there is one", ptxas inserted waits
+(C7517) or serialized; so the products past the last tile are issued all the same, reading
+a stage nobody fills, and their FULL wait is skipped (``stage_products``' ready) — one
+extra Sᵀ, dPᵀ a block, waited for after the loop. (3) At d = 128 the dK/dV kernel cannot
+hold dPᵀᵢ₊₁'s accumulators while dV, dK still read pa_p, pa_ds: issuing both next products
+at once spilled 56–136 bytes, so dPᵀᵢ₊₁ follows the wait for dV, dK (no spills: 254
+registers; the dQ kernel 189, 139 at d = 64). Per full tile (SASS, d = 128): dK/dV 408 →
+446 instructions, dQ 497 → 572 (the loop's extra waits, arrivals and address arithmetic).
+Measured (H200, 2026-12-02, session 9, kernel-only, × SDPA flash backward, docs/logs/
+gpu_session9_h200.log): ahead in the dK/dV kernel alone (run 2, "A10" against "A00") 0.85 →
+0.93 / 0.83 → 0.90 at B1 H16 N8192 d128, 0.91 → 0.97 / 0.89 → 0.95 at B2 H16 N4096 d64,
+0.91 → 0.95 / 0.99 → 1.03 at B4 H16 N1024 d64 (not causal / causal); the dQ kernel ahead too
+("A11") 0.95 / 0.96 at d = 128 but 0.82 / 0.89 and 0.82 / 0.96 at d = 64, where its 139
+registers leave one block an SM instead of two (122) — hence the default.
 
 The dQ kernel (queries as rows), per consumer warpgroup of 64 queries, for each K/V tile j
 the warpgroup's rows see (§34)::
@@ -169,10 +216,11 @@ dS = 0 where it masks a score. The documented exception is flash_tc's: on a caus
 tile, a key hidden from some rows but seen by others is in the tile, and 0·NaN = NaN in dS·K.
 
 Limits: fp16/bf16, d = D = 64 or 128 exactly (other d: method 'flash_tc'); Bq, Bk = 64 or 128
-(not Bq = 128 at d = 128: below; FUSED: Bq = 64); CWG = 1 or 2; sm_90a (wgmma, mbarrier). No producer
-warpgroup (every thread copies), a tile's CUDA-core work overlaps only its own later products
-(Pᵀ under dPᵀ, dSᵀ under dV: not the next tile's), no dropout, no varlen. The simulator runs it at
-tiny shapes (one to four blocks; the products computed at once, not asynchronously).
+(not Bq = 128 at d = 128: below; FUSED: Bq = 64); CWG = 1 or 2; sm_90a (wgmma, mbarrier). No
+producer warpgroup (every thread copies), a tile's CUDA-core work overlaps its own later
+products and (AHEAD) the next tile's first ones, never a second tile's softmax; no dropout, no
+varlen. The simulator runs it at tiny shapes (one to four blocks; the products computed at
+once, not asynchronously).
 
 The lean loop (2026-12-02). Nsight Compute at B1 H16 N8192 d128 (docs/results.md, session 7)
 showed both kernels issuing 2.6× the instructions of torch's backward, the integer pipe the
@@ -230,15 +278,17 @@ docs/logs/gpu_session8_h200.log): the dK/dV kernel 2.92 ms (3.65 before the lean
 dQ kernel 2.47 (2.71), torch's fused kernel 4.43; issue slots 17 % busy (49 % before: the
 instructions are gone), the tensor pipe 39 % and 34 %, 11.5 cycles between a warp's
 instructions against torch's 7.7, 8 warps an SM (one block of 256 threads: 242 registers) —
-latency, with two warps a scheduler to hide it. Next: more independent work a warp (the next
-tile's Sᵀ, dPᵀ issued before this tile's dK), or a producer warp for the copies (FA3's
-layout), and the dQ kernel's seven-products cost.
+latency, with two warps a scheduler to hide it. Next: more independent work a warp — the next
+tile's Sᵀ, dPᵀ issued behind this tile's dK: AHEAD above (session 9) — then a producer warp
+for the copies (FA3's layout), and the dQ kernel's seven-products cost.
 
 Registers (2026-12-02, CUDA 13.5's NVVM and ptxas, sm_90a): the dK/dV kernel holds Sᵀ, dPᵀ (Bq/2
 floats each) and dK, dV (D/2 each) a thread — 192 at d = 128, Bq = 64: 242 registers, no spills
 (before the lean loop: 255 with 8–56 bytes of spills; FUSED: 255 with 72); 184 at d = 64, Bq = 64;
 Bq = 128 at d = 128 (256 floats) spills 200–900 bytes and ptxas serializes the wgmmas (C7512), so
 ``WgmmaBwdConfig`` refuses it. The dQ kernel: 161 registers at d = 128, Bk = 64, no spills.
+AHEAD (session 9): the dK/dV kernel 254 at d = 128, 184 at d = 64; the dQ kernel 189 and 139
+(122 without: two blocks an SM, so not ahead at d = 64 by default); no spills.
 
 How to run: ``attention_backward(do, q, k, v, o, lse, method="flash_wgmma",
 config=WgmmaBwdConfig(...))`` on fp16/bf16 inputs; ``pytest tests/test_attention_wgmma_backward.py``;
@@ -306,28 +356,70 @@ def block_start(D, R, T, STAGES, PAD, SWIZZLE=False):
 
 
 @lru_cache(maxsize=None)
-def paired_products(kind, D, RA, RB, SWIZZLE=False):
-    """Both kernels' first step: X = A₁ B₁ᵀ and Y = A₂ B₂ᵀ (64 × RB each, D/16 k16 steps; A
-    the warpgroup's 64 rows of a K-major tile of RA rows, B a K-major tile of RB rows, both
-    from shared memory) as two wgmma groups, X's first, not waited for — Sᵀ = K Qᵀ, dPᵀ = V dOᵀ
-    in the dK/dV kernel, S = Q Kᵀ, dP = dO Vᵀ in the dQ kernel. The caller waits for X
-    (wgmma_wait_group(1): Y may still run), takes P from it while the tensor cores compute Y,
-    then waits for Y."""
+def one_product(kind, D, RA, RB, SWIZZLE=False):
+    """issue(x, a, b): X = A Bᵀ (64 × RB, D/16 k16 steps; A the warpgroup's 64 rows of a
+    K-major tile of RA rows, B a K-major tile of RB rows, both in shared memory) as one wgmma
+    group, not waited for; the caller has fenced x and the wgmmas (wgmma_fence_operand,
+    wgmma_fence)."""
     mma = WGMMA[(kind, RB)]
-    KC, SH = D // 16, RB // 2
 
     @cuda.jit(device=True)
-    def run(x, y, a1, b1, a2, b2):
+    def issue(x, a, b):
+        for ks in range(D // 16):
+            mma(x, kmajor_desc(a, RA, ks, SWIZZLE), kmajor_desc(b, RB, ks, SWIZZLE), ks > 0)
+        wgmma_commit_group()
+    return issue
+
+
+@lru_cache(maxsize=None)
+def stage_products(kind, D, RA, RB, STAGES, STAGE, SWIZZLE=False):
+    """Both kernels' first step on tile i: X = A₁ B₁ᵀ, Y = A₂ B₂ᵀ (one_product; Sᵀ = K Qiᵀ,
+    dPᵀ = V dOiᵀ in the dK/dV kernel, S = Qi Kjᵀ, dP = dOi Vjᵀ in the dQ kernel) with B₁, B₂
+    the two tiles of stage i % STAGES (STAGE words a stage from ``ring``, stage 0's uniform
+    address), two wgmma groups, X's first, not waited for. Returns (both, first, second):
+
+    both(x, y, a1, a2, ring, bars, i, ready): wait until tile i has landed (if ready: AHEAD's
+    products past the last tile read a stage nobody fills and wait for nothing), then X and
+    Y. The caller waits for X (wgmma_wait_group(1): Y may still run), takes P from it while
+    the tensor cores compute Y, then waits for Y.
+    first(x, a1, ring, bars, i, ready), second(y, a2, ring, i): the same in two calls, so
+    that the caller can wait for older groups between them (the dK/dV kernel's AHEAD)."""
+    one = one_product(kind, D, RA, RB, SWIZZLE)
+    SH = RB // 2                            # accumulator floats a thread
+    TW = RB * D // 2                        # words of one streamed tile
+
+    @cuda.jit(device=True)
+    def landed(ring, bars, i, ready):
+        """Tile i's stage address, once its copies have landed."""
+        s, ph = ring_slot(i, STAGES)
+        if ready:
+            mbar_try_wait_parity(bars, s, ph)   # wait: tile i has landed
+        fence_proxy_async()                 # the copies (generic proxy) before wgmma
+        return uint32(ring + uint32(4 * STAGE) * s)     # shared_addr(smem, stage s)
+
+    @cuda.jit(device=True)
+    def both(x, y, a1, a2, ring, bars, i, ready):
+        b1 = landed(ring, bars, i, ready)
         wgmma_fence_operand(x, SH)
         wgmma_fence_operand(y, SH)
         wgmma_fence()                           # (x, y last read by to_a, before)
-        for ks in range(KC):
-            mma(x, kmajor_desc(a1, RA, ks, SWIZZLE), kmajor_desc(b1, RB, ks, SWIZZLE), ks > 0)
-        wgmma_commit_group()                    # group: X
-        for ks in range(KC):
-            mma(y, kmajor_desc(a2, RA, ks, SWIZZLE), kmajor_desc(b2, RB, ks, SWIZZLE), ks > 0)
-        wgmma_commit_group()                    # group: Y
-    return run
+        one(x, a1, b1)                          # group: X
+        one(y, a2, uint32(b1 + uint32(4 * TW)))     # group: Y
+
+    @cuda.jit(device=True)
+    def first(x, a1, ring, bars, i, ready):
+        b1 = landed(ring, bars, i, ready)
+        wgmma_fence_operand(x, SH)
+        wgmma_fence()
+        one(x, a1, b1)                          # group: X
+
+    @cuda.jit(device=True)
+    def second(y, a2, ring, i):
+        wgmma_fence_operand(y, SH)
+        wgmma_fence()
+        one(y, a2, uint32(ring + uint32(4 * STAGE) * ring_slot(i, STAGES)[0] +
+                          uint32(4 * TW)))      # group: Y
+    return both, first, second
 
 
 @lru_cache(maxsize=None)
@@ -413,21 +505,24 @@ def dq_finish(BF16):
 
 
 @lru_cache(maxsize=None)
-def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False, SWIZZLE=False):
+def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False, SWIZZLE=False,
+                          AHEAD=False):
     """dK, dV (FUSED: and dQ): one block per 64·CWG keys, Q/dO tiles of Bq streamed; see the
-    module menu (SWIZZLE: its "SWIZZLE")."""
+    module menu (SWIZZLE, AHEAD: its "SWIZZLE", "AHEAD")."""
     assert D in (64, 128) and Bq in (64, 128) and CWG in (1, 2) and STAGES >= 1
     assert not FUSED or Bq == 64
     assert not (FUSED and SWIZZLE)          # (the dS tiles are stored unswizzled)
+    assert not AHEAD or (STAGES >= 2 and not FUSED)     # (menu: "AHEAD")
     kind = "bf16" if BF16 else "f16"
-    products = paired_products(kind, D, 64 * CWG, Bq, SWIZZLE)  # Sᵀ = K Qᵀ, dPᵀ = V dOᵀ
+    TW = Bq * D // 2                        # words of a Qi or dOi tile
+    STAGE = stage_words(D, Bq, True, SWIZZLE)   # [Qi | dOi | LSE_i | D_i (| to 1024 bytes)]
+    first_products, s_ahead, dp_ahead = stage_products(kind, D, 64 * CWG, Bq, STAGES, STAGE,
+                                                       SWIZZLE)     # Sᵀ = K Qᵀ, dPᵀ = V dOᵀ
     add_product = accumulated_product(kind, D, Bq, SWIZZLE)     # dV += Pᵀ dO, dK += dSᵀ Q
     Bk = 64 * CWG                           # keys per block
     T = WARPGROUP * CWG
     OWN = Bk * D // 2                       # words of the block's K rows (V rows follow)
     WG_ROWS = 64 * row_words(SWIZZLE)       # words from one warpgroup's 64 rows to the next
-    TW = Bq * D // 2                        # words of a Qi or dOi tile
-    STAGE = stage_words(D, Bq, True, SWIZZLE)   # [Qi | dOi | LSE_i | D_i (| to 1024 bytes)]
     RING = 2 * OWN                          # stage s at RING + STAGE·s
     NBARS = 2 * STAGES                      # FULL[s], then EMPTY[s]
     SH, OH = Bq // 2, D // 2                # accumulator floats per thread: Sᵀ (dPᵀ), dK (dV)
@@ -511,28 +606,35 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False, SW
         kq_addr = shared_addr(smem, cw * (D // CWG) * Bk // 2)  # (… K read N-major from there)
         for i in range(min(STAGES - 1, count)):         # tiles 0 … STAGES − 2 before the loop
             issue(q, do, lse2, dvec, smem, fsm, at0, bars, i, first, tid, bh, n_q, kpm)
+        if AHEAD:                                       # AHEAD (menu): tile 0's Sᵀ, dPᵀ
+            first_products(st, dpt, k_addr, v_addr, ring, bars, 0, count > 0)
+            wgmma_wait_group(1)                 # wait: Sᵀ is in st (dPᵀ still running)
+            wgmma_fence_operand(st, SH)
         for i in range(count):
             if i + STAGES - 1 < count:
                 issue(q, do, lse2, dvec, smem, fsm, at0, bars, i + STAGES - 1, first, tid, bh,
                       n_q, kpm)
-            s, ph = ring_slot(i, STAGES)
+            if not AHEAD:                       # Sᵀ = K Qiᵀ, dPᵀ = V dOiᵀ
+                first_products(st, dpt, k_addr, v_addr, ring, bars, i, True)
+                wgmma_wait_group(1)             # wait: Sᵀ is in st (dPᵀ still running)
+                wgmma_fence_operand(st, SH)
+            s = ring_slot(i, STAGES)[0]
             q0 = (first + i) * Bq
             at = at0 + RING + STAGE * s
-            mbar_try_wait_parity(bars, s, ph)   # wait: tile i has landed
-            fence_proxy_async()                 # the copies (generic proxy) before wgmma
             q_addr = uint32(ring + uint32(4 * STAGE) * s)   # shared_addr(smem, at)
             do_addr = uint32(q_addr + uint32(4 * TW))       # shared_addr(smem, at + TW)
 
-            products(st, dpt, k_addr, q_addr, v_addr, do_addr)     # Sᵀ = K Qiᵀ, dPᵀ = V dOiᵀ
-            wgmma_wait_group(1)                 # wait: Sᵀ is in st (dPᵀ still running)
-            wgmma_fence_operand(st, SH)
             probs(st, fsm, at + 2 * TW, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t,
                   scale)                        # Pᵀ
             to_a(st, pa_p)                      # → A fragments (16-bit pairs)
 
-            add_product(dv_acc, pa_p, do_addr)  # group: dV += Pᵀ dOi, under dPᵀ's products
-            wgmma_wait_group(1)                 # wait: dPᵀ is in dpt (dV still running)
-            wgmma_fence_operand(dpt, SH)
+            if AHEAD:                           # (dPᵀ came over the loop's back edge, and
+                wgmma_wait_group(0)             #  ptxas does not follow the groups' order
+                wgmma_fence_operand(dpt, SH)    #  across it: waited for before dV, or ptxas
+            add_product(dv_acc, pa_p, do_addr)  #  serializes every wgmma, C7514) wait: dPᵀ
+            if not AHEAD:                       # group: dV += Pᵀ dOi (under dPᵀ's products)
+                wgmma_wait_group(1)             # wait: dPᵀ is in dpt (dV still running)
+                wgmma_fence_operand(dpt, SH)
             grads(st, dpt, fsm, at + 2 * TW, t)     # dSᵀ = Pᵀ∘(dPᵀ − D)
             to_a(dpt, pa_ds)
 
@@ -554,14 +656,24 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False, SW
                     mma_dq(dq_part, kmajor_desc(ds_addr, Bq, ks, False),
                            nmajor_desc(kq_addr, Bk, ks, False), ks > 0)
                 wgmma_commit_group()
-            wgmma_wait_group(0)                 # wait: dV, dK (dQ_i) updated, stage s read
+            if AHEAD:                           # the next tile's Sᵀ behind dV, dK (st free:
+                s_ahead(st, k_addr, ring, bars, i + 1, i + 1 < count)   # Pᵀ is in pa_p)
+                wgmma_wait_group(1)             # wait: dV, dK updated (the next Sᵀ running)
+            else:
+                wgmma_wait_group(0)             # wait: dV, dK (dQ_i) updated, stage s read
             wgmma_fence_operand(dv_acc, OH)
             wgmma_fence_operand(dk_acc, OH)
             mbar_arrive(bars, STAGES + s)       # EMPTY[s]: the stage may be refilled
+            if AHEAD:                           # then its dPᵀ (pa_p, pa_ds free: never live
+                dp_ahead(dpt, v_addr, ring, i + 1)  # with dpt's new accumulators — at d =
+                wgmma_wait_group(1)             # 128 that spilled) wait: the next Sᵀ is in st
+                wgmma_fence_operand(st, SH)     # (dPᵀ runs on, across the back edge)
             if FUSED:                           # my columns of dQ_i, after the key blocks
                 wgmma_fence_operand(dq_part, NQ)  # left of mine (key block k0 // Bk)
                 add_dq(dqa, sem, dq_part, bh, q0, n_q, cw * (D // CWG), CWG * (k0 // Bk),
                        bh * n_qt + first + i, tid)
+        if AHEAD:
+            wgmma_wait_group(0)                 # wait: the products past the last tile
 
         if PAD:                                 # a padded key: dk = dv = 0, written
             unpad(dv_acc, pad_lo, pad_hi)
@@ -570,24 +682,25 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False, SW
         write(dk, bh, key_lo, n_k, t, dk_acc, scale)              # dK = scale · Σ dSᵀ Q
 
     BUILT[("wgmma_bwd_dkdv_kernel", D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED)
-          + (("SWIZZLE",) if SWIZZLE else ())] = dkdv
+          + (("SWIZZLE",) if SWIZZLE else ()) + (("AHEAD",) if AHEAD else ())] = dkdv
     return dkdv
 
 
 @lru_cache(maxsize=None)
-def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16, SWIZZLE=False):
+def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16, SWIZZLE=False, AHEAD=False):
     """dQ: one block per 64·CWG queries, K/V tiles of Bk streamed; see the module menu
-    (SWIZZLE: its "SWIZZLE")."""
+    (SWIZZLE, AHEAD: its "SWIZZLE", "AHEAD")."""
     assert D in (64, 128) and Bk in (64, 128) and CWG in (1, 2) and STAGES >= 1
+    assert not AHEAD or STAGES >= 2
     kind = "bf16" if BF16 else "f16"
-    products = paired_products(kind, D, 64 * CWG, Bk, SWIZZLE)  # S = Q Kᵀ, dP = dO Vᵀ
+    TW = Bk * D // 2                        # words of a Kj or Vj tile
+    STAGE = stage_words(D, Bk, False, SWIZZLE)  # [Kj | Vj]
+    first_products = stage_products(kind, D, 64 * CWG, Bk, STAGES, STAGE, SWIZZLE)[0]
     add_product = accumulated_product(kind, D, Bk, SWIZZLE)     # dQ += dS K
     Bq = 64 * CWG                           # queries per block
     T = WARPGROUP * CWG
     OWN = Bq * D // 2                       # words of the block's Q rows (dO rows follow)
     WG_ROWS = 64 * row_words(SWIZZLE)       # words from one warpgroup's 64 rows to the next
-    TW = Bk * D // 2                        # words of a Kj or Vj tile
-    STAGE = stage_words(D, Bk, False, SWIZZLE)  # [Kj | Vj]
     RING = 2 * OWN
     NBARS = 2 * STAGES
     SH, OH = Bk // 2, D // 2
@@ -639,31 +752,43 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16, SWIZZLE=False):
         n_tiles = kv_tiles(CAUSAL, q0, Bq, Bk, n_q, n_k)
         for i in range(min(STAGES - 1, n_tiles)):
             issue(k, v, smem, at0, bars, i, tid, bh, n_k, kpm, b_idx)
+        if AHEAD:                                       # AHEAD (menu): tile 0's S, dP
+            first_products(s_acc, dp, q_addr, do_addr, ring, bars, 0, n_tiles > 0)
+            wgmma_wait_group(1)                 # wait: S is in s_acc (dP still running)
+            wgmma_fence_operand(s_acc, SH)
         for j in range(n_tiles):
             if j + STAGES - 1 < n_tiles:
                 issue(k, v, smem, at0, bars, j + STAGES - 1, tid, bh, n_k, kpm, b_idx)
-            s, ph = ring_slot(j, STAGES)
-            mbar_try_wait_parity(bars, s, ph)   # wait: Kj, Vj have landed
-            fence_proxy_async()                 # the copies (generic proxy) before wgmma
+            if not AHEAD:                       # S = Qi Kjᵀ, dP = dOi Vjᵀ
+                first_products(s_acc, dp, q_addr, do_addr, ring, bars, j, True)
+                wgmma_wait_group(1)             # wait: S is in s_acc (dP still running)
+                wgmma_fence_operand(s_acc, SH)
+            s = ring_slot(j, STAGES)[0]
             k_addr = uint32(ring + uint32(4 * STAGE) * s)   # shared_addr(smem, at0 + RING +
-            v_addr = uint32(k_addr + uint32(4 * TW))        #  STAGE·s), … + TW
-
-            products(s_acc, dp, q_addr, k_addr, do_addr, v_addr)   # S = Qi Kjᵀ, dP = dOi Vjᵀ
-            wgmma_wait_group(1)                 # wait: S is in s_acc (dP still running)
-            wgmma_fence_operand(s_acc, SH)
+                                                            #  STAGE·s)
             probs(s_acc, stats, r_lo, j * Bk, n_k, offset, kpm, b_idx, t, scale)      # P
-            wgmma_wait_group(0)                 # wait: dP is in dp
-            wgmma_fence_operand(dp, SH)
+            wgmma_wait_group(0)                 # wait: dP is in dp (AHEAD: dP came over the
+            wgmma_fence_operand(dp, SH)         #  back edge, and nothing was issued since)
             grads(s_acc, dp, stats, r_lo, j * Bk, n_k, offset, kpm, b_idx, t)  # dS = P∘(dP − D)
             to_a(dp, pa)                        # dS → A fragments
 
             add_product(dq_acc, pa, k_addr)     # group: dQ += dS Kj
-            wgmma_wait_group(0)                 # wait: dQ updated, stage s read
+            if AHEAD:                           # the next tile's S, dP behind dQ (s_acc, dp
+                first_products(s_acc, dp, q_addr, do_addr, ring, bars, j + 1,  # free: dS is
+                               j + 1 < n_tiles)                               #  in pa)
+                wgmma_wait_group(2)             # wait: dQ updated (the next S, dP running)
+            else:
+                wgmma_wait_group(0)             # wait: dQ updated, stage s read
             wgmma_fence_operand(dq_acc, OH)
             mbar_arrive(bars, STAGES + s)       # EMPTY[s]: the stage may be refilled
+            if AHEAD:
+                wgmma_wait_group(1)             # wait: the next S is in s_acc (dP runs on,
+                wgmma_fence_operand(s_acc, SH)  #  across the back edge)
+        if AHEAD:
+            wgmma_wait_group(0)                 # wait: the products past the last tile
 
         write(dq, bh, r_lo, n_q, t, dq_acc, scale)        # dQ = scale · Σ dS K
 
     BUILT[("wgmma_bwd_dq_kernel", D, Bk, CWG, STAGES, CAUSAL, PAD, BF16)
-          + (("SWIZZLE",) if SWIZZLE else ())] = dq_kernel
+          + (("SWIZZLE",) if SWIZZLE else ()) + (("AHEAD",) if AHEAD else ())] = dq_kernel
     return dq_kernel

@@ -4,7 +4,7 @@ kernel-only, each checked against torch's float64 autograd in the same run (H200
 ``scripts/gpu_wgmma_bwd.sh`` runs it).
 
     python3 scripts/gpu_wgmma_bwd.py --json OUT.json [--ladder] [--fused] [--sweep] [--swizzle]
-                                     [--wait-for FILE]
+                                     [--ahead] [--wait-for FILE]
 
 Every kernel is compiled first (small inputs of each shape's d and Nk); with --wait-for the
 timing then waits for FILE (scripts/gpu_wgmma_bwd.sh: the tests run meanwhile, so the
@@ -20,7 +20,8 @@ preprocess; torch's is ``autograd.grad`` of a kept graph: its preprocess and its
 conversion too). TFLOP/s = ``reference.attention_backward_flops`` / time: 2.5 × the forward's
 4·B·H·N²·d = 10·B·H·N²·d, half when causal. --ladder: also the ladder's STAGES = 1 step; --fused: the FUSED variants (measured slower,
 2026-12-01); --sweep: the SWEEP configurations (those a head dim refuses are left out);
---swizzle: the SWIZZLE configurations (the 128-byte swizzled tiles, session 6).
+--swizzle: the SWIZZLE configurations (the 128-byte swizzled tiles, session 6); --ahead: AHEAD
+off and in both kernels (session 9).
 The table comes last.
 """
 
@@ -38,22 +39,26 @@ from reference.attention_backward import attention_backward_flops
 
 SHAPES = ((1, 16, 8192, 128), (2, 16, 4096, 64), (4, 16, 1024, 64))    # (the ladder's first)
 LADDER = {"wgmma STAGES=1": WgmmaBwdConfig(Bq=64, Bk=64, CWG=2, STAGES=1)}
-FUSED = {"wgmma fused": WgmmaBwdConfig(FUSED=True),          # --fused: dQ in the dK/dV kernel
+FUSED = {"wgmma fused": WgmmaBwdConfig(STAGES=2, FUSED=True),          # --fused: dQ in the dK/dV kernel
          "wgmma fused S3": WgmmaBwdConfig(STAGES=3, FUSED=True)}
 SWEEP = {                     # --sweep: other blocks and rings (session 5; not since the lean loop)
     "wgmma CWG1": WgmmaBwdConfig(CWG=1),                    # 64-key / 64-query blocks
     "wgmma CWG1 S3": WgmmaBwdConfig(CWG=1, STAGES=3),
-    "wgmma S3": WgmmaBwdConfig(STAGES=3),
+    "wgmma S2": WgmmaBwdConfig(STAGES=2),                  # (the default has three)
     "wgmma Bk128": WgmmaBwdConfig(Bk=128),                  # the dQ kernel's K/V tiles
     "wgmma Bq128": WgmmaBwdConfig(Bq=128),                  # (d = 64 only)
 }
+AHEAD = {                     # --ahead: the next tile's first products behind this tile's
+    "wgmma AHEAD off": WgmmaBwdConfig(AHEAD=False),     # last, in neither kernel or in both
+    "wgmma AHEAD both": WgmmaBwdConfig(AHEAD=True),     # (the default: both at d = 128, the
+}                                                       #  dK/dV kernel alone at d = 64)
 SWIZZLE = {                   # --swizzle: every tile in the 128-byte swizzle (0.94–1.02×)
-    "wgmma SWIZZLE": WgmmaBwdConfig(SWIZZLE=True),
+    "wgmma SWIZZLE": WgmmaBwdConfig(STAGES=2, SWIZZLE=True),
     "wgmma SWIZZLE S3": WgmmaBwdConfig(STAGES=3, SWIZZLE=True),
 }
 
 
-def methods(torch, ladder=False, fused=False, sweep=False, swizzle=False):
+def methods(torch, ladder=False, fused=False, sweep=False, swizzle=False, ahead=False):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     sdpa = torch.nn.functional.scaled_dot_product_attention
 
@@ -73,7 +78,7 @@ def methods(torch, ladder=False, fused=False, sweep=False, swizzle=False):
     out = {"torch sdpa flash": torch_flash, "flash_tc": ours("flash_tc"),
            "flash_wgmma": ours("flash_wgmma")}
     for wanted, configs in ((fused, FUSED), (sweep, SWEEP), (ladder, LADDER),
-                            (swizzle, SWIZZLE)):
+                            (swizzle, SWIZZLE), (ahead, AHEAD)):
         if wanted:
             out.update({name: ours("flash_wgmma", cfg) for name, cfg in configs.items()})
     return out
@@ -115,6 +120,7 @@ def main():
     ap.add_argument("--fused", action="store_true", help="also the FUSED variants")
     ap.add_argument("--sweep", action="store_true", help="also the SWEEP configurations")
     ap.add_argument("--swizzle", action="store_true", help="also the SWIZZLE configurations")
+    ap.add_argument("--ahead", action="store_true", help="also the AHEAD configurations")
     ap.add_argument("--wait-for", default=None, help="compile first, then wait until this file "
                     "exists before timing (the tests run on the GPU meanwhile)")
     args = ap.parse_args()
@@ -124,7 +130,7 @@ def main():
         raise SystemExit("gpu_wgmma_bwd.py needs a CUDA GPU and torch")
     sdpa = torch.nn.functional.scaled_dot_product_attention
     start = time.time()
-    fns = methods(torch, args.ladder, args.fused, args.sweep, args.swizzle)
+    fns = methods(torch, args.ladder, args.fused, args.sweep, args.swizzle, args.ahead)
     warm(fns, shapes, torch)
     print(f"compiled in {time.time() - start:.0f} s", flush=True)
     from kernels_numba.attention_wgmma import BUILT

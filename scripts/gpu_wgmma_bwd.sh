@@ -8,17 +8,17 @@
 # when causal) (scripts/gpu_wgmma_bwd.py). Logs under $OUT; the short table comes last.
 #   device run: bash scripts/gpu_wgmma_bwd.sh   (carry .whl; SWEEP=1: the SWEEP configurations
 #   too, 150 s more; FUSED=1: the FUSED variants too; SWIZZLE=1: the SWIZZLE variants too, the
-#   128-byte swizzled tiles, 40 s more)
+#   128-byte swizzled tiles, 40 s more; AHEAD=1: AHEAD off and in both kernels, 60 s more)
 set -uo pipefail
 . "$(dirname "$0")/gpu_env.sh"        # wheels, PYTHONPATH, FLASHLESSON_DEVICE=gpu, $OUT
 start=$(date +%s)
 gpu_facts > "$OUT/gpu.txt" 2>&1
 # 1. the benchmark's process starts compiling its kernels (small inputs) in the background …
 rm -f "$OUT/tests.done"
-timeout $(( ${SWEEP:+150 +} ${SWIZZLE:+40 +} 180 )) python3 scripts/gpu_wgmma_bwd.py \
-  ${SWEEP:+--sweep} ${FUSED:+--fused} ${SWIZZLE:+--swizzle} --json "$OUT/bench_wgmma_bwd.json" \
-  --wait-for "$OUT/tests.done" \
-  --budget-s $(( ${SWEEP:+150 +} ${SWIZZLE:+40 +} 140 )) > "$OUT/bench_wgmma_bwd.log" 2>&1 &
+timeout $(( ${SWEEP:+150 +} ${SWIZZLE:+40 +} ${AHEAD:+60 +} 180 )) python3 scripts/gpu_wgmma_bwd.py \
+  ${SWEEP:+--sweep} ${FUSED:+--fused} ${SWIZZLE:+--swizzle} ${AHEAD:+--ahead} \
+  --json "$OUT/bench_wgmma_bwd.json" --wait-for "$OUT/tests.done" \
+  --budget-s $(( ${SWEEP:+150 +} ${SWIZZLE:+40 +} ${AHEAD:+60 +} 140 )) > "$OUT/bench_wgmma_bwd.log" 2>&1 &
 p_bench=$!
 # 2. … while the new tests run on the GPU (compilation is most of their time: 8 workers)
 timeout 100 python3 -m pytest -q -rs --tb=short -p no:cacheprovider -n 8 \

@@ -76,19 +76,25 @@ def _run(rng, shape, fmt, causal=False, config=None):
 # second use: the other phase parity on FULL, the wait on EMPTY) in two cases: FUSED at 150 ×
 # 130, three Q tiles through two stages, and the SWIZZLE case's one stage, two K/V tiles in its
 # dQ kernel — without them a parity bug (ring_slot's) passed the simulator (scripts/mutate.py,
-# wgb-parity, 2026-12-02).
+# wgb-parity, 2026-12-02). AHEAD (the next tile's first products issued at the end of this
+# one, the stage released after them) with the ring wrapping in each kernel: the dK/dV
+# kernel's three Q tiles through two stages at 150 × 40 (AHEAD=True: the dQ kernel ahead too,
+# one K/V tile a block), the dQ kernel's three K/V tiles at 40 × 150, d = 128 (the default:
+# both kernels ahead there).
 # GPU: flash-attn's awkward lengths, N = 1, both dtypes, causal and not, both head dims, the
 # default and other variants (one stage with a wrapping ring, three stages, two warpgroups).
 # SWIZZLE (every tile in the 128-byte swizzle): in the simulator d = 128 (two 64-column halves:
 # the K-major half step and the MN-major LBO), causal over two key blocks; on the GPU both head
 # dims, both tile sizes, one and two warpgroups.
-FUSED = WgmmaBwdConfig(FUSED=True)
-SW = WgmmaBwdConfig(SWIZZLE=True)
+FUSED = WgmmaBwdConfig(STAGES=2, FUSED=True)
+SW = WgmmaBwdConfig(STAGES=2, SWIZZLE=True)
 CASES = by_device(
     [("bf16", True, (1, 1, 81, 81, 64), None),
      ("bf16", True, (1, 1, 81, 150, 64), WgmmaBwdConfig(64, 64, 2, 2, True)),
      ("f16", False, (1, 1, 150, 130, 64), WgmmaBwdConfig(64, 64, 1, 2, True)),
-     ("f16", True, (1, 1, 40, 90, 128), WgmmaBwdConfig(64, 64, 1, 1, SWIZZLE=True))],
+     ("f16", True, (1, 1, 40, 90, 128), WgmmaBwdConfig(64, 64, 1, 1, SWIZZLE=True)),
+     ("f16", False, (1, 1, 150, 40, 64), WgmmaBwdConfig(64, 64, 1, 2, AHEAD=True)),
+     ("bf16", False, (1, 1, 40, 150, 128), None)],
     [(fmt, causal, shape, None) for fmt in ("f16", "bf16") for causal in (False, True)
      for shape in ((2, 3, 100, 100, 64), (1, 2, 257, 130, 128), (1, 2, 77, 300, 64),
                    (1, 2, 1031, 517, 128), (1, 1, 1, 1, 64), (2, 2, 1000, 1000, 128))]
@@ -100,7 +106,10 @@ CASES = by_device(
                               (False, 64, WgmmaBwdConfig(64, 128, 2, 3)),
                               (True, 128, WgmmaBwdConfig(64, 128, 2, 2)),
                               (True, 64, WgmmaBwdConfig(128, 64, 2, 2)),
-                              (False, 128, WgmmaBwdConfig(64, 64, 1, 2)))]
+                              (False, 128, WgmmaBwdConfig(64, 64, 1, 2)),
+                              (True, 64, WgmmaBwdConfig(64, 64, 2, 2, AHEAD=True)),
+                              (False, 64, WgmmaBwdConfig(64, 128, 1, 3, AHEAD=True)),
+                              (True, 128, WgmmaBwdConfig(64, 64, 2, 2, AHEAD=False)))]
     + [(fmt, causal, shape, cfg) for fmt in ("f16", "bf16") for causal in (False, True)
        for shape, cfg in (((2, 3, 100, 100, 64), FUSED), ((1, 2, 1031, 517, 128), FUSED),
                           ((1, 2, 77, 300, 64), WgmmaBwdConfig(64, 64, 1, 3, True)),
@@ -116,6 +125,7 @@ CASES = by_device(
                          ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else
                          f"cfg{x.Bq}-{x.Bk}-{x.CWG}-{x.STAGES}{'-fused' * x.FUSED}"
                          f"{'-swizzle' * x.SWIZZLE}"
+                         f"{'' if x.AHEAD is None else f'-ahead{int(x.AHEAD)}'}"
                          if isinstance(x, WgmmaBwdConfig)
                          else str(x))
 def test_matches_oracle(rng, fmt, causal, shape, config):
@@ -196,6 +206,11 @@ def test_refusals(rng):
     with pytest.raises(ValueError, match="config: STAGES must be 1, 2 or 3"):
         attention_backward(q, q, q, q, q, lse, method="flash_wgmma",
                            config=WgmmaBwdConfig(STAGES=4))
+    for cfg in (WgmmaBwdConfig(STAGES=1, AHEAD=True), WgmmaBwdConfig(FUSED=True, AHEAD=True)):
+        with pytest.raises(ValueError, match="config: AHEAD .* needs STAGES ≥ 2 and FUSED off"):
+            attention_backward(q, q, q, q, q, lse, method="flash_wgmma", config=cfg)
+    with pytest.raises(TypeError, match="WgmmaBwdConfig.AHEAD: expected a bool"):
+        WgmmaBwdConfig(AHEAD=1)
     with pytest.raises(ValueError, match="tier"):
         attention_backward(q, q, q, q, q, lse, method="flash_wgmma", tier="lesson")
     empty = np.zeros((1, 1, 0, 64), np.float16)     # empty: zeros, no launch

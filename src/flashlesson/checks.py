@@ -6,8 +6,9 @@ value) whose message starts with that name. They run before any allocation or la
 refused call leaves nothing behind (no kernel compiled, no cache entry).
 
 - ``config_fields(cfg)``: every ``int`` field of a configuration dataclass a positive int (not a
-  bool, not a float), every ``bool`` field a bool, ``Optional[int]`` None or a positive int; the
-  configurations' ``__post_init__`` call it, so a bad one cannot even be built.
+  bool, not a float), every ``bool`` field a bool, ``Optional[int]`` None or a positive int,
+  ``Optional[bool]`` None or a bool; the configurations' ``__post_init__`` call it, so a bad
+  one cannot even be built.
 - ``tier(value, method, lesson_methods, operation)``: "fast" or "lesson" (issue 13's two
   tiers); "lesson" refused for a method without a lesson kernel.
 - ``flag(value, name)``: a bool (``causal="False"`` is a TypeError, not True).
@@ -100,7 +101,8 @@ def flag(value, name):
 def config_fields(cfg):
     """Check (and normalize to Python ints/bools) every field of a frozen config dataclass from
     its annotation: ``int`` → positive int, ``bool`` → bool, ``Optional[int]`` → None or a
-    positive int. The error names the class and the field."""
+    positive int, ``Optional[bool]`` → None or a bool. The error names the class and the
+    field."""
     hints = typing.get_type_hints(type(cfg))
     cls = type(cfg).__name__
     for f in fields(cfg):
@@ -113,6 +115,8 @@ def config_fields(cfg):
             value = positive_int(value, name)
         elif kind == typing.Optional[int]:
             value = None if value is None else positive_int(value, name)
+        elif kind == typing.Optional[bool]:
+            value = None if value is None else flag(value, name)
         else:
             continue
         object.__setattr__(cfg, f.name, value)      # (frozen: normalize in place once)

@@ -252,10 +252,17 @@ LADDERS = (
              "through one stage on mbarriers: load, wait, compute (STAGES = 1)",
              {"method": "flash_wgmma", "config": WgmmaBwdConfig(Bq=64, Bk=64, CWG=2, STAGES=1)}),
         Step("3", "two stages: the next tile's cp.async copies in flight during this tile's "
-             "wgmmas; the method's default (``WgmmaBwdConfig()``), and the default method for "
-             "fp16/bf16 on Hopper at d = 64 and 128. Steps 2 and 3 run the leaner loop and the "
-             "softmax under the second product (menu, session 8); with the lean loop alone "
-             "6.62 and 5.63 ms, before it 7.41 and 6.4 ms (2026-12-01)",
+             "wgmmas. Steps 2 and 3 run the leaner loop and the softmax under the second "
+             "product (menu, session 8); with the lean loop alone 6.62 and 5.63 ms, before it "
+             "7.41 and 6.4 ms (2026-12-01)",
+             {"method": "flash_wgmma", "config": WgmmaBwdConfig(STAGES=2, AHEAD=False)}),
+        Step("4", "AHEAD: the next tile's Sᵀ, dPᵀ (S, dP) issued behind this tile's dV, dK "
+             "(dQ), so the tensor cores have the next products queued while the warpgroup "
+             "waits, arrives and copies (menu, session 9; the dQ kernel ahead at d = 128 only)",
+             {"method": "flash_wgmma", "config": WgmmaBwdConfig(STAGES=2)}),
+        Step("5", "three stages: a stage's copies wait for the tile two back, not the one "
+             "before; the method's default (``WgmmaBwdConfig()``), and the default method for "
+             "fp16/bf16 on Hopper at d = 64 and 128",
              {"method": "flash_wgmma", "config": WgmmaBwdConfig()}),
     )),
     Ladder("attention_tf32x3_backward", BACKWARD, DEFAULT_FP32, "float32", (

@@ -30,6 +30,7 @@ method has it).
 """
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 from numba import cuda
@@ -716,16 +717,33 @@ class WgmmaBwdConfig:
     kernel adds dS K to a float32 dQ in key-block order (Bq = 64; Bk unused). SWIZZLE: every
     tile in the 128-byte swizzle, as WgmmaConfig.SWIZZLE (not with FUSED; correct on the H200,
     and 0.94–1.02× the default there, 2026-12-02: the backward is not bound by its copies'
-    L2 requests — docs/logs/gpu_swizzle_h200.log)."""
+    L2 requests — docs/logs/gpu_swizzle_h200.log). AHEAD: the next tile's first
+    products (Sᵀ, dPᵀ; S, dP) issued at the end of this tile, behind its last ones (the
+    kernel file's menu, "AHEAD"); it needs the next tile in flight and the loop's end free
+    (STAGES ≥ 2, not FUSED). None (the default): the dK/dV kernel ahead wherever it can be,
+    the dQ kernel at d = 128 only — at d = 64 ahead costs it its second block an SM (139
+    registers, not 122), 0.78–0.91× against 0.91–0.99× SDPA flash in one run (H200,
+    2026-12-02, session 9); True: both kernels; False: neither."""
     Bq: int = 64
     Bk: int = 64
     CWG: int = 2
-    STAGES: int = 2
+    STAGES: int = 3
     FUSED: bool = False
     SWIZZLE: bool = False
+    AHEAD: Optional[bool] = None
 
     def __post_init__(self):
         checks.config_fields(self)
+
+    def can_go_ahead(self):
+        """Whether AHEAD can be on: the next tile in flight (STAGES ≥ 2), no FUSED dQ step."""
+        return self.STAGES >= 2 and not self.FUSED
+
+    def ahead(self, d):
+        """AHEAD as the two kernels take it at head dim d: (dK/dV kernel, dQ kernel)."""
+        if self.AHEAD is None:
+            return self.can_go_ahead(), self.can_go_ahead() and d == 128
+        return self.AHEAD, self.AHEAD
 
     def check(self, d):
         for name, tile in (("Bq", self.Bq), ("Bk", self.Bk)):
@@ -746,6 +764,11 @@ class WgmmaBwdConfig:
         if self.FUSED and self.SWIZZLE:
             raise ValueError("config: SWIZZLE does not go with FUSED (its dS tiles are stored "
                              "unswizzled); take one of them")
+        if self.AHEAD is True and not self.can_go_ahead():
+            raise ValueError(f"config: AHEAD (the next tile's first products issued before "
+                             f"this tile's last retire) needs STAGES ≥ 2 and FUSED off — the "
+                             f"next tile must be in flight and the loop end free — got "
+                             f"STAGES = {self.STAGES}, FUSED = {self.FUSED}; take AHEAD=False")
         sw = bool(self.SWIZZLE)
         smem = max(KWB.wgmma_bwd_smem_bytes(d, self.Bq, self.CWG, self.STAGES, True,
                                             self.FUSED, sw),
@@ -757,8 +780,11 @@ class WgmmaBwdConfig:
 
 def default_wgmma_bwd_config(d):
     """The simulator: one consumer warpgroup, tiles of 64, two stages (the smallest blocks).
-    On the GPU: 2 consumer warpgroups (128 keys or queries a block), tiles of 64, two stages —
-    a plausible start, not tuned yet (at d = 128: 130 KB of shared memory a block)."""
+    On the GPU: ``WgmmaBwdConfig()`` — 2 consumer warpgroups (128 keys or queries a block),
+    tiles of 64, three stages, AHEAD (at d = 128: 162 KB of shared memory a block). Three
+    stages measured 1.00–1.04× two with AHEAD (H200, 2026-12-02, session 9, one run: the
+    copies of a stage wait for the tile two back, not the one before, so the two warpgroups
+    are less often in step); CWG = 1, Bk = 128 slower, Bq = 128 (d = 64) level."""
     if device.SIMULATOR:
         return WgmmaBwdConfig(Bq=64, Bk=64, CWG=1, STAGES=2)
     return WgmmaBwdConfig()
@@ -810,12 +836,14 @@ def _backward_wgmma(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, 
         acc = (dqa, sem)
     else:
         acc = (dummy("acc"), dummy("turns"))
-    sw = bool(cfg.SWIZZLE)
-    launches = [(KWB.wgmma_bwd_dkdv_kernel(d, cfg.Bq, cfg.CWG, cfg.STAGES, *flags, cfg.FUSED, sw),
+    sw, (ahead, ahead_dq) = bool(cfg.SWIZZLE), cfg.ahead(d)
+    launches = [(KWB.wgmma_bwd_dkdv_kernel(d, cfg.Bq, cfg.CWG, cfg.STAGES, *flags, cfg.FUSED, sw,
+                                           ahead),
                  -(-nk // rows_a_block), (dk, dv, *acc),
                  KWB.wgmma_bwd_smem_bytes(d, cfg.Bq, cfg.CWG, cfg.STAGES, True, cfg.FUSED, sw))]
     if not cfg.FUSED:
-        launches.append((KWB.wgmma_bwd_dq_kernel(d, cfg.Bk, cfg.CWG, cfg.STAGES, *flags, sw),
+        launches.append((KWB.wgmma_bwd_dq_kernel(d, cfg.Bk, cfg.CWG, cfg.STAGES, *flags, sw,
+                                                 ahead_dq),
                          -(-nq // rows_a_block), (dq,),
                          KWB.wgmma_bwd_smem_bytes(d, cfg.Bk, cfg.CWG, cfg.STAGES, False, False,
                                                   sw)))
