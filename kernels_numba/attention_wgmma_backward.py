@@ -143,7 +143,11 @@ gpu_session9_h200.log): ahead in the dK/dV kernel alone (run 2, "A10" against "A
 0.93 / 0.83 → 0.90 at B1 H16 N8192 d128, 0.91 → 0.97 / 0.89 → 0.95 at B2 H16 N4096 d64,
 0.91 → 0.95 / 0.99 → 1.03 at B4 H16 N1024 d64 (not causal / causal); the dQ kernel ahead too
 ("A11") 0.95 / 0.96 at d = 128 but 0.82 / 0.89 and 0.82 / 0.96 at d = 64, where its 139
-registers leave one block an SM instead of two (122) — hence the default.
+registers leave one block an SM instead of two (122) — hence the default. With AHEAD three
+stages run level to 4 % ahead of two (run 3; without it, session 8, within 3 % either way): a
+stage's copies then wait for the tile two back, not the one before, and the two warpgroups
+are less often held in step — so ``WgmmaBwdConfig()`` has three (ladder step 5; run 4, the
+default call: 0.97 / 1.04, 1.02 / 0.98, 1.02 / 0.95 × SDPA flash at the three shapes).
 
 The dQ kernel (queries as rows), per consumer warpgroup of 64 queries, for each K/V tile j
 the warpgroup's rows see (§34)::

@@ -473,7 +473,9 @@ def wgmma_bwd_is_default(q, dropout_p):
     causal / causal), 1.35× and 1.09× at B2 H16 N4096 d64, 1.31× and 1.25× at B1 H16 N8192
     d128. (Before, 2026-12-01: ahead without a causal mask only, 1.03–1.14×, behind with it,
     0.81–0.99×, docs/logs/gpu_wgmma_bwd_h200.log.) Session 8's leaner loop (final run,
-    docs/logs/gpu_session8_h200.log): 1.24× and 1.08×, 1.39× and 1.16×, 1.35× and 1.23×."""
+    docs/logs/gpu_session8_h200.log): 1.24× and 1.08×, 1.39× and 1.16×, 1.35× and 1.23×.
+    Session 9's AHEAD and three stages (run 4, docs/logs/gpu_session9_h200.log): 1.34× and
+    1.14×, 1.56× and 1.28×, 1.62× and 1.38×."""
     return _wgmma_head_dim(q, dropout_p) is not None
 
 
