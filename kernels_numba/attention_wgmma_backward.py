@@ -23,7 +23,7 @@ Menu
 | ``… (…, SWIZZLE=True)`` (not with FUSED)          | every tile in the 128-byte swizzle        |
 |                                                   | (hopper.sw128_index), read K-major and    |
 |                                                   | MN-major as attention_wgmma's SWIZZLE;    |
-|                                                   | opt-in: 0.94–1.02× the default (H200)     |
+|                                                   | opt-in: 0.94–1.02× session 6's default    |
 | ``wgmma_bwd_dkdv_kernel(…, AHEAD=True)``,         | AHEAD: the next tile's Sᵀ, dPᵀ (S, dP)    |
 |   ``wgmma_bwd_dq_kernel(…, AHEAD=True)``          | issued at the end of this tile, behind    |
 |   (STAGES ≥ 2, not FUSED)                         | dV, dK (dQ); the default: the dK/dV       |
@@ -61,11 +61,14 @@ in the code) and keeps the TFLOP/s recorded then.
 |      | queued while the warpgroup waits, arrives    |                              | FUSED=False, SWIZZLE=False,    |
 |      | and copies (menu, session 9; the dQ kernel   |                              | AHEAD=None)                    |
 |      | ahead at d = 128 only)                       |                              |                                |
-| 5    | three stages: a stage's copies wait for the  | H200, 2026-12-02: 4.51 ms,   | method='flash_wgmma',          |
-|      | tile two back, not the one before; the       | 305 TFLOP/s, 182.65× lesson  | config=WgmmaBwdConfig(Bq=64,   |
-|      | method's default (``WgmmaBwdConfig()``), and |                              | Bk=64, CWG=2, STAGES=3,        |
-|      | the default method for fp16/bf16 on Hopper   |                              | FUSED=False, SWIZZLE=False,    |
-|      | at d = 64 and 128                            |                              | AHEAD=None)                    |
+| 5    | three stages: with AHEAD a tile's FULL wait  | H200, 2026-12-02: 4.51 ms,   | method='flash_wgmma',          |
+|      | comes at the end of the tile before, and two | 305 TFLOP/s, 182.65× lesson  | config=WgmmaBwdConfig(Bq=64,   |
+|      | stages had issued its copies only at that    |                              | Bk=64, CWG=2, STAGES=3,        |
+|      | tile's start; three issue them a tile        |                              | FUSED=False, SWIZZLE=False,    |
+|      | earlier. The method's default                |                              | AHEAD=None)                    |
+|      | (``WgmmaBwdConfig()``), and the default      |                              |                                |
+|      | method for fp16/bf16 on Hopper at d = 64 and |                              |                                |
+|      | 128                                          |                              |                                |
 
 FUSED (``WgmmaBwdConfig(FUSED=True)``): the two kernels compute S and dP twice — seven
 products a tile pair where FlashAttention-2 and -3 do five, adding dQ from the dK/dV kernel
@@ -136,18 +139,21 @@ a stage nobody fills, and their FULL wait is skipped (``stage_products``' ready)
 extra Sᵀ, dPᵀ a block, waited for after the loop. (3) At d = 128 the dK/dV kernel cannot
 hold dPᵀᵢ₊₁'s accumulators while dV, dK still read pa_p, pa_ds: issuing both next products
 at once spilled 56–136 bytes, so dPᵀᵢ₊₁ follows the wait for dV, dK (no spills: 254
-registers; the dQ kernel 189, 139 at d = 64). Per full tile (SASS, d = 128): dK/dV 408 →
-446 instructions, dQ 497 → 572 (the loop's extra waits, arrivals and address arithmetic).
+registers; the dQ kernel 189, 139 at d = 64 — ptxas 13.5 offline; the H200's driver: 254–255,
+194–198 and 139, docs/logs/gpu_session9_h200.log). Per full tile of the dK/dV kernel (SASS, d = 128): 408 → 446 instructions
+(the loop's extra waits, arrivals and address arithmetic).
 Measured (H200, 2026-12-02, session 9, kernel-only, × SDPA flash backward, docs/logs/
 gpu_session9_h200.log): ahead in the dK/dV kernel alone (run 2, "A10" against "A00") 0.85 →
 0.93 / 0.83 → 0.90 at B1 H16 N8192 d128, 0.91 → 0.97 / 0.89 → 0.95 at B2 H16 N4096 d64,
 0.91 → 0.95 / 0.99 → 1.03 at B4 H16 N1024 d64 (not causal / causal); the dQ kernel ahead too
 ("A11") 0.95 / 0.96 at d = 128 but 0.82 / 0.89 and 0.82 / 0.96 at d = 64, where its 139
 registers leave one block an SM instead of two (122) — hence the default. With AHEAD three
-stages run level to 4 % ahead of two (run 3; without it, session 8, within 3 % either way): a
-stage's copies then wait for the tile two back, not the one before, and the two warpgroups
-are less often held in step — so ``WgmmaBwdConfig()`` has three (ladder step 5; run 4, the
-default call: 0.97 / 1.04, 1.02 / 0.98, 1.02 / 0.95 × SDPA flash at the three shapes).
+stages run level to 4 % ahead of two (run 3; without it, session 8, within 3 % either way):
+AHEAD waits for a tile's copies at the end of the tile before, and with two stages they were
+issued only at that tile's start (into the stage the tile before last had just released);
+with three they are issued a tile earlier — so ``WgmmaBwdConfig()`` has three (ladder step
+5; run 4, the default call: 0.97 / 1.04, 1.02 / 0.98, 1.02 / 0.95 × SDPA flash at the three
+shapes).
 
 The dQ kernel (queries as rows), per consumer warpgroup of 64 queries, for each K/V tile j
 the warpgroup's rows see (§34)::
@@ -387,10 +393,15 @@ def stage_products(kind, D, RA, RB, STAGES, STAGE, SWIZZLE=False):
     Y. The caller waits for X (wgmma_wait_group(1): Y may still run), takes P from it while
     the tensor cores compute Y, then waits for Y.
     first(x, a1, ring, bars, i, ready), second(y, a2, ring, i): the same in two calls, so
-    that the caller can wait for older groups between them (the dK/dV kernel's AHEAD)."""
+    that the caller can wait for older groups between them (the dK/dV kernel's AHEAD).
+    stage_addr(ring, s): the address of stage s (its first tile; the second 4·TW bytes on)."""
     one = one_product(kind, D, RA, RB, SWIZZLE)
     SH = RB // 2                            # accumulator floats a thread
     TW = RB * D // 2                        # words of one streamed tile
+
+    @cuda.jit(device=True)
+    def stage_addr(ring, s):
+        return uint32(ring + uint32(4 * STAGE) * s)     # shared_addr(smem, stage s)
 
     @cuda.jit(device=True)
     def landed(ring, bars, i, ready):
@@ -399,7 +410,7 @@ def stage_products(kind, D, RA, RB, STAGES, STAGE, SWIZZLE=False):
         if ready:
             mbar_try_wait_parity(bars, s, ph)   # wait: tile i has landed
         fence_proxy_async()                 # the copies (generic proxy) before wgmma
-        return uint32(ring + uint32(4 * STAGE) * s)     # shared_addr(smem, stage s)
+        return stage_addr(ring, s)
 
     @cuda.jit(device=True)
     def both(x, y, a1, a2, ring, bars, i, ready):
@@ -421,9 +432,8 @@ def stage_products(kind, D, RA, RB, STAGES, STAGE, SWIZZLE=False):
     def second(y, a2, ring, i):
         wgmma_fence_operand(y, SH)
         wgmma_fence()
-        one(y, a2, uint32(ring + uint32(4 * STAGE) * ring_slot(i, STAGES)[0] +
-                          uint32(4 * TW)))      # group: Y
-    return both, first, second
+        one(y, a2, uint32(stage_addr(ring, ring_slot(i, STAGES)[0]) + uint32(4 * TW)))
+    return both, first, second, stage_addr
 
 
 @lru_cache(maxsize=None)
@@ -520,8 +530,8 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False, SW
     kind = "bf16" if BF16 else "f16"
     TW = Bq * D // 2                        # words of a Qi or dOi tile
     STAGE = stage_words(D, Bq, True, SWIZZLE)   # [Qi | dOi | LSE_i | D_i (| to 1024 bytes)]
-    first_products, s_ahead, dp_ahead = stage_products(kind, D, 64 * CWG, Bq, STAGES, STAGE,
-                                                       SWIZZLE)     # Sᵀ = K Qᵀ, dPᵀ = V dOᵀ
+    first_products, s_ahead, dp_ahead, stage_addr = stage_products(    # Sᵀ = K Qᵀ, dPᵀ = V dOᵀ
+        kind, D, 64 * CWG, Bq, STAGES, STAGE, SWIZZLE)
     add_product = accumulated_product(kind, D, Bq, SWIZZLE)     # dV += Pᵀ dO, dK += dSᵀ Q
     Bk = 64 * CWG                           # keys per block
     T = WARPGROUP * CWG
@@ -625,18 +635,18 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False, SW
             s = ring_slot(i, STAGES)[0]
             q0 = (first + i) * Bq
             at = at0 + RING + STAGE * s
-            q_addr = uint32(ring + uint32(4 * STAGE) * s)   # shared_addr(smem, at)
+            q_addr = stage_addr(ring, s)                    # shared_addr(smem, at)
             do_addr = uint32(q_addr + uint32(4 * TW))       # shared_addr(smem, at + TW)
 
             probs(st, fsm, at + 2 * TW, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t,
                   scale)                        # Pᵀ
             to_a(st, pa_p)                      # → A fragments (16-bit pairs)
 
-            if AHEAD:                           # (dPᵀ came over the loop's back edge, and
-                wgmma_wait_group(0)             #  ptxas does not follow the groups' order
-                wgmma_fence_operand(dpt, SH)    #  across it: waited for before dV, or ptxas
-            add_product(dv_acc, pa_p, do_addr)  #  serializes every wgmma, C7514) wait: dPᵀ
-            if not AHEAD:                       # group: dV += Pᵀ dOi (under dPᵀ's products)
+            if AHEAD:                           # dPᵀ came over the loop's back edge, and
+                wgmma_wait_group(0)             # ptxas does not follow the groups' order
+                wgmma_fence_operand(dpt, SH)    # across it (menu: C7514) — wait: dPᵀ in dpt
+            add_product(dv_acc, pa_p, do_addr)  # group: dV += Pᵀ dOi
+            if not AHEAD:                       # (dV issued under dPᵀ's products)
                 wgmma_wait_group(1)             # wait: dPᵀ is in dpt (dV still running)
                 wgmma_fence_operand(dpt, SH)
             grads(st, dpt, fsm, at + 2 * TW, t)     # dSᵀ = Pᵀ∘(dPᵀ − D)
@@ -699,7 +709,8 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16, SWIZZLE=False, AH
     kind = "bf16" if BF16 else "f16"
     TW = Bk * D // 2                        # words of a Kj or Vj tile
     STAGE = stage_words(D, Bk, False, SWIZZLE)  # [Kj | Vj]
-    first_products = stage_products(kind, D, 64 * CWG, Bk, STAGES, STAGE, SWIZZLE)[0]
+    first_products, _, _, stage_addr = stage_products(kind, D, 64 * CWG, Bk, STAGES, STAGE,
+                                                      SWIZZLE)      # S = Q Kᵀ, dP = dO Vᵀ
     add_product = accumulated_product(kind, D, Bk, SWIZZLE)     # dQ += dS K
     Bq = 64 * CWG                           # queries per block
     T = WARPGROUP * CWG
@@ -768,8 +779,7 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16, SWIZZLE=False, AH
                 wgmma_wait_group(1)             # wait: S is in s_acc (dP still running)
                 wgmma_fence_operand(s_acc, SH)
             s = ring_slot(j, STAGES)[0]
-            k_addr = uint32(ring + uint32(4 * STAGE) * s)   # shared_addr(smem, at0 + RING +
-                                                            #  STAGE·s)
+            k_addr = stage_addr(ring, s)        # shared_addr(smem, at0 + RING + STAGE·s)
             probs(s_acc, stats, r_lo, j * Bk, n_k, offset, kpm, b_idx, t, scale)      # P
             wgmma_wait_group(0)                 # wait: dP is in dp (AHEAD: dP came over the
             wgmma_fence_operand(dp, SH)         #  back edge, and nothing was issued since)

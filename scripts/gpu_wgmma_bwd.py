@@ -42,10 +42,11 @@ LADDER = {"wgmma STAGES=1": WgmmaBwdConfig(Bq=64, Bk=64, CWG=2, STAGES=1)}
 FUSED = {"wgmma fused": WgmmaBwdConfig(STAGES=2, FUSED=True),          # --fused: dQ in the dK/dV kernel
          "wgmma fused S3": WgmmaBwdConfig(STAGES=3, FUSED=True)}
 SWEEP = {                     # --sweep: other blocks and rings (session 5; not since the lean loop)
-    "wgmma CWG1": WgmmaBwdConfig(CWG=1),                    # 64-key / 64-query blocks
+    "wgmma CWG1": WgmmaBwdConfig(CWG=1, STAGES=2),          # 64-key / 64-query blocks
     "wgmma CWG1 S3": WgmmaBwdConfig(CWG=1, STAGES=3),
     "wgmma S2": WgmmaBwdConfig(STAGES=2),                  # (the default has three)
-    "wgmma Bk128": WgmmaBwdConfig(Bk=128),                  # the dQ kernel's K/V tiles
+    "wgmma Bk128": WgmmaBwdConfig(Bk=128, STAGES=2),        # the dQ kernel's K/V tiles (three
+                                                            #  stages at d = 128: 256 KB)
     "wgmma Bq128": WgmmaBwdConfig(Bq=128),                  # (d = 64 only)
 }
 AHEAD = {                     # --ahead: the next tile's first products behind this tile's

@@ -260,9 +260,10 @@ LADDERS = (
              "(dQ), so the tensor cores have the next products queued while the warpgroup "
              "waits, arrives and copies (menu, session 9; the dQ kernel ahead at d = 128 only)",
              {"method": "flash_wgmma", "config": WgmmaBwdConfig(STAGES=2)}),
-        Step("5", "three stages: a stage's copies wait for the tile two back, not the one "
-             "before; the method's default (``WgmmaBwdConfig()``), and the default method for "
-             "fp16/bf16 on Hopper at d = 64 and 128",
+        Step("5", "three stages: with AHEAD a tile's FULL wait comes at the end of the tile "
+             "before, and two stages had issued its copies only at that tile's start; three "
+             "issue them a tile earlier. The method's default (``WgmmaBwdConfig()``), and the "
+             "default method for fp16/bf16 on Hopper at d = 64 and 128",
              {"method": "flash_wgmma", "config": WgmmaBwdConfig()}),
     )),
     Ladder("attention_tf32x3_backward", BACKWARD, DEFAULT_FP32, "float32", (

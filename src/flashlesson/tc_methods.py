@@ -718,14 +718,15 @@ class WgmmaBwdConfig:
     load, wait, compute; 2 or 3: the next tiles in flight), FUSED: no dQ kernel — the dK/dV
     kernel adds dS K to a float32 dQ in key-block order (Bq = 64; Bk unused). SWIZZLE: every
     tile in the 128-byte swizzle, as WgmmaConfig.SWIZZLE (not with FUSED; correct on the H200,
-    and 0.94–1.02× the default there, 2026-12-02: the backward is not bound by its copies'
-    L2 requests — docs/logs/gpu_swizzle_h200.log). AHEAD: the next tile's first
+    and 0.94–1.02× the default of then — two stages, no AHEAD — 2026-12-02: the backward is
+    not bound by its copies' L2 requests — docs/logs/gpu_swizzle_h200.log). AHEAD: the next tile's first
     products (Sᵀ, dPᵀ; S, dP) issued at the end of this tile, behind its last ones (the
     kernel file's menu, "AHEAD"); it needs the next tile in flight and the loop's end free
     (STAGES ≥ 2, not FUSED). None (the default): the dK/dV kernel ahead wherever it can be,
     the dQ kernel at d = 128 only — at d = 64 ahead costs it its second block an SM (139
-    registers, not 122), 0.78–0.91× against 0.91–0.99× SDPA flash in one run (H200,
-    2026-12-02, session 9); True: both kernels; False: neither."""
+    registers, not 122): both kernels ahead 0.82–0.96× SDPA flash, the dK/dV kernel alone
+    0.95–1.03× (H200, 2026-12-02, session 9, run 2); True: both kernels; False: neither.
+    Shared memory bounds STAGES: Bk = 128 at d = 128 takes two at most (three: 256 KB)."""
     Bq: int = 64
     Bk: int = 64
     CWG: int = 2
@@ -784,9 +785,10 @@ def default_wgmma_bwd_config(d):
     """The simulator: one consumer warpgroup, tiles of 64, two stages (the smallest blocks).
     On the GPU: ``WgmmaBwdConfig()`` — 2 consumer warpgroups (128 keys or queries a block),
     tiles of 64, three stages, AHEAD (at d = 128: 162 KB of shared memory a block). Three
-    stages measured 1.00–1.04× two with AHEAD (H200, 2026-12-02, session 9, one run: the
-    copies of a stage wait for the tile two back, not the one before, so the two warpgroups
-    are less often in step); CWG = 1, Bk = 128 slower, Bq = 128 (d = 64) level."""
+    stages measured 1.00–1.04× two with AHEAD (H200, 2026-12-02, session 9, one run; without
+    AHEAD, session 8, within 3 % either way): AHEAD waits for a tile's copies at the end of
+    the tile before, and with two stages they were issued only at that tile's start, with
+    three a tile earlier. CWG = 1, Bk = 128 slower, Bq = 128 (d = 64) level."""
     if device.SIMULATOR:
         return WgmmaBwdConfig(Bq=64, Bk=64, CWG=1, STAGES=2)
     return WgmmaBwdConfig()
