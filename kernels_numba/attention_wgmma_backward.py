@@ -129,19 +129,20 @@ end of the tile before, so that the tensor cores find them queued behind dK::
 and the dQ kernel the same with S, dP issued together behind dQ. Three facts of ptxas shape
 it (CUDA 13.5, read from its C75xx remarks and the SASS): (1) a group issued before the
 loop's back edge and waited for after it must be waited for by wait_group(0) before any
-newer group is issued — ptxas does not follow the groups' order across the back edge, and
-a wait_group(1) behind dV made it serialize every wgmma of the kernel (C7514); so the dK/dV
-kernel waits for dPᵀ before it issues dV, no longer after. (2) The back edge must carry one
-group in flight from both of its entries (before the loop, end of the loop): with two, or
-with the products of the next tile issued only "if there is one", ptxas inserted waits
-(C7517) or serialized; so the products past the last tile are issued all the same, reading
-a stage nobody fills, and their FULL wait is skipped (``stage_products``' ready) — one
-extra Sᵀ, dPᵀ a block, waited for after the loop. (3) At d = 128 the dK/dV kernel cannot
-hold dPᵀᵢ₊₁'s accumulators while dV, dK still read pa_p, pa_ds: issuing both next products
-at once spilled 56–136 bytes, so dPᵀᵢ₊₁ follows the wait for dV, dK (no spills: 254
-registers; the dQ kernel 189, 139 at d = 64 — ptxas 13.5 offline; the H200's driver: 254–255,
-194–198 and 139, docs/logs/gpu_session9_h200.log). Per full tile of the dK/dV kernel (SASS, d = 128): 408 → 446 instructions
-(the loop's extra waits, arrivals and address arithmetic).
+newer group is issued — ptxas does not follow the groups' order across the back edge, and a
+wait_group(1) behind dV made it serialize every wgmma of the kernel (C7514); so the dK/dV
+kernel waits for dPᵀ before it issues dV, no longer after. (2) Both entries of the back edge
+(from before the loop, from the loop's end) must carry the same groups in flight: when the
+first version's prologue left two groups and its loop's end three, or issued the next
+tile's products only "if there is one", ptxas inserted waits (C7517) or serialized (C7515);
+so the products past the last tile are issued all the same, reading a stage nobody fills,
+and their FULL wait is skipped (``stage_products``' ready) — one extra Sᵀ, dPᵀ a block,
+waited for after the loop. (3) At d = 128 the dK/dV kernel cannot hold dPᵀᵢ₊₁'s accumulators
+while dV, dK still read pa_p, pa_ds: issuing both next products at once spilled 56–136
+bytes, so dPᵀᵢ₊₁ follows the wait for dV, dK. Registers (ptxas 13.5 offline; the H200's
+driver in brackets, docs/logs/gpu_session9_h200.log): the dK/dV kernel 254 (254–255), the dQ
+kernel 189 (194–198), and at d = 64 139 (139); no spills. Per full tile of the dK/dV kernel
+(SASS, d = 128): 408 → 446 instructions (the loop's extra waits, arrivals and addresses).
 Measured (H200, 2026-12-02, session 9, kernel-only, × SDPA flash backward, docs/logs/
 gpu_session9_h200.log): ahead in the dK/dV kernel alone (run 2, "A10" against "A00") 0.85 →
 0.93 / 0.83 → 0.90 at B1 H16 N8192 d128, 0.91 → 0.97 / 0.89 → 0.95 at B2 H16 N4096 d64,

@@ -39,7 +39,7 @@ from reference.attention_backward import attention_backward_flops
 
 SHAPES = ((1, 16, 8192, 128), (2, 16, 4096, 64), (4, 16, 1024, 64))    # (the ladder's first)
 LADDER = {"wgmma STAGES=1": WgmmaBwdConfig(Bq=64, Bk=64, CWG=2, STAGES=1)}
-FUSED = {"wgmma fused": WgmmaBwdConfig(STAGES=2, FUSED=True),          # --fused: dQ in the dK/dV kernel
+FUSED = {"wgmma fused": WgmmaBwdConfig(STAGES=2, FUSED=True),  # --fused: dQ in the dK/dV kernel
          "wgmma fused S3": WgmmaBwdConfig(STAGES=3, FUSED=True)}
 SWEEP = {                     # --sweep: other blocks and rings (session 5; not since the lean loop)
     "wgmma CWG1": WgmmaBwdConfig(CWG=1, STAGES=2),          # 64-key / 64-query blocks

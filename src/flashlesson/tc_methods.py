@@ -719,10 +719,10 @@ class WgmmaBwdConfig:
     kernel adds dS K to a float32 dQ in key-block order (Bq = 64; Bk unused). SWIZZLE: every
     tile in the 128-byte swizzle, as WgmmaConfig.SWIZZLE (not with FUSED; correct on the H200,
     and 0.94–1.02× the default of then — two stages, no AHEAD — 2026-12-02: the backward is
-    not bound by its copies' L2 requests — docs/logs/gpu_swizzle_h200.log). AHEAD: the next tile's first
-    products (Sᵀ, dPᵀ; S, dP) issued at the end of this tile, behind its last ones (the
-    kernel file's menu, "AHEAD"); it needs the next tile in flight and the loop's end free
-    (STAGES ≥ 2, not FUSED). None (the default): the dK/dV kernel ahead wherever it can be,
+    not bound by its copies' L2 requests — docs/logs/gpu_swizzle_h200.log). AHEAD: the next
+    tile's first products (Sᵀ, dPᵀ; S, dP) issued at the end of this tile, behind its last
+    ones (the kernel file's menu, "AHEAD"); it needs the next tile in flight and the loop's
+    end free (STAGES ≥ 2, not FUSED). None (the default): the dK/dV kernel ahead wherever it can be,
     the dQ kernel at d = 128 only — at d = 64 ahead costs it its second block an SM (139
     registers, not 122): both kernels ahead 0.82–0.96× SDPA flash, the dK/dV kernel alone
     0.95–1.03× (H200, 2026-12-02, session 9, run 2); True: both kernels; False: neither.
