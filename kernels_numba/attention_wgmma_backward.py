@@ -284,7 +284,8 @@ backward, docs/logs/gpu_session8_h200.log): the leaner loop alone 0.83 (0.81 bef
 with the overlap too (the final run): 0.84 and 0.84, 0.90 and 0.89, 0.90 and 0.98 — a mixed
 effect, alike in two runs: not causal level, causal about 3 % faster at d = 64 and 5 % slower
 at d = 128 (2.89 → 3.03 ms). Which kernel gains and which loses is not measured apart (the
-two kernels changed together); kept, as a net zero, for the shorter critical path. What bounds it now (Nsight Compute, B1 H16 N8192 d128, not causal,
+two kernels changed together); kept, as a net zero, for the shorter critical path. What
+bounds it now (Nsight Compute, B1 H16 N8192 d128, not causal,
 docs/logs/gpu_session8_h200.log): the dK/dV kernel 2.92 ms (3.65 before the lean loop), the
 dQ kernel 2.47 (2.71), torch's fused kernel 4.43; issue slots 17 % busy (49 % before: the
 instructions are gone), the tensor pipe 39 % and 34 %, 11.5 cycles between a warp's
@@ -387,12 +388,15 @@ def stage_products(kind, D, RA, RB, STAGES, STAGE, SWIZZLE=False):
     """Both kernels' first step on tile i: X = A₁ B₁ᵀ, Y = A₂ B₂ᵀ (one_product; Sᵀ = K Qiᵀ,
     dPᵀ = V dOiᵀ in the dK/dV kernel, S = Qi Kjᵀ, dP = dOi Vjᵀ in the dQ kernel) with B₁, B₂
     the two tiles of stage i % STAGES (STAGE words a stage from ``ring``, stage 0's uniform
-    address), two wgmma groups, X's first, not waited for. Returns (both, first, second):
+    address), two wgmma groups, X's first, not waited for. Returns (start, both, first, second,
+    stage_addr):
+
+    start(x, y, a1, a2, ring, bars, i, ready): both, then the wait for X — X in x, Y still
+    running (wgmma_wait_group(1)): where each kernel's tile begins (AHEAD: before the loop).
 
     both(x, y, a1, a2, ring, bars, i, ready): wait until tile i has landed (if ready: AHEAD's
     products past the last tile read a stage nobody fills and wait for nothing), then X and
-    Y. The caller waits for X (wgmma_wait_group(1): Y may still run), takes P from it while
-    the tensor cores compute Y, then waits for Y.
+    Y, not waited for (the dQ kernel's AHEAD: behind dQ, whose wait comes first).
     first(x, a1, ring, bars, i, ready), second(y, a2, ring, i): the same in two calls, so
     that the caller can wait for older groups between them (the dK/dV kernel's AHEAD).
     stage_addr(ring, s): the address of stage s (its first tile; the second 4·TW bytes on)."""
@@ -423,6 +427,12 @@ def stage_products(kind, D, RA, RB, STAGES, STAGE, SWIZZLE=False):
         one(y, a2, uint32(b1 + uint32(4 * TW)))     # group: Y
 
     @cuda.jit(device=True)
+    def start(x, y, a1, a2, ring, bars, i, ready):
+        both(x, y, a1, a2, ring, bars, i, ready)
+        wgmma_wait_group(1)                     # wait: X is in x (Y still running)
+        wgmma_fence_operand(x, SH)
+
+    @cuda.jit(device=True)
     def first(x, a1, ring, bars, i, ready):
         b1 = landed(ring, bars, i, ready)
         wgmma_fence_operand(x, SH)
@@ -434,7 +444,7 @@ def stage_products(kind, D, RA, RB, STAGES, STAGE, SWIZZLE=False):
         wgmma_fence_operand(y, SH)
         wgmma_fence()
         one(y, a2, uint32(stage_addr(ring, ring_slot(i, STAGES)[0]) + uint32(4 * TW)))
-    return both, first, second, stage_addr
+    return start, both, first, second, stage_addr
 
 
 @lru_cache(maxsize=None)
@@ -531,7 +541,7 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False, SW
     kind = "bf16" if BF16 else "f16"
     TW = Bq * D // 2                        # words of a Qi or dOi tile
     STAGE = stage_words(D, Bq, True, SWIZZLE)   # [Qi | dOi | LSE_i | D_i (| to 1024 bytes)]
-    first_products, s_ahead, dp_ahead, stage_addr = stage_products(    # Sᵀ = K Qᵀ, dPᵀ = V dOᵀ
+    first_products, _, s_ahead, dp_ahead, stage_addr = stage_products(  # Sᵀ = K Qᵀ, dPᵀ = V dOᵀ
         kind, D, 64 * CWG, Bq, STAGES, STAGE, SWIZZLE)
     add_product = accumulated_product(kind, D, Bq, SWIZZLE)     # dV += Pᵀ dO, dK += dSᵀ Q
     Bk = 64 * CWG                           # keys per block
@@ -622,17 +632,13 @@ def wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD, BF16, FUSED=False, SW
         for i in range(min(STAGES - 1, count)):         # tiles 0 … STAGES − 2 before the loop
             issue(q, do, lse2, dvec, smem, fsm, at0, bars, i, first, tid, bh, n_q, kpm)
         if AHEAD:                                       # AHEAD (menu): tile 0's Sᵀ, dPᵀ
-            first_products(st, dpt, k_addr, v_addr, ring, bars, 0, count > 0)
-            wgmma_wait_group(1)                 # wait: Sᵀ is in st (dPᵀ still running)
-            wgmma_fence_operand(st, SH)
+            first_products(st, dpt, k_addr, v_addr, ring, bars, 0, count > 0)  # Sᵀ in st
         for i in range(count):
             if i + STAGES - 1 < count:
                 issue(q, do, lse2, dvec, smem, fsm, at0, bars, i + STAGES - 1, first, tid, bh,
                       n_q, kpm)
             if not AHEAD:                       # Sᵀ = K Qiᵀ, dPᵀ = V dOiᵀ
-                first_products(st, dpt, k_addr, v_addr, ring, bars, i, True)
-                wgmma_wait_group(1)             # wait: Sᵀ is in st (dPᵀ still running)
-                wgmma_fence_operand(st, SH)
+                first_products(st, dpt, k_addr, v_addr, ring, bars, i, True)   # Sᵀ in st
             s = ring_slot(i, STAGES)[0]
             q0 = (first + i) * Bq
             at = at0 + RING + STAGE * s
@@ -710,8 +716,8 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16, SWIZZLE=False, AH
     kind = "bf16" if BF16 else "f16"
     TW = Bk * D // 2                        # words of a Kj or Vj tile
     STAGE = stage_words(D, Bk, False, SWIZZLE)  # [Kj | Vj]
-    first_products, _, _, stage_addr = stage_products(kind, D, 64 * CWG, Bk, STAGES, STAGE,
-                                                      SWIZZLE)      # S = Q Kᵀ, dP = dO Vᵀ
+    first_products, next_products, _, _, stage_addr = stage_products(  # S = Q Kᵀ, dP = dO Vᵀ
+        kind, D, 64 * CWG, Bk, STAGES, STAGE, SWIZZLE)
     add_product = accumulated_product(kind, D, Bk, SWIZZLE)     # dQ += dS K
     Bq = 64 * CWG                           # queries per block
     T = WARPGROUP * CWG
@@ -769,16 +775,12 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16, SWIZZLE=False, AH
         for i in range(min(STAGES - 1, n_tiles)):
             issue(k, v, smem, at0, bars, i, tid, bh, n_k, kpm, b_idx)
         if AHEAD:                                       # AHEAD (menu): tile 0's S, dP
-            first_products(s_acc, dp, q_addr, do_addr, ring, bars, 0, n_tiles > 0)
-            wgmma_wait_group(1)                 # wait: S is in s_acc (dP still running)
-            wgmma_fence_operand(s_acc, SH)
+            first_products(s_acc, dp, q_addr, do_addr, ring, bars, 0, n_tiles > 0)  # S in s_acc
         for j in range(n_tiles):
             if j + STAGES - 1 < n_tiles:
                 issue(k, v, smem, at0, bars, j + STAGES - 1, tid, bh, n_k, kpm, b_idx)
             if not AHEAD:                       # S = Qi Kjᵀ, dP = dOi Vjᵀ
-                first_products(s_acc, dp, q_addr, do_addr, ring, bars, j, True)
-                wgmma_wait_group(1)             # wait: S is in s_acc (dP still running)
-                wgmma_fence_operand(s_acc, SH)
+                first_products(s_acc, dp, q_addr, do_addr, ring, bars, j, True)  # S in s_acc
             s = ring_slot(j, STAGES)[0]
             k_addr = stage_addr(ring, s)        # shared_addr(smem, at0 + RING + STAGE·s)
             probs(s_acc, stats, r_lo, j * Bk, n_k, offset, kpm, b_idx, t, scale)      # P
@@ -789,7 +791,7 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16, SWIZZLE=False, AH
 
             add_product(dq_acc, pa, k_addr)     # group: dQ += dS Kj
             if AHEAD:                           # the next tile's S, dP behind dQ (s_acc, dp
-                first_products(s_acc, dp, q_addr, do_addr, ring, bars, j + 1,  # free: dS is
+                next_products(s_acc, dp, q_addr, do_addr, ring, bars, j + 1,   # free: dS is
                                j + 1 < n_tiles)                               #  in pa)
                 wgmma_wait_group(2)             # wait: dQ updated (the next S, dP running)
             else:
