@@ -86,6 +86,14 @@ shared arrays, ``src`` a global one; indices are flat element indices (as in ``v
         so the accumulator of S = Q·Kᵀ, two 8-column blocks 2s, 2s + 1 packed in pairs, *is*
         the A of k16 step s of P·V (FlashAttention-3's P in registers, no shared memory). The
         registers must not be written until the wgmma reading them is waited for.
+    wgmma_tf32_n32(acc, desc_a, desc_b, scale_d)   and _n64, _n128; wgmma_tf32_n64_rs(acc, a0, a1,
+        a2, a3, desc_b, scale_d) and _n128_rs (WGMMA_TF32, WGMMA_TF32_RS)
+        wgmma.mma_async.sync.aligned.m64nNk8.f32.tf32.tf32 {acc…}, da (or {a0…a3}), db, p, 1, 1;
+        tf32 operands (float32 containers, low 13 mantissa bits ignored: round first), both
+        K-major (tf32 has no imm-trans); a k8 step is the 32 bytes of a row an fp16 k16 step
+        is, so kmajor_index(r, 2k, rows) / 2 places word (r, k) and kmajor_desc's step ks is
+        k8 step ks. RS: four float32 registers, the m16n8k8 tf32 A fragment of each warp
+        (_wgmma's docstring). The 3xTF32 forward's (attention_wgmma_tf32).
     cp_async_mbar_arrive(bars, i)      cp.async.mbarrier.arrive.noinc.shared::cta.b64 [a];
         an arrival on bars[i] triggered when all this thread's earlier cp.async copies have
         landed; noinc: it is one of the count given to mbar_init (init with the number of
@@ -601,10 +609,22 @@ def wgmma_fence_operand(typingctx, acc, count):
 
 
 def _wgmma(kind, n, rs=False, trans_b=0):
-    """wgmma.mma_async m64nNk16, fp32 accumulators in acc[0 … N/2 − 1], scale-d from a register
-    (0: D = A·B). A from shared memory (a descriptor, K-major) or, rs, from four .b32 registers
-    of half pairs (the "RS" form: no imm-trans-a); B from shared memory, K-major (trans_b 0)
-    or N-major (trans_b 1: imm-trans-b)."""
+    """wgmma.mma_async m64nNk16 (fp16/bf16; tf32: m64nNk8), fp32 accumulators in acc[0 … N/2 −
+    1], scale-d from a register (0: D = A·B). A from shared memory (a descriptor, K-major) or,
+    rs, from four .b32 registers (the "RS" form: no imm-trans-a): half pairs, or for tf32 four
+    float32 values, passed as their bits; B from shared memory, K-major (trans_b 0) or N-major
+    (trans_b 1: imm-trans-b). tf32 takes no imm-trans operands at all (A and B K-major: a k8
+    step is 8 floats, 32 bytes, of a row — the bytes of an fp16 k16 step, so kmajor_desc's step
+    ks serves as k8 step ks), and its operands are float32 containers whose low 13 mantissa
+    bits the tensor core ignores (round them first: mma.tf32). tf32's A fragment in registers,
+    per warp w the mma.sync m16n8k8 tf32 one on rows 16w … 16w + 15 (PTX ISA, "Matrix fragments
+    for wgmma .m64nNk8"; CUTLASS's ALayout_64x8)::
+
+        a0 = A[16w + g, t]        a1 = A[16w + g + 8, t]
+        a2 = A[16w + g, t + 4]    a3 = A[16w + g + 8, t + 4]
+    """
+    tf32 = kind == "tf32"
+    assert not (tf32 and trans_b)
     h = n // 2
     regs = ", ".join(f"${j}" for j in range(h))
     x = 2 * h       # operands after the h outputs and the h inputs tied to them:
@@ -613,15 +633,21 @@ def _wgmma(kind, n, rs=False, trans_b=0):
             f"{trans_b}"
     else:           # desc_a, desc_b, scale_d
         a_text, b_at, sd_at, tail = f"${x}", x + 1, x + 2, f"0, {trans_b}"
+    shape = f"m64n{n}k8" if tf32 else f"m64n{n}k16"
     text = ("{\n.reg .pred p;\n"
             f"setp.ne.b32 p, ${sd_at}, 0;\n"
-            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} "
-            f"{{{regs}}}, {a_text}, ${b_at}, p, 1, 1, {tail};\n}}")
+            f"wgmma.mma_async.sync.aligned.{shape}.f32.{kind}.{kind} "
+            f"{{{regs}}}, {a_text}, ${b_at}, p, 1, 1" + ("" if tf32 else f", {tail}") + ";\n}")
     name = f"wgmma_{kind}_n{n}" + ("_rs" if rs else "") + ("_tb" if trans_b else "")
 
     def codegen(context, builder, sig, args):
         ptrs = _acc_pointers(context, builder, sig.args[0], args[0], h)
-        if rs:
+        if rs and tf32:             # (the float32 bits as .b32)
+            a_vals = [builder.bitcast(context.cast(builder, args[1 + j], sig.args[1 + j],
+                                                   types.float32), ir.IntType(32))
+                      for j in range(4)]
+            a_cons = ["r"] * 4
+        elif rs:
             a_vals = [_u32(context, builder, args[1 + j], sig.args[1 + j]) for j in range(4)]
             a_cons = ["r"] * 4
         else:
@@ -641,10 +667,11 @@ def _wgmma(kind, n, rs=False, trans_b=0):
                 isinstance(desc_b, types.Integer) and
                 isinstance(scale_d, (types.Integer, types.Boolean)))
 
+    a_type = types.Float if tf32 else types.Integer
     if rs:
         def typer(typingctx, acc, a0, a1, a2, a3, desc_b, scale_d):
             if not (ok(acc, desc_b, scale_d) and
-                    all(isinstance(a, types.Integer) for a in (a0, a1, a2, a3))):
+                    all(isinstance(a, a_type) for a in (a0, a1, a2, a3))):
                 return None
             return types.void(acc, a0, a1, a2, a3, desc_b, scale_d), codegen
     else:
@@ -695,6 +722,17 @@ WGMMA_RS_TB = {("f16", 64): wgmma_f16_n64_rs_tb, ("f16", 128): wgmma_f16_n128_rs
                ("bf16", 64): wgmma_bf16_n64_rs_tb, ("bf16", 128): wgmma_bf16_n128_rs_tb}
 
 
+# tf32 (3xTF32 on wgmma: attention_wgmma_tf32): S = Q Kᵀ as SS with N = the K/V tile (32, 64),
+# O += P V as RS with N = d (64, 128)
+wgmma_tf32_n32 = helper(_wgmma("tf32", 32))
+wgmma_tf32_n64 = helper(_wgmma("tf32", 64))
+wgmma_tf32_n128 = helper(_wgmma("tf32", 128))
+wgmma_tf32_n64_rs = helper(_wgmma("tf32", 64, True))
+wgmma_tf32_n128_rs = helper(_wgmma("tf32", 128, True))
+WGMMA_TF32 = {32: wgmma_tf32_n32, 64: wgmma_tf32_n64, 128: wgmma_tf32_n128}
+WGMMA_TF32_RS = {64: wgmma_tf32_n64_rs, 128: wgmma_tf32_n128_rs}
+
+
 # --- cp.async completing on an mbarrier ---------------------------------------------------------
 @helper
 @intrinsic
@@ -724,6 +762,17 @@ def acc_to_matrix(d, acc, w, g, t, n):
         d[16 * w + g, 8 * j + 2 * t + 1] = acc[4 * j + 1]
         d[16 * w + g + 8, 8 * j + 2 * t] = acc[4 * j + 2]
         d[16 * w + g + 8, 8 * j + 2 * t + 1] = acc[4 * j + 3]
+
+
+@pure_device
+def matrix_to_acc(acc, c, w, g, t, n):
+    """The test kernels' start: the thread's part of the 64 × n matrix c into its wgmma
+    accumulator fragments (acc_to_matrix's inverse)."""
+    for j in range(n // 8):
+        acc[4 * j] = c[16 * w + g, 8 * j + 2 * t]
+        acc[4 * j + 1] = c[16 * w + g, 8 * j + 2 * t + 1]
+        acc[4 * j + 2] = c[16 * w + g + 8, 8 * j + 2 * t]
+        acc[4 * j + 3] = c[16 * w + g + 8, 8 * j + 2 * t + 1]
 
 
 def wgmma_kernel(kind, N, KSTEPS, swizzle=SWIZZLE_NONE, zero_first=False):
@@ -764,11 +813,7 @@ def wgmma_kernel(kind, N, KSTEPS, swizzle=SWIZZLE_NONE, zero_first=False):
         cuda.syncthreads()          # wait: both tiles are in shared memory
         w, g, t = tid // 32, (tid % 32) // 4, tid % 4
         acc = cuda.local.array(H, float32)
-        for j in range(N // 8):     # c in the accumulator layout drawn in the menu
-            acc[4 * j] = c[16 * w + g, 8 * j + 2 * t]
-            acc[4 * j + 1] = c[16 * w + g, 8 * j + 2 * t + 1]
-            acc[4 * j + 2] = c[16 * w + g + 8, 8 * j + 2 * t]
-            acc[4 * j + 3] = c[16 * w + g + 8, 8 * j + 2 * t + 1]
+        matrix_to_acc(acc, c, w, g, t, N)   # c in the accumulator layout drawn in the menu
         wgmma_fence_operand(acc, H)
         wgmma_fence()               # the accumulator writes above before the mmas
         for s in range(KSTEPS):     # k16 step s: A columns 16s‥16s+15, B rows the same
@@ -838,11 +883,7 @@ def wgmma_ab_kernel(kind, N, KSTEPS, rs=False, trans_b=0, b_rows=False, sw128=Fa
         cuda.syncthreads()          # wait: the tiles are in shared memory
         w, g, t = tid // 32, (tid % 32) // 4, tid % 4
         acc = cuda.local.array(H, float32)
-        for j in range(N // 8):
-            acc[4 * j] = c[16 * w + g, 8 * j + 2 * t]
-            acc[4 * j + 1] = c[16 * w + g, 8 * j + 2 * t + 1]
-            acc[4 * j + 2] = c[16 * w + g + 8, 8 * j + 2 * t]
-            acc[4 * j + 3] = c[16 * w + g + 8, 8 * j + 2 * t + 1]
+        matrix_to_acc(acc, c, w, g, t, N)   # c in the accumulator layout drawn in the menu
         ra = cuda.local.array(4, uint32)
         wgmma_fence_operand(acc, H)
         wgmma_fence()               # the accumulator writes above before the mmas
@@ -857,6 +898,51 @@ def wgmma_ab_kernel(kind, N, KSTEPS, rs=False, trans_b=0, b_rows=False, sw128=Fa
             else:
                 da = wgmma_desc(shared_addr(sA, 16 * 64 * s), 16 * 64, 128, SWIZZLE_NONE)
                 mma(acc, da, db, True)
+        wgmma_commit_group()        # the KSTEPS mmas: one group
+        wgmma_wait_group(0)         # wait: acc holds the result (and ra may be reused)
+        wgmma_fence_operand(acc, H)
+        acc_to_matrix(d, acc, w, g, t, N)
+    return kernel
+
+
+def wgmma_tf32_kernel(N, KSTEPS, rs=False):
+    """A kernel d[64, N] = a[64, K] @ bt[N, K]ᵀ + c (K = 8·KSTEPS) in tf32 for one warpgroup:
+    a, bt float32 (already tf32: the tensor core ignores the low 13 mantissa bits), c and d
+    float32. bt (and a, unless rs) stored K-major as float32 core matrices of 8 rows × 4 (word
+    (r, k) at hopper.kmajor_index(r, 2k, rows) / 2: the fp16 layout's bytes), read through
+    kmajor_desc's step s for k8 step s; rs: A from four float32 registers a thread (the
+    m16n8k8 tf32 A fragment on each warp's 16 rows: a0 = A[g, t], a1 = A[g + 8, t], a2 =
+    A[g, t + 4], a3 = A[g + 8, t + 4]). c is loaded into the accumulators; one commit group."""
+    mma = WGMMA_TF32_RS[N] if rs else WGMMA_TF32[N]
+    K, H = 8 * KSTEPS, N // 2
+    A_SIZE, B_SIZE = 64 * K, N * K          # words
+
+    @cuda.jit
+    def kernel(a, bt, c, d):
+        sA = cuda.shared.array(A_SIZE, float32, alignment=1024)
+        sB = cuda.shared.array(B_SIZE, float32, alignment=1024)
+        tid = cuda.threadIdx.x
+        if not rs:
+            for e in range(tid, A_SIZE, 128):
+                sA[kmajor_index(e // K, 2 * (e % K), 64) // 2] = a[e // K, e % K]
+        for e in range(tid, B_SIZE, 128):
+            sB[kmajor_index(e // K, 2 * (e % K), N) // 2] = bt[e // K, e % K]
+        fence_proxy_async()         # these st.shared before wgmma's (async-proxy) reads
+        cuda.syncthreads()          # wait: the tiles are in shared memory
+        w, g, t = tid // 32, (tid % 32) // 4, tid % 4
+        acc = cuda.local.array(H, float32)
+        matrix_to_acc(acc, c, w, g, t, N)   # c in the accumulator layout drawn in the menu
+        ra = cuda.local.array(4, float32)
+        wgmma_fence_operand(acc, H)
+        wgmma_fence()               # the accumulator writes above before the mmas
+        for s in range(KSTEPS):
+            db = kmajor_desc(shared_addr(sB, 0), N, s, False)
+            if rs:
+                for j in range(4):
+                    ra[j] = a[16 * w + g + 8 * (j & 1), 8 * s + t + 4 * (j >> 1)]
+                mma(acc, ra[0], ra[1], ra[2], ra[3], db, True)
+            else:
+                mma(acc, kmajor_desc(shared_addr(sA, 0), 64, s, False), db, True)
         wgmma_commit_group()        # the KSTEPS mmas: one group
         wgmma_wait_group(0)         # wait: acc holds the result (and ra may be reused)
         wgmma_fence_operand(acc, H)

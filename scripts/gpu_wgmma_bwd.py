@@ -34,7 +34,7 @@ import traceback
 import flashlesson
 from flashlesson import WgmmaBwdConfig
 from flashlesson.bench import budget_cases, check_and_time, cuda_torch, picked_shapes, \
-    script_parser, versus_table
+    print_built, script_parser, versus_table
 from reference.attention_backward import attention_backward_flops
 
 SHAPES = ((1, 16, 8192, 128), (2, 16, 4096, 64), (4, 16, 1024, 64))    # (the ladder's first)
@@ -135,13 +135,7 @@ def main():
     warm(fns, shapes, torch)
     print(f"compiled in {time.time() - start:.0f} s", flush=True)
     from kernels_numba.attention_wgmma import BUILT
-    for key, kern in BUILT.items():         # the wgmma kernels' registers and spills
-        try:
-            print(f"{key}: {kern.get_regs_per_thread()} registers, "
-                  f"{kern.get_local_mem_per_thread()} bytes of local memory a thread",
-                  flush=True)
-        except Exception as exc:            # (a report only)
-            print(f"{key}: {type(exc).__name__}: {exc}", flush=True)
+    print_built(BUILT)                      # registers and spills of what ran
     if args.wait_for:
         while not os.path.exists(args.wait_for):
             time.sleep(0.5)

@@ -17,7 +17,7 @@ from conftest import GPU, SIM, by_device
 from numba import cuda
 
 import flashlesson
-from flashlesson import BFloat16, TcConfig, WgmmaConfig, attention
+from flashlesson import BFloat16, TcConfig, WgmmaConfig, WgmmaTf32Config, attention
 from flashlesson.attention_methods import TC_METHODS
 from flashlesson.tolerance import attention_tol
 from reference import attention as ref_attention
@@ -358,7 +358,7 @@ def _nan_padded_keys(rng, fmt, shape, k, v):
         kpm[0] = False                          # a batch row with no valid key: O = 0, −inf
     hidden = np.broadcast_to(~kpm[:, None, :], (B, H, nk))
     for x in (k, v):                            # padded keys: NaN (never read: zero-filled)
-        if fmt == "f16":
+        if fmt in ("f16", "tf32"):
             x[hidden] = np.nan
         else:
             x.bits[hidden] = 0x7FC0             # a bf16 NaN
@@ -532,9 +532,9 @@ def test_wgmma_refusals():
                        "or 128; got d = 80. Use method 'flash_tc'"):
         attention(q, q, q, method="flash_wgmma")
     q = np.zeros((1, 1, 8, 64), np.float16)
-    with pytest.raises(TypeError, match="fp16 or bf16"):
-        attention(q.astype(np.float32), q.astype(np.float32), q.astype(np.float32),
-                  method="flash_wgmma")
+    with pytest.raises(TypeError, match="fp16, bf16 or float32, all three the same; got f16, "
+                       "tf32, f16"):
+        attention(q, q.astype(np.float32), q, method="flash_wgmma")
     with pytest.raises(ValueError, match="no dropout"):
         attention(q, q, q, method="flash_wgmma", dropout_p=0.1)
     with pytest.raises(TypeError, match="WgmmaConfig"):
@@ -567,6 +567,59 @@ def test_wgmma_refusals():
         with pytest.raises(ValueError,
                            match=r"bytes of shared memory at d = 128 .*\(fewer STAGES"):
             attention(q, q, q, method="flash_wgmma", config=WgmmaConfig(Bc=176, STAGES=3))
+
+
+# 3xTF32 on wgmma (float32 inputs, method "flash_wgmma": kernels_numba/attention_wgmma_tf32.py).
+# Simulator: 2 key tiles of 32 with padded keys holding NaN; causal with Nq > Nk (rows that see
+# no key: O = 0, LSE = −inf) at d = 128. GPU: the awkward shapes, causal and key padding (a
+# batch row with no valid key where B > 1), then the other tiles and rings.
+WGMMA_TF32_CASES = by_device(      # (causal, PAD, (B, H, Nq, Nk, d), config)
+    [(False, True, (1, 1, 21, 40, 64), None), (True, False, (1, 1, 37, 20, 128), None)],
+    [(c, p, s, None) for c in (False, True) for p in (False, True)
+     for s in ((1, 1, 1, 1, 64), (2, 3, 100, 100, 64), (1, 2, 257, 130, 128),
+               (1, 2, 77, 300, 64), (2, 2, 1031, 517, 128), (1, 1, 1000, 998, 64))]
+    + [(c, p, (2, 2, 300, 257, d), cfg) for (c, p, d, cfg) in (
+        (True, True, 64, WgmmaTf32Config(Bc=64, CWG=1)),
+        (False, False, 64, WgmmaTf32Config(Bc=32, CWG=2)),
+        (True, False, 128, WgmmaTf32Config(Bc=64, CWG=1, STAGES=1)),
+        (False, True, 64, WgmmaTf32Config(CWG=2, STAGES=3)),
+        (True, True, 128, WgmmaTf32Config(STAGES=1)))])
+
+
+@pytest.mark.parametrize("causal, pad, shape, config", WGMMA_TF32_CASES,
+                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
+def test_wgmma_tf32_matches_oracle(rng, causal, pad, shape, config):
+    """float32 through 3xTF32 on wgmma against the float64 oracle under the error model (dtype
+    "tf32"); NaN in the padded keys' K and V (zeros in the packed tiles: never read)."""
+    (q, k, v), ins64 = _inputs(rng, *shape, "tf32")
+    kpm = _nan_padded_keys(rng, "tf32", shape, k, v) if pad else None
+    _wgmma_matches("tf32", causal, kpm, config, (q, k, v), ins64)
+
+
+def test_wgmma_tf32_refusals():
+    """The 3xTF32 wgmma forward's configurations: a tile, block or ring it does not build, and
+    the fp16 kernels' config on float32 inputs, refused naming what is expected."""
+    q = np.zeros((1, 1, 8, 64), np.float32)
+    with pytest.raises(ValueError, match="Bc must be 32 or 64"):
+        attention(q, q, q, method="flash_wgmma", config=WgmmaTf32Config(Bc=48))
+    with pytest.raises(ValueError, match="CWG must be 1 or 2"):
+        attention(q, q, q, method="flash_wgmma", config=WgmmaTf32Config(CWG=3))
+    with pytest.raises(ValueError, match="STAGES must be 1, 2 or 3"):
+        attention(q, q, q, method="flash_wgmma", config=WgmmaTf32Config(STAGES=4))
+    with pytest.raises(ValueError, match="CWG = 2 takes Bc = 32 .* got Bc = 64"):
+        attention(q, q, q, method="flash_wgmma", config=WgmmaTf32Config(Bc=64, CWG=2))
+    with pytest.raises(TypeError, match="float32 inputs .3xTF32. takes a WgmmaTf32Config, got "
+                       "WgmmaConfig"):
+        attention(q, q, q, method="flash_wgmma", config=WgmmaConfig())
+    with pytest.raises(TypeError, match="WgmmaTf32Config .float32., not a TcConfig"):
+        attention(q, q, q, method="flash_wgmma", config=TcConfig())
+    with pytest.raises(ValueError, match="takes a head dimension of 64 or 128; got d = 32"):
+        attention(q[..., :32], q[..., :32], q[..., :32], method="flash_wgmma")
+    if GPU:                             # (the simulator does not check shared memory)
+        q = np.zeros((1, 1, 8, 128), np.float32)
+        with pytest.raises(ValueError, match=r"bytes of shared memory at d = 128 .*\(fewer "
+                           "STAGES"):
+            attention(q, q, q, method="flash_wgmma", config=WgmmaTf32Config(Bc=64, STAGES=3))
 
 
 def test_default_method_for_fp16_follows_the_measured_rule(rng):

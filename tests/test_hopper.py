@@ -231,6 +231,26 @@ def test_wgmma_b_mn_major_128b_swizzle(rng, kind, N, ksteps):
     assert ok, f"MN-major B, 128-byte swizzle: {text}"
 
 
+@pytest.mark.parametrize("N, ksteps, rs", [(32, 2, False), (64, 1, True), (128, 2, True),
+                                           (128, 2, False)])
+def test_wgmma_tf32(rng, N, ksteps, rs):
+    """The tf32 forms the 3xTF32 forward takes (attention_wgmma_tf32): m64nNk8, A from shared
+    memory or from registers, B K-major, against float64 on tf32-rounded inputs. Products of
+    two tf32 values (11 significant bits) are exact in float32, so the bound is test_wgmma's
+    (the tensor core's sums cut toward zero, within it)."""
+    from kernels_numba.sim.mma import tf32 as to_tf32     # (NumPy's cvt.rna.tf32)
+    K = 8 * ksteps
+    rnd = np.vectorize(lambda x: to_tf32(np.float32(x)), otypes=[np.float32])
+    a = rnd(rng.standard_normal((64, K)))
+    bt = rnd(rng.standard_normal((N, K)))
+    c = rng.standard_normal((64, N)).astype(np.float32)
+    d = np.full((64, N), np.nan, np.float32)
+    H.wgmma_tf32_kernel(N, ksteps, rs)[1, 128](a, bt, c, d)
+    assert not np.isnan(d).any(), "NaN: an element not written"
+    ok, text = _within(d, a.astype(np.float64), bt.T.astype(np.float64), c.astype(np.float64))
+    assert ok, f"tf32 wgmma (rs {rs}): {text}"
+
+
 def _within(d, A, B, C):
     """(all within the bound of test_wgmma, the worst error as text)."""
     want = A @ B + C

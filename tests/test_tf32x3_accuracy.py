@@ -109,14 +109,8 @@ def _host(x):
     return np.asarray(x.copy_to_host() if hasattr(x, "copy_to_host") else x, np.float64)
 
 
-@pytest.mark.skipif(not GPU, reason="torch's efficient backend runs on a GPU")
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("shape", TORCH_SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_as_accurate_as_torch_efficient(rng, shape, causal):
-    """O, dq, dk, dv of method "flash_tc" on float32 inputs (3xTF32; the backward from our own
-    O and LSE) and of torch SDPA's EFFICIENT_ATTENTION backend (3xTF32 too, CUTLASS) against
-    torch's float64 math backend: each max |error| ≤ 2× torch's. Before issue 16's fix, on the
-    H200: O 3–94×, the gradients 12–100× torch's (docs/results.md)."""
+def _torch_runs(rng, shape, causal):
+    """(q, k, v, dO, torch's float64 O and grads, torch efficient's float32 ones)."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA")
@@ -133,15 +127,41 @@ def test_as_accurate_as_torch_efficient(rng, shape, causal):
     ref = torch_run(torch.float64)
     with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
         theirs = torch_run(torch.float32)
-    o, lse = attention(q, k, v, causal=causal, return_lse=True, method="flash_tc")
-    grads = attention_backward(do, q, k, v, o, lse, causal=causal, method="flash_tc")
-    ours = [_host(x) for x in (o, *grads)]
+    return q, k, v, do, ref, theirs
+
+
+def _within_2x(names, ours, theirs, ref):
     report = []
-    for name, x, y, r in zip(("O", "dq", "dk", "dv"), ours, theirs, ref):
+    for name, x, y, r in zip(names, ours, theirs, ref):
         e_ours, e_theirs = np.max(np.abs(x - r)), np.max(np.abs(y - r))
         report.append(f"{name}: {e_ours:.2e} vs torch {e_theirs:.2e}")
         assert e_ours <= 2 * e_theirs, "; ".join(report)
     print("; ".join(report))
+
+
+@pytest.mark.skipif(not GPU, reason="torch's efficient backend runs on a GPU")
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", TORCH_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_as_accurate_as_torch_efficient(rng, shape, causal):
+    """O, dq, dk, dv of method "flash_tc" on float32 inputs (3xTF32; the backward from our own
+    O and LSE) and of torch SDPA's EFFICIENT_ATTENTION backend (3xTF32 too, CUTLASS) against
+    torch's float64 math backend: each max |error| ≤ 2× torch's. Before issue 16's fix, on the
+    H200: O 3–94×, the gradients 12–100× torch's (docs/results.md)."""
+    q, k, v, do, ref, theirs = _torch_runs(rng, shape, causal)
+    o, lse = attention(q, k, v, causal=causal, return_lse=True, method="flash_tc")
+    grads = attention_backward(do, q, k, v, o, lse, causal=causal, method="flash_tc")
+    _within_2x(("O", "dq", "dk", "dv"), [_host(x) for x in (o, *grads)], theirs, ref)
+
+
+@pytest.mark.skipif(not GPU, reason="torch's efficient backend runs on a GPU")
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", TORCH_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_wgmma_forward_as_accurate_as_torch_efficient(rng, shape, causal):
+    """O of method "flash_wgmma" on float32 inputs (3xTF32 on wgmma, staged every 32 of k as
+    torch's kernels: attention_wgmma_tf32) within 2× torch efficient's error."""
+    q, k, v, do, ref, theirs = _torch_runs(rng, shape, causal)
+    o = attention(q, k, v, causal=causal, method="flash_wgmma")
+    _within_2x(("O",), [_host(o)], theirs, ref)
 
 
 @pytest.mark.skipif(not SIM, reason="the simulator's twin; on a GPU the first test checks the "

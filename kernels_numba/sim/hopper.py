@@ -63,6 +63,7 @@ import threading
 
 import numpy as np
 
+from .mma import tf32_block_fma
 from .vector import land, take_pending
 from .warp import block_threads, current_thread, waits_in_warp_op
 
@@ -632,12 +633,15 @@ def _decode(desc):
 def _operand(blk, desc, rows, kind, op, name, n_major=False):
     """The rows × 16 operand (row r: the 16 k-values of row r of A, or of column r of B) a
     descriptor describes, read from the shared window, as float64 (the element bits decoded
-    as fp16 or bf16). K-major, or n_major (imm-trans-b 1: B's rows r in 16-byte runs of 8 for
+    as fp16 or bf16; kind "tf32": rows × 8 float32, K-major only, the same 32 bytes a row, the
+    low 13 mantissa bits dropped as the tensor core reads them). K-major, or n_major (imm-trans-b 1: B's rows r in 16-byte runs of 8 for
     one k, PTX ISA canonical layout ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO)); or with the 128-byte
     swizzle, ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)), LBO and SBO swapping roles)."""
     d = _decode(desc)
+    es = 4 if kind == "tf32" else 2     # bytes an element: a row's k step is 32 bytes either
+    per16 = 16 // es                    # way (16 halves, or 8 tf32: no N-major form for tf32)
     r = np.arange(rows)[:, None]
-    k = np.arange(16)[None, :]
+    k = np.arange(32 // es)[None, :]
     if n_major and d["swizzle"] == 1:   # 128B, MN-major: 64 n a 128-byte row, 8 k an atom
         if d["base_offset"]:            # (LBO: the next 64 n; SBO: the next 8 k; then the
             raise HopperSimError(f"{op}: {name}: base offset {d['base_offset']} is not "
@@ -651,26 +655,44 @@ def _operand(blk, desc, rows, kind, op, name, n_major=False):
                                  f"{d['swizzle']} is not modelled (none or 128B only)")
         addr = d["start"] + (r // 8) * d["sbo"] + (r % 8) * 2 + (k % 8) * 16 + (k // 8) * d["lbo"]
     elif d["swizzle"] == 0:             # core matrices: 8 rows × 16 bytes, rows 16 bytes apart
-        addr = d["start"] + (r // 8) * d["sbo"] + (r % 8) * 16 + (k // 8) * d["lbo"] + (k % 8) * 2
+        addr = d["start"] + (r // 8) * d["sbo"] + (r % 8) * 16 + (k // per16) * d["lbo"] \
+            + (k % per16) * es
     elif d["swizzle"] == 1:             # 128B: rows 128 bytes apart, 16-byte chunks XOR row % 8
         if d["base_offset"]:
             raise HopperSimError(f"{op}: {name}: base offset {d['base_offset']} is not modelled "
                                  "(put the swizzle atoms on 1024-byte boundaries)")
-        addr = d["start"] + (r // 8) * d["sbo"] + (r % 8) * 128 + k * 2
+        addr = d["start"] + (r // 8) * d["sbo"] + (r % 8) * 128 + k * es
         addr = addr ^ (((addr >> 7) & 7) << 4)
     else:
         raise HopperSimError(f"{op}: {name}: swizzle mode {d['swizzle']} (64B/32B) is not "
                              "modelled (0: none, 1: 128B)")
     u8, off = _window_bytes(blk, int(addr.min()), op, f"{name} descriptor's")
     off = off + addr - addr.min()
-    if off.max() + 2 > u8.size:
+    if off.max() + es > u8.size:
         raise HopperSimError(f"{op}: {name}: the descriptor (start {d['start']:#x}, LBO "
                              f"{d['lbo']}, SBO {d['sbo']}) reaches past the end of its shared "
                              f"array ({u8.size} bytes)")
-    bits = u8[off].astype(np.uint16) | (u8[off + 1].astype(np.uint16) << 8)
+    bits = np.zeros(off.shape, np.uint32)
+    for byte in range(es):              # little-endian
+        bits |= u8[off + byte].astype(np.uint32) << np.uint32(8 * byte)
+    if kind == "tf32":                  # (the tensor core drops the low 13 mantissa bits)
+        return (bits & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
     if kind == "f16":
-        return bits.view(np.float16).astype(np.float64)
-    return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+        return bits.astype(np.uint16).view(np.float16).astype(np.float64)
+    return (bits << 16).view(np.float32).astype(np.float64)
+
+
+def _register_a_tf32(regs):
+    """The 64 × 8 tf32 A of the RS form: per warp the m16n8k8 tf32 A fragment, a0 = A[16w + g,
+    t], a1 = A[16w + g + 8, t], a2 = A[16w + g, t + 4], a3 = A[16w + g + 8, t + 4] (regs[tid]:
+    the four floats' bits), low 13 mantissa bits dropped."""
+    tid = np.arange(WARPGROUP)
+    w, g, t = tid // 32, (tid % 32) // 4, tid % 4
+    bits = np.zeros((64, 8), np.uint32)
+    regs = np.asarray(regs, np.uint64).astype(np.uint32)
+    for j, (dr, dk) in enumerate(((0, 0), (8, 0), (0, 4), (8, 4))):
+        bits[16 * w + g + dr, t + dk] = regs[:, j]
+    return (bits & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
 
 
 def _register_a(regs, kind):
@@ -703,18 +725,19 @@ def _make_wgmma(kind, n, rs=False, trans_b=0):
                     f"scale_d; {_ids_text(odd)} (of the warpgroup) passed "
                     f"{key(payloads[odd[0]])}, thread 0 {key(first)}"), None
         if rs:
-            A = _register_a([p[:4] for p in payloads], kind)
+            A = (_register_a_tf32 if kind == "tf32" else _register_a)(
+                [p[:4] for p in payloads], *(() if kind == "tf32" else (kind,)))
             desc_b, scale_d = first[4:6]
         else:
             desc_a, desc_b, scale_d = first[:3]
             A = _operand(blk, desc_a, 64, kind, name, "A")
         Bt = _operand(blk, desc_b, n, kind, name, "B", bool(trans_b))   # row j holds B[:, j]
-        D = A @ Bt.T
+        C = np.zeros((64, n))
         if scale_d:
-            C = np.zeros((64, n))
             C[rows, cols] = np.array([p[same] for p in payloads], np.float64)
-            D = D + C
-        return None, D[rows, cols].astype(np.float32)
+        if kind == "tf32":              # summed as Hopper's tensor core sums (toward zero)
+            return None, tf32_block_fma(A, Bt.T, C)[rows, cols]
+        return None, (A @ Bt.T + C)[rows, cols].astype(np.float32)
 
     def run(acc, head):
         t = _thread(name)
@@ -738,7 +761,11 @@ def _make_wgmma(kind, n, rs=False, trans_b=0):
         a[:] = np.nan                       # (until a wait_group retires the group)
         st["uncommitted"] += 1
 
-    if rs:
+    if rs and kind == "tf32":           # (A: four float32 registers, passed as their bits)
+        def twin(acc, a0, a1, a2, a3, desc_b, scale_d):
+            run(acc, tuple(int(np.float32(a).view(np.uint32)) for a in (a0, a1, a2, a3))
+                + (int(desc_b), bool(scale_d)))
+    elif rs:
         def twin(acc, a0, a1, a2, a3, desc_b, scale_d):
             run(acc, (int(a0) & 0xFFFFFFFF, int(a1) & 0xFFFFFFFF, int(a2) & 0xFFFFFFFF,
                       int(a3) & 0xFFFFFFFF, int(desc_b), bool(scale_d)))
@@ -788,6 +815,10 @@ def _warpgroup_collective(t, op, payload, compute):
     return c.results[idx]
 
 
+for _n in (32, 64, 128):
+    globals()[f"wgmma_tf32_n{_n}"] = _make_wgmma("tf32", _n)
+for _n in (64, 128):
+    globals()[f"wgmma_tf32_n{_n}_rs"] = _make_wgmma("tf32", _n, True)
 for _kind in ("f16", "bf16"):
     for _n in (64, 96, 128, 160, 176, 192, 256):
         globals()[f"wgmma_{_kind}_n{_n}"] = _make_wgmma(_kind, _n)

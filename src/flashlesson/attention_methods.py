@@ -62,21 +62,25 @@ METHODS = {m.name: m for m in [
                     "attention_tc.flash_tc_kernel, attention_tc.flash_tf32x3_kernel",
                     "nothing (m, l, acc stay on chip)",
                     "lesson.tensor_core.flash_tc_kernel (fp16)"),
-    # §42–43 on Hopper (flashlesson.tc_methods.attention_wgmma): fp16/bf16, d = 64 or 128
+    # §42–43 on Hopper (flashlesson.tc_methods.attention_wgmma): d = 64 or 128
     AttentionMethod("flash_wgmma", "37, 42–43", "flash on Hopper's wgmma (FlashAttention-3's "
                     "structure): S = QKᵀ from shared memory, PV with P in registers, K/V in a "
-                    "ring of stages on mbarriers, optionally a producer warpgroup",
-                    "attention_wgmma.flash_wgmma_kernel", "nothing (m, l, acc stay on chip)"),
+                    "ring of stages on mbarriers, optionally a producer warpgroup (fp16/bf16); "
+                    "float32 in: 3xTF32, Q, K, V split once into packed tiles, bulk copies",
+                    "attention_wgmma.flash_wgmma_kernel, attention_wgmma_tf32.pack_kernel, "
+                    "attention_wgmma_tf32.flash_wgmma_tf32_kernel",
+                    "Q, K, V packed (big and small tf32 parts; float32 only)"),
 ]}
 CHOICES = tuple(METHODS)
 LESSON_METHODS = tuple(name for name, m in METHODS.items() if m.lesson_kernels != "—")
 # Methods that take every float32 option of ``attention`` (dropout, any d): the shared tests
 # run them all; "flash_tc" has its own (tests/test_attention_tc.py), and so have "flash_wgmma"
-# (fp16/bf16 only) and "flash_async" (d % 4 == 0 only: tests/test_attention_async.py).
+# (d = 64 or 128 only) and "flash_async" (d % 4 == 0 only: tests/test_attention_async.py).
 FP32_METHODS = tuple(m for m in METHODS if m not in ("flash_tc", "flash_wgmma", "flash_async"))
 # The tensor-core methods (fp16/bf16 in): tests/test_attention_tc.py runs each.
 TC_METHODS = ("flash_tc", "flash_wgmma")
-# Every method that takes float32 inputs (all but wgmma's, fp16/bf16 only).
+# The methods that take float32 inputs of any head dim, which the edge suites (d = 4 … 8) loop
+# over: all but "flash_wgmma" (float32 at d = 64 or 128 only: tests/test_attention_tc.py).
 FLOAT32_METHODS = tuple(m for m in METHODS if m != "flash_wgmma")
 
 
@@ -150,7 +154,9 @@ def attention(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropo
         "flash_wgmma" (§42–43 on Hopper's wgmma, fp16/bf16 with d = 64 or 128, a
         ``WgmmaConfig``: stages of the K/V ring, a producer warpgroup), where fp16/bf16
         inputs with d = 64 or 128 go by themselves on an H100/H200 (``tc_methods.
-        wgmma_is_default``: where it measured faster).
+        wgmma_is_default``: where it measured faster); float32 inputs with d = 64 or 128 run
+        there as 3xTF32 (a ``WgmmaTf32Config``; opt-in: the default for float32 stays the
+        exact CUDA-core "flash").
     causal: mask keys after each query, aligned bottom-right when Nq ≠ Nk (query i sees key j
         iff j ≤ i + Nk − Nq, as flash-attn ≥ 2.1; torch SDPA's is_causal aligns top-left).
         Rows that see no key give O = 0 and LSE = −inf.
@@ -201,9 +207,10 @@ def _attention_call(q, k, v, causal, scale, key_padding_mask, dropout_p, seed, r
         method = "flash_wgmma"                                  # (fp16/bf16 on Hopper)
     if method == "flash_wgmma":                                 # §42–43 on Hopper
         checks.integer(seed, "seed", 0, 2**64)
-        if config is not None and not isinstance(config, tc_methods.WgmmaConfig):
-            raise TypeError(f"config: method 'flash_wgmma' takes a WgmmaConfig, not a "
-                            f"{type(config).__name__}")
+        if config is not None and not isinstance(config, (tc_methods.WgmmaConfig,
+                                                          tc_methods.WgmmaTf32Config)):
+            raise TypeError(f"config: method 'flash_wgmma' takes a WgmmaConfig (fp16/bf16) or "
+                            f"a WgmmaTf32Config (float32), not a {type(config).__name__}")
         return tc_methods.attention_wgmma(q, k, v, causal=causal, scale=scale,
                                           key_padding_mask=key_padding_mask,
                                           dropout_p=dropout_p, return_lse=return_lse,

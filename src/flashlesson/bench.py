@@ -779,6 +779,18 @@ def budget_cases(shapes, start, budget_s):
             yield b, h, n, d, causal
 
 
+def print_built(built):
+    """Registers and local memory a thread of each kernel in a kernel file's ``BUILT``
+    ((factory, *arguments) → dispatcher; the GPU scripts print them after their warm-up)."""
+    for key, kern in built.items():
+        try:
+            print(f"{key}: {kern.get_regs_per_thread()} registers, "
+                  f"{kern.get_local_mem_per_thread()} bytes of local memory a thread",
+                  flush=True)
+        except Exception as exc:            # (a report only)
+            print(f"{key}: {type(exc).__name__}: {exc}", flush=True)
+
+
 def check_and_time(row, make, measure, flops, limit=None, e2e=False):
     """One method's row of the kernel-only GPU scripts (``scripts/gpu_wgmma.py``,
     ``gpu_wgmma_bwd.py``, ``gpu_defaults.py``): fn = make(), fn() once, measure(its result) →

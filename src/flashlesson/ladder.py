@@ -39,7 +39,7 @@ from typing import Optional
 import numpy as np
 
 from .configs import BwdConfig, FlashConfig
-from .tc_methods import TcBwdConfig, TcConfig, WgmmaBwdConfig, WgmmaConfig
+from .tc_methods import TcBwdConfig, TcConfig, WgmmaBwdConfig, WgmmaConfig, WgmmaTf32Config
 
 SOFTMAX, FORWARD, BACKWARD = "softmax", "attention", "backward"
 UNITS = {SOFTMAX: "GB/s", FORWARD: "TFLOP/s", BACKWARD: "TFLOP/s"}
@@ -231,6 +231,20 @@ LADDERS = (
              "fp16/bf16 on Hopper at d = 64 and 128",
              {"method": "flash_wgmma", "config": WgmmaConfig(STAGES=2, SWIZZLE=True)}),
     )),
+    Ladder("attention_wgmma_tf32", FORWARD, (1, 16, 8192, 128), "float32", (
+        Step("0", "the float32 lesson kernel of §32 (``lesson/attention.py``, CUDA cores)",
+             LESSON),
+        Step("1", "3xTF32 on mma.sync (``attention_tc.flash_tf32x3_kernel``): every warp splits "
+             "its B operands again each k8 step; 255 registers and local memory at d = 128",
+             {"method": "flash_tc"}),
+        Step("2", "this file: Q, K, V split once by the packing kernel into the layout shared "
+             "memory holds, both products on wgmma (three a k8 step, summed every 32 of k), "
+             "a producer warp's bulk copies, one stage: load, wait, compute",
+             {"method": "flash_wgmma", "config": WgmmaTf32Config(Bc=32, CWG=1, STAGES=1)}),
+        Step("3", "§42: two stages, the next tile's bulk copies in flight during this tile's "
+             "wgmmas: the default (``tc_methods.default_wgmma_tf32_config``)",
+             {"method": "flash_wgmma"}),
+    )),
     Ladder("attention_tc_backward", BACKWARD, DEFAULT_FP32, "float16", (
         Step("0", "the lesson kernels of §30 on CUDA cores, on float32 inputs of the same shape "
              "(there is no lesson tensor-core backward)", LESSON, dtype="float32"),
@@ -411,7 +425,7 @@ def arithmetic(step, lad):
     dtype = step.dtype or lad.dtype
     if dtype == "float16":
         return "float16"
-    return "tf32" if step.kw.get("method") == "flash_tc" else "float32"
+    return "tf32" if step.kw.get("method") in ("flash_tc", "flash_wgmma") else "float32"
 
 
 def check(op, out, arrays, fmt, causal):

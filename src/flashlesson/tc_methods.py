@@ -38,6 +38,7 @@ from numba import cuda
 from kernels_numba import attention_tc as KT
 from kernels_numba import attention_wgmma as KW
 from kernels_numba import attention_wgmma_backward as KWB
+from kernels_numba import attention_wgmma_tf32 as KWF
 from kernels_numba.lesson import tensor_core as LT
 
 from . import checks, device
@@ -495,13 +496,14 @@ def _wgmma_head_dim(q, dropout_p):
 def attention_wgmma(q, k, v, *, causal=False, scale=None, key_padding_mask=None, dropout_p=0.0,
                     return_lse=False, config=None):
     """``attention(..., method="flash_wgmma")``: fp16 or bf16 (BFloat16, torch bfloat16) q, k, v
-    with d = 64 or 128, on Hopper's wgmma (sm_90a); outputs as method "flash_tc"."""
+    with d = 64 or 128, on Hopper's wgmma (sm_90a); outputs as method "flash_tc". float32
+    q, k, v: 3xTF32 on wgmma (kernels_numba/attention_wgmma_tf32.py; no config)."""
     qo, fq = _operand(q, "q")
     ko, fk = _operand(k, "k")
     vo, fv = _operand(v, "v")
-    if fq == "tf32" or not (fq == fk == fv):
-        raise TypeError(f"q, k, v: method 'flash_wgmma' takes fp16 or bf16, all three the same; "
-                        f"got {fq}, {fk}, {fv} (float32: method 'flash_tc', 3xTF32)")
+    if not (fq == fk == fv):
+        raise TypeError(f"q, k, v: method 'flash_wgmma' takes fp16, bf16 or float32, all three "
+                        f"the same; got {fq}, {fk}, {fv}")
     if not (qo.on_host == ko.on_host == vo.on_host):
         raise TypeError("q, k, v: all three must be NumPy arrays or all three device arrays")
     B, H, nq, nk, d = _shapes(qo, ko, vo)
@@ -519,6 +521,21 @@ def attention_wgmma(q, k, v, *, causal=False, scale=None, key_padding_mask=None,
     causal = checks.flag(causal, "causal")
     return_lse = checks.flag(return_lse, "return_lse")
     kpm = checks.key_padding_mask(key_padding_mask, B, nk)
+    if fq == "tf32":
+        cfg = config or default_wgmma_tf32_config(d)
+        if not isinstance(cfg, WgmmaTf32Config):
+            raise TypeError(f"config: method 'flash_wgmma' on float32 inputs (3xTF32) takes a "
+                            f"WgmmaTf32Config, got {type(cfg).__name__}")
+        cfg.check(d)
+        if B * H * nq == 0 or nk == 0:
+            return _empty_result(qo, fq, (B, H, nq, d), return_lse)
+        with using(qo):
+            o3, lse2 = _forward_wgmma_tf32(qo, ko, vo, B, H, nq, nk, d, causal, scale, kpm, cfg)
+        o = _unwords(o3, (B, H, nq, d), fq, qo.on_host)
+        if not return_lse:
+            return o
+        return o, (lse2.copy_to_host().reshape((B, H, nq)) if qo.on_host else
+                   result(lse2, (B, H, nq)))
     cfg = config or default_wgmma_config(d)
     if not isinstance(cfg, WgmmaConfig):
         raise TypeError(f"config: expected a WgmmaConfig for method 'flash_wgmma', got "
@@ -547,6 +564,113 @@ def attention_wgmma(q, k, v, *, causal=False, scale=None, key_padding_mask=None,
         return o
     return o, (lse2.copy_to_host().reshape((B, H, nq)) if qo.on_host else
                result(lse2, (B, H, nq)))
+
+
+@dataclass(frozen=True)
+class WgmmaTf32Config:
+    """The 3xTF32 wgmma forward's tiles (float32 inputs, method "flash_wgmma";
+    kernels_numba/attention_wgmma_tf32.py): Bc keys per K/V tile (32 or 64: O's staged sums
+    take 32 keys each), CWG consumer warpgroups of 64 query rows (1 or 2), STAGES
+    shared-memory stages of the K/V ring (1, 2 or 3). Each stage holds K and Vᵀ, big and
+    small: 16·Bc·d bytes, and Q 512·CWG·d."""
+    Bc: int = 32
+    CWG: int = 1
+    STAGES: int = 2
+
+    def __post_init__(self):
+        checks.config_fields(self)
+
+    def check(self, d):
+        if self.Bc not in (32, 64):
+            raise ValueError(f"config: Bc must be 32 or 64 (O's staged sums take 32 keys "
+                             f"each), got {self.Bc}")
+        if self.CWG not in (1, 2):
+            raise ValueError(f"config: CWG must be 1 or 2 consumer warpgroups, got {self.CWG}")
+        if self.CWG == 2 and self.Bc != 32:
+            raise ValueError(f"config: CWG = 2 takes Bc = 32 (its 288 threads get 168 registers "
+                             f"each, attention_wgmma_tf32.reg_cap; at Bc = 64 they spill 380 "
+                             f"bytes), got Bc = {self.Bc}")
+        if self.STAGES not in (1, 2, 3):
+            raise ValueError(f"config: STAGES must be 1, 2 or 3, got {self.STAGES}")
+        smem = KWF.tf32_smem_bytes(d, self.Bc, self.CWG, self.STAGES)
+        if not device.SIMULATOR and smem > max_shared_bytes():
+            raise ValueError(f"config: {smem} bytes of shared memory at d = {d} (Bc, CWG, "
+                             f"STAGES = {self.Bc}, {self.CWG}, {self.STAGES}); this GPU allows "
+                             f"{max_shared_bytes()} (fewer STAGES, a narrower Bc or CWG = 1)")
+
+    @property
+    def Br(self):
+        return 64 * self.CWG
+
+
+def default_wgmma_tf32_config(d):
+    """The simulator: one warpgroup, tiles of 32 keys (its smallest block). The GPU: one
+    consumer warpgroup; tiles of 64 keys and three stages at d = 64 (224 KB of shared memory),
+    of 32 keys and two stages at d = 128 (192 KB) — the fastest of ``scripts/gpu_wgmma_tf32.py
+    --sweep`` (H200, 2026-12-02, docs/logs/gpu_session10_h200.log, run 2: at d = 64 1.11–1.21×
+    the same tiles with two stages and 1.14–1.26× tiles of 32; at d = 128 1.14–1.40× one
+    stage of 32 or 64 keys)."""
+    if device.SIMULATOR or d == 128:
+        return WgmmaTf32Config(Bc=32, CWG=1, STAGES=2)
+    return WgmmaTf32Config(Bc=64, CWG=1, STAGES=3)
+
+
+def pack_operands(q3, k3, v3, H, d, kpm, cfg):
+    """attention_wgmma_tf32's packing kernel on q3, k3, v3 ([B·H, n, d] float32): Q in tiles
+    of 64 rows (whole blocks of CWG), K in tiles of Bc rows, Vᵀ in tiles of Bc keys, each
+    tile's big and small tf32 parts in the layout shared memory holds (padded keys and keys
+    past n zero). Returns (packed Q, K, Vᵀ as flat float32 arrays, Q tiles, K/V tiles)."""
+    bh, nq, nk = q3.shape[0], q3.shape[1], k3.shape[1]
+    Bc, CWG = cfg.Bc, cfg.CWG
+    q_tiles = -(-nq // (64 * CWG)) * CWG
+    k_tiles = -(-nk // Bc)
+    pad = kpm is not None
+    mask = kpm if pad else dummy("mask")
+    packed = []
+    for x, n, R, C, trans, tiles, masked in ((q3, nq, 64, d, False, q_tiles, False),
+                                              (k3, nk, Bc, d, False, k_tiles, pad),
+                                              (v3, nk, d, Bc, True, k_tiles, pad)):
+        out = empty((bh * tiles * 2 * R * C,), np.float32)
+        words = tiles * R * C
+        grid = (-(-words // 256), bh)
+        checks.grid(grid, f"q: {bh} heads of {words} packed words")
+        launch(KWF.pack_kernel(d, R, C, trans, masked), grid, 256,
+               (x, out, n, mask, H, tiles))
+        packed.append(out)
+    return (*packed, q_tiles, k_tiles)
+
+
+def pack_for_wgmma_tf32(q, k, v, config=None):
+    """The packing step alone of ``attention(q, k, v, method="flash_wgmma")`` on float32 q, k, v
+    (no key mask): its share of the call (scripts/gpu_wgmma_tf32.py). Returns what
+    pack_operands does."""
+    (qo, _), (ko, _), (vo, _) = _operand(q, "q"), _operand(k, "k"), _operand(v, "v")
+    B, H, nq, nk, d = _shapes(qo, ko, vo)
+    cfg = config or default_wgmma_tf32_config(d)
+    with using(qo):
+        q3, k3, v3 = (_words(x, (B * H, x.shape[2], d), np.float32) for x in (qo, ko, vo))
+        return pack_operands(q3, k3, v3, H, d, None, cfg)
+
+
+def _forward_wgmma_tf32(qo, ko, vo, B, H, nq, nk, d, causal, scale, kpm, cfg):
+    """The packing kernel on Q, K and V (pack_operands), then the forward on the packed tiles;
+    the packed copies are freed when the call ends."""
+    bh = B * H
+    Bc, CWG = cfg.Bc, cfg.CWG
+    Br = 64 * CWG
+    q3, k3, v3 = (_words(x, (bh, x.shape[2], d), np.float32) for x in (qo, ko, vo))
+    pad = kpm is not None
+    mask = kpm if pad else dummy("mask")
+    *packed, q_tiles, k_tiles = pack_operands(q3, k3, v3, H, d, kpm, cfg)
+    o3 = empty((bh, nq, d), np.float32)
+    lse2 = empty((bh, nq), np.float32)
+    kernel = KWF.flash_wgmma_tf32_kernel(d, Bc, CWG, causal, pad, KT.folds(scale), cfg.STAGES)
+    grid = row_grid(causal, bh, -(-nq // Br), f"q: {nq} queries in tiles of Br = {Br}",
+                    "query tiles")
+    launch(kernel, grid, 128 * CWG + 32,
+           (*packed, o3, lse2, np.float32(scale), nq, nk, H, mask, q_tiles, k_tiles),
+           KWF.tf32_smem_bytes(d, Bc, CWG, cfg.STAGES))
+    return o3, lse2
 
 
 # ---------------------------------------------------------------------------------------------
