@@ -604,15 +604,16 @@ class WgmmaTf32Config:
 
 
 def default_wgmma_tf32_config(d):
-    """The simulator: one warpgroup, tiles of 32 keys (its smallest block). The GPU: one
-    consumer warpgroup; tiles of 64 keys and three stages at d = 64 (224 KB of shared memory),
-    of 32 keys and two stages at d = 128 (192 KB) — the fastest of ``scripts/gpu_wgmma_tf32.py
-    --sweep`` (H200, 2026-12-02, docs/logs/gpu_session10_h200.log, run 2: at d = 64 1.11–1.21×
-    the same tiles with two stages and 1.14–1.26× tiles of 32; at d = 128 1.14–1.40× one
-    stage of 32 or 64 keys)."""
+    """The simulator: one warpgroup, tiles of 32 keys (its smallest block). The GPU: at d = 64
+    two consumer warpgroups and tiles of 32 keys (128 KB of shared memory, 168 registers a
+    thread: attention_wgmma_tf32.reg_cap), at d = 128 one warpgroup and tiles of 32 keys
+    (192 KB); two stages — the fastest of ``scripts/gpu_wgmma_tf32.py --sweep`` (H200,
+    2026-12-02, docs/logs/gpu_session10_h200.log, run 4: at d = 64 1.05–1.09× one warpgroup
+    with tiles of 64 and three stages, 1.21–1.38× one with tiles of 32; at d = 128 1.14–1.42×
+    one stage of 32 or 64 keys)."""
     if device.SIMULATOR or d == 128:
         return WgmmaTf32Config(Bc=32, CWG=1, STAGES=2)
-    return WgmmaTf32Config(Bc=64, CWG=1, STAGES=3)
+    return WgmmaTf32Config(Bc=32, CWG=2, STAGES=2)
 
 
 def pack_operands(q3, k3, v3, H, d, kpm, cfg):
