@@ -84,6 +84,7 @@ TC_BWD = [CROSS + "test_tensor_cores_causal_last_key_on_a_tile_edge",
           "tests/test_attention_tc_backward.py"]
 WGMMA_BWD = ["tests/test_attention_wgmma_backward.py"]
 WGMMA_FWD = ["tests/test_attention_tc.py", "-k", "wgmma"]
+WGMMA_TF32 = ["tests/test_attention_tc.py", "-k", "wgmma_tf32_matches"]
 RACE_TC = [CROSS + "test_tensor_core_kernels_race_free"]
 SOFTMAX = ["tests/test_softmax.py::test_method_matches_oracle_fp32",
            "tests/test_softmax.py::test_special_rows", "tests/test_softmax.py"]
@@ -290,6 +291,26 @@ MUTANTS = [
       "ring_slot: every lap waits for parity 0"),
     M("wgf-stage", KN + "attention_wgmma.py", "k_addr = uint32(ring + uint32(8 * KVW) * s)",
       "k_addr = uint32(ring)", WGMMA_FWD, "forward: every tile's K read from stage 0"),
+    # ---- kernels_numba/attention_wgmma_tf32.py: 3xTF32 on wgmma (session 10) ----
+    M("wgt-perm", KN + "attention_wgmma_tf32.py", "PERM = (0, 2, 4, 6, 1, 3, 5, 7)     #",
+      "PERM = (0, 1, 2, 3, 4, 5, 6, 7)     #", WGMMA_TF32,
+      "Vᵀ packed in key order, not in P's (k = t ↔ key 2t)"),
+    M("wgt-pack-small", KN + "attention_wgmma_tf32.py", "out[at + TW] = tf32(val - big)",
+      "out[at + TW] = ZERO", WGMMA_TF32, "packing: no small parts (plain tf32, not 3xTF32)"),
+    M("wgt-k-small", KN + "attention_wgmma_tf32.py", "ksm = kb + uint64(KW // 4)", "ksm = kb",
+      WGMMA_TF32, "S: Qb·Kb twice instead of Qb·Ks"),
+    M("wgt-stage", KN + "attention_wgmma_tf32.py",
+      "k_addr = uint32(ring + uint32(4 * SW) * s)", "k_addr = uint32(ring)", WGMMA_TF32,
+      "every tile read from stage 0"),
+    M("wgt-parts", KN + "attention_wgmma_tf32.py", "s0[i] = s0[i] + s1[i]", "s0[i] = s0[i]",
+      WGMMA_TF32, "S: the second 32 of d dropped (d = 64)"),
+    M("wgt-o-zero", KN + "attention_wgmma_tf32.py", "vb + uint64(2 * D * kc), kk > 0)",
+      "vb + uint64(2 * D * kc), True)", WGMMA_TF32,
+      "O's part not started from zero: the tile before added again"),
+    M("wgt-empty", KN + "attention_wgmma_tf32.py",
+      "mbar_try_wait_parity(bars, EMPTY + s, ph ^ uint32(1))",
+      "mbar_try_wait_parity(bars, EMPTY + s, ph)", WGMMA_TF32,
+      "producer: waits for the EMPTY phase of the wrong lap"),
     # ---- kernels_numba/reductions.py ----
     M("red-barrier-after", KN + "reductions.py",
       BARRIER + "                               # wait: all reads of scratch are done before",

@@ -570,11 +570,12 @@ def test_wgmma_refusals():
 
 
 # 3xTF32 on wgmma (float32 inputs, method "flash_wgmma": kernels_numba/attention_wgmma_tf32.py).
-# Simulator: 2 key tiles of 32 with padded keys holding NaN; causal with Nq > Nk (rows that see
-# no key: O = 0, LSE = −inf) at d = 128. GPU: the awkward shapes, causal and key padding (a
-# batch row with no valid key where B > 1), then the other tiles and rings.
+# Simulator: 3 key tiles of 32 (the last of 6 keys) with padded keys holding NaN, so the
+# two-stage ring wraps (the producer waits on EMPTY); causal with Nq > Nk (rows that see no key:
+# O = 0, LSE = −inf) at d = 128. GPU: the awkward shapes, causal and key padding (a batch row
+# with no valid key where B > 1), then the other tiles and rings.
 WGMMA_TF32_CASES = by_device(      # (causal, PAD, (B, H, Nq, Nk, d), config)
-    [(False, True, (1, 1, 21, 40, 64), None), (True, False, (1, 1, 37, 20, 128), None)],
+    [(False, True, (1, 1, 21, 70, 64), None), (True, False, (1, 1, 37, 20, 128), None)],
     [(c, p, s, None) for c in (False, True) for p in (False, True)
      for s in ((1, 1, 1, 1, 64), (2, 3, 100, 100, 64), (1, 2, 257, 130, 128),
                (1, 2, 77, 300, 64), (2, 2, 1031, 517, 128), (1, 1, 1000, 998, 64))]
