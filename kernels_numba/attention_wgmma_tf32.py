@@ -73,22 +73,22 @@ the tf32 A fragment wants k = t and t + 4 there: so k = t takes key 2t and k = t
 Shared memory (dynamic, ``tf32_smem_bytes``; words are float32): Q, CWG × [big 64·D | small
 64·D] (warpgroup c's 64 rows, K-major: LBO = 16·64 bytes, SBO = 128), then STAGES stages of
 [K big | K small | Vᵀ big | Vᵀ small], each Bc·D words (K: Bc rows of D; Vᵀ: D rows of Bc).
-The defaults (tc_methods.default_wgmma_tf32_config): d = 64, Bc = 64, three stages, 224 KB;
-d = 128, Bc = 32, two stages, 192 KB; one consumer warpgroup. Barriers: FULL[s] (count 1: the
+The defaults (tc_methods.default_wgmma_tf32_config), two stages and tiles of 32 keys: d = 64
+two consumer warpgroups, 128 KB; d = 128 one, 192 KB. Barriers: FULL[s] (count 1: the
 producer's expect_tx, then the bytes), EMPTY[s] (count: the consumer threads), QFULL (count 1).
 
 Registers (``reg_cap``): one consumer warpgroup and the producer warp are 5 warps, 255
 registers each — d = 128, Bc = 32: 223–231, no spills (ptxas 13.5 offline); d = 64, Bc = 64:
 247–255 and no spills offline, 255 and 72–80 bytes of local memory as compiled on the H200
-(numba-cuda's own toolchain there; still the fastest tile at d = 64). Two consumer warpgroups
+(numba-cuda's own toolchain there; 1.05–1.09× slower than the default). Two consumer warpgroups
 are 9 warps, and an SM's registers are four sub-partitions' 16384 with a block's warps dealt
 out among them: 168 each (at 224, which 65536 / 288 would allow, the H200 refused the launch);
 d = 64, Bc = 32 fits them (166–167, no spills), Bc = 64 spilled 380 bytes and is refused
 (WgmmaTf32Config.check).
 
 Limits: float32, d = D = 64 or 128; Bc = 32 or 64 (a multiple of 32: O's parts); CWG = 1 or
-2 (2 with Bc = 32); sm_90a. No
-dropout, no varlen. Masked keys: scores −inf by select, K and V rows zero in the packed tiles
+2 (2 with Bc = 32); sm_90a. No dropout, no varlen, no backward (float32 gradients: method
+'flash_tc'). Masked keys: scores −inf by select, K and V rows zero in the packed tiles
 (past Nk, PAD), so a padded key's NaN never reaches an mma; causal-hidden keys as flash_tc
 (module attention_tc, "Documented limit"). A row with no key: O = 0, LSE = −inf. The packed
 copies take 2× Q, K and V's memory (plus the K/V tile padding) while the call runs. The

@@ -551,9 +551,14 @@ def check_cases():
                     lambda a=(do, q, k, v, o, lse), o=opts, m=kpm: fl.attention_backward(
                         *a, key_padding_mask=m, scale=0.3, **o)
             if dt == torch.float32:
-                for method in ("naive", "flash_fa1", "flash_db", "flash_tc"):
+                for method in ("naive", "flash_fa1", "flash_db", "flash_tc") + \
+                        (("flash_wgmma",) if d == 64 else ()):     # (3xTF32 on wgmma: d = 64)
                     cases[f"attention {dt} d={d} {method}"] = \
                         lambda q=q, k=k, v=v, m=method: fl.attention(q, k, v, method=m)
+                if d == 64:                             # (its packing kernel reads the mask)
+                    cases[f"attention {dt} d={d} flash_wgmma kpm causal"] = \
+                        lambda q=q, k=k, v=v, m=kpm: fl.attention(
+                            q, k, v, method="flash_wgmma", key_padding_mask=m, causal=True)
                 cases[f"attention {dt} d={d} lesson"] = \
                     lambda q=q, k=k, v=v: fl.attention(q, k, v, causal=True, tier="lesson")
                 for method in ("naive", "flash_tc"):
