@@ -333,6 +333,50 @@ def rescale_tc(NBO, MT=1):
     return rescale
 
 
+@cuda.jit(device=True)
+def store_floats(o, bh, row, nb, t, x0, x1):
+    """finish_rows' store for float32 O [BH, Nq, D]: columns 8nb + 2t, + 1 of a row."""
+    o[bh, row, 8 * nb + 2 * t] = x0
+    o[bh, row, 8 * nb + 2 * t + 1] = x1
+
+
+@lru_cache(maxsize=None)
+def store_words(put_word, pack):
+    """finish_rows' store for O as uint32 words of two halves (head_io's put_word; pack:
+    pack_f16 or pack_bf16): the word 4nb + t of a row, columns 8nb + 2t, + 1."""
+
+    @cuda.jit(device=True)
+    def store(o, bh, row, nb, t, x0, x1):
+        put_word(o, bh, row, 4 * nb + t, pack(x0, x1))      # (columns < d only)
+    return store
+
+
+@lru_cache(maxsize=None)
+def finish_rows(NBO, store, MT=1):
+    """The forward kernels' last step, on the accumulator layout: O = acc / l and LSE = m·ln2 +
+    ln l for the lane's 2·MT rows (ml as online_softmax_tc keeps it: m of the rows, then l; l
+    is the quad's four partial sums, added first); a row that saw no key gets O = 0 and LSE =
+    −inf, and rows ≥ n_q are not written. store(o, bh, row, nb, t, x0, x1) writes O's columns
+    8nb + 2t, + 1 of a row (store_floats, store_words)."""
+
+    @cuda.jit(device=True)
+    def finish(o, lse, acc, ml, bh, r_lo, t, n_q):
+        for mt in range(MT):
+            for half in range(2):
+                r = 2 * mt + half
+                row = r_lo + 16 * mt + 8 * half
+                l_row = lanes_sum(ml[2 * MT + r], QUAD)
+                if row < n_q:
+                    inv_l = safe_reciprocal(l_row)  # a row that saw no key: O = 0
+                    for nb in range(NBO):
+                        y = 4 * (mt * NBO + nb) + 2 * half
+                        store(o, bh, row, nb, t, acc[y] * inv_l, acc[y + 1] * inv_l)
+                    if t == 0:
+                        lse[bh, row] = NEG_INF if l_row == ZERO else \
+                            ml[r] * LN2 + math.log(l_row)       # LSE = m·ln2 + ln l
+    return finish
+
+
 def folds(scale):
     """FOLD, the kernels' compile-time choice for this scale: scale·log2e > 0 in float32."""
     return bool(float32(scale) * LOG2E > 0)
@@ -643,6 +687,7 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False
     fetch, put, REGS = kv_loader_tc(D, Bc, T, True, PAD, d)
     rows = rows_async(D, Bc, T, PAD, d)
     _, _, word, put_word = head_io(D, d)
+    finish = finish_rows(NBO, store_words(put_word, pack), MT)
     qk = products_for(NBS, KC, MT, BF16, ASYNC, False)
     pv = products_for(NBO, KC2, MT, BF16, ASYNC, True)
     to_a = pack_accumulators(KC2, MT, NBS, BF16)
@@ -731,21 +776,7 @@ def flash_tc_kernel(D, Bc, WARPS, CAUSAL, PAD, BF16, MT=1, PF=False, ASYNC=False
             if PF and more:
                 put(w, smem, nxt, nxt + K_WORDS, tid)   # the prefetched tile, now in place
 
-        # O = acc / l, LSE = m + log l (l: the quad's four partial sums added first)
-        for mt in range(MT):
-            for half in range(2):
-                r = 2 * mt + half
-                row = r_lo + 16 * mt + 8 * half
-                l_row = lanes_sum(ml[2 * MT + r], QUAD)
-                if row < n_q:
-                    inv_l = safe_reciprocal(l_row)  # a row that saw no key: O = 0
-                    for nb in range(NBO):
-                        y = 4 * (mt * NBO + nb) + 2 * half
-                        put_word(o, bh, row, 4 * nb + t,       # (columns < d only)
-                                 pack(acc[y] * inv_l, acc[y + 1] * inv_l))
-                    if t == 0:
-                        lse[bh, row] = NEG_INF if l_row == ZERO else \
-                            ml[r] * LN2 + math.log(l_row)       # LSE = m·ln2 + ln l
+        finish(o, lse, acc, ml, bh, r_lo, t, n_q)  # O = acc / l, LSE = m·ln2 + ln l
 
     BUILT[("flash_tc_kernel", D, Bc, WARPS, CAUSAL, PAD, BF16, MT, PF, ASYNC)
           + ((d,) if d != D else ()) + (() if FOLD else ("scale ≤ 0",))] = flash_tc
@@ -894,6 +925,7 @@ def flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD):
     pv = tf32_by_keys(NBO, NBS)
     clear_acc = zeros(AN)
     clear_s = zeros(SN)
+    finish = finish_rows(NBO, store_floats)
 
     @cuda.jit
     def flash_tf32x3(q, k, v, o, lse, scale, n_q, n_k, heads, kpm):
@@ -961,17 +993,7 @@ def flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD):
 
             pv(s, smem, sV, KS, g, t, acc, pa, ps)  # acc += P Vj (3xTF32, k permuted)
 
-        for half in range(2):
-            row = r_lo + 8 * half
-            l_row = lanes_sum(ml[2 + half], QUAD)
-            if row < n_q:
-                inv_l = safe_reciprocal(l_row)
-                for nb in range(NBO):
-                    o[bh, row, 8 * nb + 2 * t] = acc[4 * nb + 2 * half] * inv_l
-                    o[bh, row, 8 * nb + 2 * t + 1] = acc[4 * nb + 2 * half + 1] * inv_l
-                if t == 0:
-                    lse[bh, row] = NEG_INF if l_row == ZERO else \
-                        ml[half] * LN2 + math.log(l_row)        # LSE = m·ln2 + ln l
+        finish(o, lse, acc, ml, bh, r_lo, t, n_q)  # O = acc / l, LSE = m·ln2 + ln l
 
     BUILT[("flash_tf32x3_kernel", D, Bc, WARPS, CAUSAL, PAD)] = flash_tf32x3
     return flash_tf32x3

@@ -296,21 +296,20 @@ dims; ``SWIZZLE=1``: the default beside the unswizzled block and the schedules w
 swizzle, torch's cuDNN backend too).
 """
 
-import math
 from functools import lru_cache
 
 from numba import cuda, float32, int32, uint32, uint64
 
 from .attention import block_tile, kv_tiles
-from .attention_tc import LN2, LOG2E, QUAD, fold_scale, head_io, mask_scores_tc, \
-    online_softmax_tc, pack_accumulators, rescale_tc, zeros
+from .attention_tc import LOG2E, finish_rows, fold_scale, head_io, mask_scores_tc, \
+    online_softmax_tc, pack_accumulators, rescale_tc, store_words, zeros
 from .hopper import SW128_ALIGN, SWIZZLE_NONE, WGMMA, WGMMA_RS_TB, bar_arrive, bar_sync, \
     cp_async_mbar_arrive, fence_mbarrier_init, fence_proxy_async, kmajor_desc, mbar_arrive, \
     mbar_init, mbar_try_wait_parity, nmajor_desc, setmaxnreg_dec, setmaxnreg_inc, shared_addr, \
     sw128_index, to_1024, wgmma_commit_group, wgmma_desc, wgmma_fence, wgmma_fence_operand, \
     wgmma_wait_group
 from .mma import pack_bf16, pack_f16
-from .reductions import NEG_INF, ZERO, lanes_sum, safe_reciprocal
+from .reductions import NEG_INF, ZERO
 from .sim import gpu_options
 from .vector import cp_async16, cp_async_wait_all
 
@@ -518,6 +517,7 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
     to_a = pack_accumulators(KC2, 1, NBS, BF16)
     clear_acc = zeros(OH)
     _, _, _, put_word = head_io(D, D)
+    finish = finish_rows(NBO, store_words(put_word, pack))
     SHRINK, GROW = producer_regs(CWG), consumer_regs(CWG)   # setmaxnreg (PRODUCER)
     ML = 6 if OVERLAP else 4                # m, l (, OVERLAP: the deferred correction) of 2 rows
     AHEAD = STAGES if OVERLAP else STAGES - 1   # no PRODUCER: tiles copied before the loop
@@ -774,18 +774,7 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
             wgmma_fence_operand(acc, OH)
             mbar_arrive(bars, STAGES + last)        # (no copy waits for it: symmetry only)
 
-        # O = acc / l, LSE = m·ln2 + ln l (l: the quad's four partial sums added first)
-        for half in range(2):
-            row = r_lo + 8 * half
-            l_row = lanes_sum(ml[2 + half], QUAD)
-            if row < n_q:
-                inv_l = safe_reciprocal(l_row)      # a row that saw no key: O = 0
-                for nb in range(NBO):
-                    y = 4 * nb + 2 * half
-                    put_word(o, bh, row, 4 * nb + t, pack(acc[y] * inv_l, acc[y + 1] * inv_l))
-                if t == 0:
-                    lse[bh, row] = NEG_INF if l_row == ZERO else \
-                        ml[half] * LN2 + math.log(l_row)        # LSE = m·ln2 + ln l
+        finish(o, lse, acc, ml, bh, r_lo, t, n_q)  # O = acc / l, LSE = m·ln2 + ln l
 
     BUILT[("flash_wgmma_kernel", D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16,
            OVERLAP, PINGPONG) + (() if FOLD else ("scale ≤ 0",))

@@ -100,20 +100,19 @@ How to run: ``attention(q32, k32, v32, method="flash_wgmma")`` (float32 on Hoppe
 gpu_wgmma_tf32.py``.
 """
 
-import math
 from functools import lru_cache
 
 from numba import cuda, float32, uint32, uint64
 
 from .attention import block_tile, kv_tiles
-from .attention_tc import LN2, LOG2E, QUAD, fold_scale, mask_scores_tc, online_softmax_tc, \
-    split_keys_fragment, zeros
+from .attention_tc import LOG2E, finish_rows, fold_scale, mask_scores_tc, online_softmax_tc, \
+    split_keys_fragment, store_floats, zeros
 from .attention_wgmma import WARPGROUP, SM_REGS, ring_slot, uniform_u32
 from .hopper import WGMMA_TF32, WGMMA_TF32_RS, bulk_copy_g2s, fence_mbarrier_init, kmajor_desc, \
     mbar_arrive, mbar_arrive_expect_tx, mbar_init, mbar_try_wait_parity, shared_addr, \
     wgmma_commit_group, wgmma_fence, wgmma_fence_operand, wgmma_wait_group
 from .mma import tf32
-from .reductions import NEG_INF, ZERO, lanes_sum, safe_reciprocal
+from .reductions import NEG_INF, ZERO
 from .sim import gpu_options
 
 BUILT = {}                  # (factory, *arguments) → kernel, for resource reports
@@ -204,6 +203,7 @@ def flash_wgmma_tf32_kernel(D, Bc, CWG, CAUSAL, PAD, FOLD=True, STAGES=2):
     mask = mask_scores_tc(NBS, CAUSAL, PAD, 1, CLAMPED=True)
     scaled = fold_scale(SH, FOLD)
     clear_acc = zeros(OH)
+    finish = finish_rows(NBO, store_floats)
     cap = reg_cap(T)
 
     @cuda.jit(device=True)
@@ -362,19 +362,7 @@ def flash_wgmma_tf32_kernel(D, Bc, CWG, CAUSAL, PAD, FOLD=True, STAGES=2):
                 else:
                     acc[i] += o0[i]
 
-        # O = acc / l, LSE = m·ln2 + ln l (l: the quad's four partial sums added first)
-        for half in range(2):
-            row = r_lo + 8 * half
-            l_row = lanes_sum(ml[2 + half], QUAD)
-            if row < n_q:
-                inv_l = safe_reciprocal(l_row)      # a row that saw no key: O = 0
-                for nb in range(NBO):
-                    y = 4 * nb + 2 * half
-                    o[bh, row, 8 * nb + 2 * t] = acc[y] * inv_l
-                    o[bh, row, 8 * nb + 2 * t + 1] = acc[y + 1] * inv_l
-                if t == 0:
-                    lse[bh, row] = NEG_INF if l_row == ZERO else \
-                        ml[half] * LN2 + math.log(l_row)        # LSE = m·ln2 + ln l
+        finish(o, lse, acc, ml, bh, r_lo, t, n_q)  # O = acc / l, LSE = m·ln2 + ln l
 
     BUILT[("flash_wgmma_tf32_kernel", D, Bc, CWG, STAGES, CAUSAL, PAD)
           + (() if FOLD else ("scale ≤ 0",))] = flash_wgmma_tf32

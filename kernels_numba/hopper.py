@@ -853,10 +853,20 @@ def wgmma_ab_kernel(kind, N, KSTEPS, rs=False, trans_b=0, b_rows=False, sw128=Fa
                2048·s — the V of attention_wgmma with SWIZZLE (docs/hopper_sw128.md).
     (b_rows and sw128 take their descriptor from nmajor_desc, as the kernels do.)
 
+    kind "tf32" (trans_b 0 only: tf32 has no N-major form): a, b float32 (already tf32: the
+    tensor core ignores the low 13 mantissa bits), K = 8·KSTEPS (m64nNk8), each element a word
+    at kmajor_index(r, 2k, rows) / 2 (the fp16 layout's bytes: a k8 step is the 32 bytes of a
+    row an fp16 k16 step is); rs: A from four float32 registers a thread, the m16n8k8 tf32 A
+    fragment (a0 = A[g, t], a1 = A[g + 8, t], a2 = A[g, t + 4], a3 = A[g + 8, t + 4]).
+
     c is loaded into the accumulators; d is written from them (hopper.py's table)."""
     assert not b_rows or trans_b
     assert not sw128 or (trans_b and not b_rows)
-    if rs and trans_b:
+    tf32 = kind == "tf32"
+    assert not (tf32 and trans_b)
+    if tf32:
+        mma = WGMMA_TF32_RS[N] if rs else WGMMA_TF32[N]
+    elif rs and trans_b:
         mma = WGMMA_RS_TB[(kind, N)]
     elif rs:
         mma = WGMMA_RS[(kind, N)]
@@ -864,85 +874,48 @@ def wgmma_ab_kernel(kind, N, KSTEPS, rs=False, trans_b=0, b_rows=False, sw128=Fa
         mma = WGMMA_TB[(kind, N)]
     else:
         mma = WGMMA[(kind, N)]
-    K, H = 16 * KSTEPS, N // 2
+    STEP = 8 if tf32 else 16                # k of one instruction
+    W = 2 if tf32 else 1                    # halves an element (kmajor_index counts halves)
+    K, H = STEP * KSTEPS, N // 2
     A_SIZE, B_SIZE = 64 * K, N * K
+    ELEMENT = float32 if tf32 else uint16
 
     @cuda.jit
     def kernel(a, b, c, d):
-        sA = cuda.shared.array(A_SIZE, uint16, alignment=1024)
-        sB = cuda.shared.array(B_SIZE, uint16, alignment=1024)
+        sA = cuda.shared.array(A_SIZE, ELEMENT, alignment=1024)
+        sB = cuda.shared.array(B_SIZE, ELEMENT, alignment=1024)
         tid = cuda.threadIdx.x
         if not rs:
             for e in range(tid, A_SIZE, 128):
-                sA[kmajor_index(e // K, e % K, 64)] = a[e // K, e % K]
+                sA[kmajor_index(e // K, W * (e % K), 64) // W] = a[e // K, e % K]
         for e in range(tid, B_SIZE, 128):
             k, n = e // N, e % N
             sB[sw128_index(k, n, K) if sw128 else kmajor_index(k, n, K) if b_rows else
-               mnmajor_index(k, n, N) if trans_b else kmajor_index(n, k, N)] = b[k, n]
+               mnmajor_index(k, n, N) if trans_b else kmajor_index(n, W * k, N) // W] = b[k, n]
         fence_proxy_async()         # these st.shared before wgmma's (async-proxy) reads
         cuda.syncthreads()          # wait: the tiles are in shared memory
         w, g, t = tid // 32, (tid % 32) // 4, tid % 4
         acc = cuda.local.array(H, float32)
         matrix_to_acc(acc, c, w, g, t, N)   # c in the accumulator layout drawn in the menu
         ra = cuda.local.array(4, uint32)
+        rf = cuda.local.array(4, float32)
         wgmma_fence_operand(acc, H)
         wgmma_fence()               # the accumulator writes above before the mmas
-        for s in range(KSTEPS):
+        for s in range(KSTEPS):     # (step s: 32 bytes of every row on, either kind)
             db = nmajor_desc(shared_addr(sB, 0), K, s, sw128) if b_rows or sw128 \
-                else wgmma_desc(shared_addr(sB, 16 * N * s), 16 * N, 128, SWIZZLE_NONE)
-            if rs:                  # a0 = A[g, 2t : 2t+2], a1 = A[g+8, …], a2, a3: k + 8
+                else wgmma_desc(shared_addr(sB, STEP * N * s), 16 * N, 128, SWIZZLE_NONE)
+            if rs and tf32:         # a0 = A[g, t], a1 = A[g+8, t], a2, a3: k + 4
+                for j in range(4):
+                    rf[j] = a[16 * w + g + 8 * (j & 1), 8 * s + t + 4 * (j >> 1)]
+                mma(acc, rf[0], rf[1], rf[2], rf[3], db, True)
+            elif rs:                # a0 = A[g, 2t : 2t+2], a1 = A[g+8, …], a2, a3: k + 8
                 for j in range(4):
                     r, k = 16 * w + g + 8 * (j & 1), 16 * s + 2 * t + 8 * (j >> 1)
                     ra[j] = uint32(a[r, k]) | (uint32(a[r, k + 1]) << uint32(16))
                 mma(acc, ra[0], ra[1], ra[2], ra[3], db, True)
             else:
-                da = wgmma_desc(shared_addr(sA, 16 * 64 * s), 16 * 64, 128, SWIZZLE_NONE)
+                da = wgmma_desc(shared_addr(sA, STEP * 64 * s), 16 * 64, 128, SWIZZLE_NONE)
                 mma(acc, da, db, True)
-        wgmma_commit_group()        # the KSTEPS mmas: one group
-        wgmma_wait_group(0)         # wait: acc holds the result (and ra may be reused)
-        wgmma_fence_operand(acc, H)
-        acc_to_matrix(d, acc, w, g, t, N)
-    return kernel
-
-
-def wgmma_tf32_kernel(N, KSTEPS, rs=False):
-    """A kernel d[64, N] = a[64, K] @ bt[N, K]ᵀ + c (K = 8·KSTEPS) in tf32 for one warpgroup:
-    a, bt float32 (already tf32: the tensor core ignores the low 13 mantissa bits), c and d
-    float32. bt (and a, unless rs) stored K-major as float32 core matrices of 8 rows × 4 (word
-    (r, k) at hopper.kmajor_index(r, 2k, rows) / 2: the fp16 layout's bytes), read through
-    kmajor_desc's step s for k8 step s; rs: A from four float32 registers a thread (the
-    m16n8k8 tf32 A fragment on each warp's 16 rows: a0 = A[g, t], a1 = A[g + 8, t], a2 =
-    A[g, t + 4], a3 = A[g + 8, t + 4]). c is loaded into the accumulators; one commit group."""
-    mma = WGMMA_TF32_RS[N] if rs else WGMMA_TF32[N]
-    K, H = 8 * KSTEPS, N // 2
-    A_SIZE, B_SIZE = 64 * K, N * K          # words
-
-    @cuda.jit
-    def kernel(a, bt, c, d):
-        sA = cuda.shared.array(A_SIZE, float32, alignment=1024)
-        sB = cuda.shared.array(B_SIZE, float32, alignment=1024)
-        tid = cuda.threadIdx.x
-        if not rs:
-            for e in range(tid, A_SIZE, 128):
-                sA[kmajor_index(e // K, 2 * (e % K), 64) // 2] = a[e // K, e % K]
-        for e in range(tid, B_SIZE, 128):
-            sB[kmajor_index(e // K, 2 * (e % K), N) // 2] = bt[e // K, e % K]
-        fence_proxy_async()         # these st.shared before wgmma's (async-proxy) reads
-        cuda.syncthreads()          # wait: the tiles are in shared memory
-        w, g, t = tid // 32, (tid % 32) // 4, tid % 4
-        acc = cuda.local.array(H, float32)
-        matrix_to_acc(acc, c, w, g, t, N)   # c in the accumulator layout drawn in the menu
-        ra = cuda.local.array(4, float32)
-        wgmma_fence_operand(acc, H)
-        wgmma_fence()               # the accumulator writes above before the mmas
-        for s in range(KSTEPS):
-            db = kmajor_desc(shared_addr(sB, 0), N, s, False)
-            if rs:
-                for j in range(4):
-                    ra[j] = a[16 * w + g + 8 * (j & 1), 8 * s + t + 4 * (j >> 1)]
-                mma(acc, ra[0], ra[1], ra[2], ra[3], db, True)
-            else:
-                mma(acc, kmajor_desc(shared_addr(sA, 0), 64, s, False), db, True)
         wgmma_commit_group()        # the KSTEPS mmas: one group
         wgmma_wait_group(0)         # wait: acc holds the result (and ra may be reused)
         wgmma_fence_operand(acc, H)

@@ -245,7 +245,7 @@ def test_wgmma_tf32(rng, N, ksteps, rs):
     bt = rnd(rng.standard_normal((N, K)))
     c = rng.standard_normal((64, N)).astype(np.float32)
     d = np.full((64, N), np.nan, np.float32)
-    H.wgmma_tf32_kernel(N, ksteps, rs)[1, 128](a, bt, c, d)
+    H.wgmma_ab_kernel("tf32", N, ksteps, rs)[1, 128](a, np.ascontiguousarray(bt.T), c, d)
     assert not np.isnan(d).any(), "NaN: an element not written"
     ok, text = _within(d, a.astype(np.float64), bt.T.astype(np.float64), c.astype(np.float64))
     assert ok, f"tf32 wgmma (rs {rs}): {text}"

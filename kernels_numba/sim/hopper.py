@@ -682,27 +682,22 @@ def _operand(blk, desc, rows, kind, op, name, n_major=False):
     return (bits << 16).view(np.float32).astype(np.float64)
 
 
-def _register_a_tf32(regs):
-    """The 64 × 8 tf32 A of the RS form: per warp the m16n8k8 tf32 A fragment, a0 = A[16w + g,
-    t], a1 = A[16w + g + 8, t], a2 = A[16w + g, t + 4], a3 = A[16w + g + 8, t + 4] (regs[tid]:
-    the four floats' bits), low 13 mantissa bits dropped."""
-    tid = np.arange(WARPGROUP)
-    w, g, t = tid // 32, (tid % 32) // 4, tid % 4
-    bits = np.zeros((64, 8), np.uint32)
-    regs = np.asarray(regs, np.uint64).astype(np.uint32)
-    for j, (dr, dk) in enumerate(((0, 0), (8, 0), (0, 4), (8, 4))):
-        bits[16 * w + g + dr, t + dk] = regs[:, j]
-    return (bits & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
-
-
 def _register_a(regs, kind):
     """The 64 × 16 A of the RS form from the warpgroup's registers regs[tid] = (a0, a1, a2, a3),
     per warp mma.sync's m16n8k16 A fragment (mma.py) on its 16 rows: a0 = A[16w + g, 2t : 2t+2],
-    a1 = A[16w + g + 8, 2t : 2t+2], a2 = A[16w + g, 2t+8 : 2t+10], a3 = A[16w + g + 8, …]."""
+    a1 = A[16w + g + 8, 2t : 2t+2], a2 = A[16w + g, 2t+8 : 2t+10], a3 = A[16w + g + 8, …].
+    kind "tf32": the 64 × 8 A, per warp the m16n8k8 tf32 A fragment, a0 = A[16w + g, t], a1 =
+    A[16w + g + 8, t], a2 = A[16w + g, t + 4], a3 = A[16w + g + 8, t + 4] (regs: the four
+    floats' bits), the low 13 mantissa bits dropped as the tensor core reads them."""
     tid = np.arange(WARPGROUP)
     w, g, t = tid // 32, (tid % 32) // 4, tid % 4
-    halves = np.zeros((64, 16), np.uint16)
     regs = np.asarray(regs, np.uint64)
+    if kind == "tf32":
+        bits = np.zeros((64, 8), np.uint32)
+        for j, (dr, dk) in enumerate(((0, 0), (8, 0), (0, 4), (8, 4))):
+            bits[16 * w + g + dr, t + dk] = regs[:, j]
+        return (bits & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
+    halves = np.zeros((64, 16), np.uint16)
     for j, (dr, dk) in enumerate(((0, 0), (8, 0), (0, 8), (8, 8))):
         halves[16 * w + g + dr, 2 * t + dk] = regs[:, j] & 0xFFFF
         halves[16 * w + g + dr, 2 * t + dk + 1] = regs[:, j] >> 16
@@ -725,8 +720,7 @@ def _make_wgmma(kind, n, rs=False, trans_b=0):
                     f"scale_d; {_ids_text(odd)} (of the warpgroup) passed "
                     f"{key(payloads[odd[0]])}, thread 0 {key(first)}"), None
         if rs:
-            A = (_register_a_tf32 if kind == "tf32" else _register_a)(
-                [p[:4] for p in payloads], *(() if kind == "tf32" else (kind,)))
+            A = _register_a([p[:4] for p in payloads], kind)
             desc_b, scale_d = first[4:6]
         else:
             desc_a, desc_b, scale_d = first[:3]

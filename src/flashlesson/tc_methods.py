@@ -372,6 +372,14 @@ def wgmma_checks(d, what):
     hopper_check(what)
 
 
+def shared_fits(smem, d, what, hint=""):
+    """A wgmma config's check of its shared memory on this GPU (the simulator does not model
+    the limit): a ValueError naming the bytes, d, ``what`` (the config's fields) and ``hint``."""
+    if not device.SIMULATOR and smem > max_shared_bytes():
+        raise ValueError(f"config: {smem} bytes of shared memory at d = {d} ({what}); this GPU "
+                         f"allows {max_shared_bytes()}{hint}")
+
+
 @dataclass(frozen=True)
 class WgmmaConfig:
     """The wgmma kernel's compile-time variants: Bc keys per K/V tile (64, 96, 128, 160, 176 or
@@ -427,11 +435,9 @@ class WgmmaConfig:
         if self.PINGPONG and self.CWG < 2:
             raise ValueError("config: PINGPONG needs CWG ≥ 2 (consumer warpgroups that take "
                              "turns issuing their wgmmas), got CWG = 1")
-        smem = KW.wgmma_smem_bytes(d, self.Bc, self.CWG, self.STAGES, bool(self.SWIZZLE))
-        if not device.SIMULATOR and smem > max_shared_bytes():
-            raise ValueError(f"config: {smem} bytes of shared memory at d = {d} (Bc, CWG, "
-                             f"STAGES = {self.Bc}, {self.CWG}, {self.STAGES}); this GPU allows "
-                             f"{max_shared_bytes()} (fewer STAGES or a narrower Bc)")
+        shared_fits(KW.wgmma_smem_bytes(d, self.Bc, self.CWG, self.STAGES, bool(self.SWIZZLE)),
+                    d, f"Bc, CWG, STAGES = {self.Bc}, {self.CWG}, {self.STAGES}",
+                    " (fewer STAGES or a narrower Bc)")
 
     @property
     def Br(self):
@@ -592,11 +598,9 @@ class WgmmaTf32Config:
                              f"bytes), got Bc = {self.Bc}")
         if self.STAGES not in (1, 2, 3):
             raise ValueError(f"config: STAGES must be 1, 2 or 3, got {self.STAGES}")
-        smem = KWF.tf32_smem_bytes(d, self.Bc, self.CWG, self.STAGES)
-        if not device.SIMULATOR and smem > max_shared_bytes():
-            raise ValueError(f"config: {smem} bytes of shared memory at d = {d} (Bc, CWG, "
-                             f"STAGES = {self.Bc}, {self.CWG}, {self.STAGES}); this GPU allows "
-                             f"{max_shared_bytes()} (fewer STAGES, a narrower Bc or CWG = 1)")
+        shared_fits(KWF.tf32_smem_bytes(d, self.Bc, self.CWG, self.STAGES), d,
+                    f"Bc, CWG, STAGES = {self.Bc}, {self.CWG}, {self.STAGES}",
+                    " (fewer STAGES, a narrower Bc or CWG = 1)")
 
     @property
     def Br(self):
@@ -901,9 +905,7 @@ class WgmmaBwdConfig:
         smem = max(KWB.wgmma_bwd_smem_bytes(d, self.Bq, self.CWG, self.STAGES, True,
                                             self.FUSED, sw),
                    KWB.wgmma_bwd_smem_bytes(d, self.Bk, self.CWG, self.STAGES, False, False, sw))
-        if not device.SIMULATOR and smem > max_shared_bytes():
-            raise ValueError(f"config: {smem} bytes of shared memory at d = {d} ({self}); this "
-                             f"GPU allows {max_shared_bytes()}")
+        shared_fits(smem, d, str(self))
 
 
 def default_wgmma_bwd_config(d):
