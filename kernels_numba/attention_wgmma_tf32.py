@@ -180,12 +180,38 @@ def pack_kernel(D, R, C, TRANS, PAD):
 
 
 @lru_cache(maxsize=None)
+def key_part(D):
+    """part(acc, fb, fs, tb, ts, p): acc = part p (the tile's tokens 32p … 32p + 31) of F X,
+    64 × D, as RS wgmmas m64n{D}k8 from zero: Fs·Xb, Fb·Xs, Fb·Xb — F in registers as A
+    fragments (big fb, small fs: attention_tc.split_keys_fragment), X a tile packed transposed
+    with its tokens in PERM's order (tb, ts: k8 step 0's descriptors of its big and small
+    parts, D rows: a step 2·D units on). Issued, not committed. The forward's O += P V
+    (X = Vᵀ), and attention_wgmma_tf32_backward's dV, dK, dQ parts."""
+    mma = WGMMA_TF32_RS[D]
+
+    @cuda.jit(device=True)
+    def part(acc, fb, fs, tb, ts, p):
+        for kk in range(STEPS):
+            kc = STEPS * p + kk
+            mma(acc, fs[4 * kc], fs[4 * kc + 1], fs[4 * kc + 2], fs[4 * kc + 3],
+                tb + uint64(2 * D * kc), kk > 0)
+        for kk in range(STEPS):
+            kc = STEPS * p + kk
+            mma(acc, fb[4 * kc], fb[4 * kc + 1], fb[4 * kc + 2], fb[4 * kc + 3],
+                ts + uint64(2 * D * kc), True)
+        for kk in range(STEPS):
+            kc = STEPS * p + kk
+            mma(acc, fb[4 * kc], fb[4 * kc + 1], fb[4 * kc + 2], fb[4 * kc + 3],
+                tb + uint64(2 * D * kc), True)
+    return part
+
+
+@lru_cache(maxsize=None)
 def flash_wgmma_tf32_kernel(D, Bc, CWG, CAUSAL, PAD, FOLD=True, STAGES=2):
     """float32 FlashAttention forward, 3xTF32 on wgmma, on pack_kernel's tiles (module menu).
     FOLD: scale·log2e > 0 (attention_tc.fold_scale)."""
     assert D in (64, 128) and Bc in (32, 64) and CWG in (1, 2) and STAGES >= 1
     mma_s = WGMMA_TF32[Bc]                  # S part: 64 × Bc, A = Q, B = K (shared memory)
-    mma_o = WGMMA_TF32_RS[D]                # O part: 64 × D, A = P (registers), B = Vᵀ
     Br = 64 * CWG
     NC = WARPGROUP * CWG                    # consumer threads; the producer warp after them
     T = NC + 32
@@ -202,6 +228,7 @@ def flash_wgmma_tf32_kernel(D, Bc, CWG, CAUSAL, PAD, FOLD=True, STAGES=2):
     update = online_softmax_tc(NBS, NBO)
     mask = mask_scores_tc(NBS, CAUSAL, PAD, 1, CLAMPED=True)
     scaled = fold_scale(SH, FOLD)
+    o_part = key_part(D)                    # O part: 64 × D, A = P (registers), B = Vᵀ
     clear_acc = zeros(OH)
     finish = finish_rows(NBO, store_floats)
     cap = reg_cap(T)
@@ -221,23 +248,6 @@ def flash_wgmma_tf32_kernel(D, Bc, CWG, CAUSAL, PAD, FOLD=True, STAGES=2):
         for kk in range(STEPS):                     # Qb·Kbᵀ
             ks = STEPS * p + kk
             mma_s(acc, qb + uint64(128 * ks), kb + uint64(2 * Bc * ks), True)
-
-    @cuda.jit(device=True)
-    def o_part(acc, pb, ps, vb, vs, p):
-        """acc = Op, part p of P Vj (keys 32p … 32p + 31 of the tile): Ps·Vb, Pb·Vs, Pb·Vb;
-        vb, vs: k8 step 0's descriptors of Vᵀ's parts (D rows: a step 2·D units on)."""
-        for kk in range(STEPS):
-            kc = STEPS * p + kk
-            mma_o(acc, ps[4 * kc], ps[4 * kc + 1], ps[4 * kc + 2], ps[4 * kc + 3],
-                  vb + uint64(2 * D * kc), kk > 0)
-        for kk in range(STEPS):
-            kc = STEPS * p + kk
-            mma_o(acc, pb[4 * kc], pb[4 * kc + 1], pb[4 * kc + 2], pb[4 * kc + 3],
-                  vs + uint64(2 * D * kc), True)
-        for kk in range(STEPS):
-            kc = STEPS * p + kk
-            mma_o(acc, pb[4 * kc], pb[4 * kc + 1], pb[4 * kc + 2], pb[4 * kc + 3],
-                  vb + uint64(2 * D * kc), True)
 
     @cuda.jit(**gpu_options(max_registers=cap))
     def flash_wgmma_tf32(qp, kp, vp, o, lse, scale, n_q, n_k, heads, kpm, q_tiles, k_tiles):

@@ -85,6 +85,7 @@ TC_BWD = [CROSS + "test_tensor_cores_causal_last_key_on_a_tile_edge",
 WGMMA_BWD = ["tests/test_attention_wgmma_backward.py"]
 WGMMA_FWD = ["tests/test_attention_tc.py", "-k", "wgmma"]
 WGMMA_TF32 = ["tests/test_attention_tc.py", "-k", "wgmma_tf32_matches"]
+WGMMA_TF32_BWD = ["tests/test_attention_wgmma_tf32_backward.py::test_matches_oracle"]
 RACE_TC = [CROSS + "test_tensor_core_kernels_race_free"]
 SOFTMAX = ["tests/test_softmax.py::test_method_matches_oracle_fp32",
            "tests/test_softmax.py::test_special_rows", "tests/test_softmax.py"]
@@ -304,13 +305,37 @@ MUTANTS = [
       "every tile read from stage 0"),
     M("wgt-parts", KN + "attention_wgmma_tf32.py", "s0[i] = s0[i] + s1[i]", "s0[i] = s0[i]",
       WGMMA_TF32, "S: the second 32 of d dropped (d = 64)"),
-    M("wgt-o-zero", KN + "attention_wgmma_tf32.py", "vb + uint64(2 * D * kc), kk > 0)",
-      "vb + uint64(2 * D * kc), True)", WGMMA_TF32,
-      "O's part not started from zero: the tile before added again"),
+    M("wgt-o-zero", KN + "attention_wgmma_tf32.py", "tb + uint64(2 * D * kc), kk > 0)",
+      "tb + uint64(2 * D * kc), True)", WGMMA_TF32,
+      "key_part not started from zero: O's part of the tile before added again"),
     M("wgt-empty", KN + "attention_wgmma_tf32.py",
       "mbar_try_wait_parity(bars, EMPTY + s, ph ^ uint32(1))",
       "mbar_try_wait_parity(bars, EMPTY + s, ph)", WGMMA_TF32,
       "producer: waits for the EMPTY phase of the wrong lap"),
+    # ---- kernels_numba/attention_wgmma_tf32_backward.py: the float32 backward (session 11) ----
+    M("wtb-perm", KN + "attention_wgmma_tf32_backward.py",
+      "tok = 8 * (kw // 8) + PERM[kw % 8]", "tok = kw", WGMMA_TF32_BWD,
+      "Qᵀ, dOᵀ, Kᵀ packed in token order, not in the fragments' (k = t ↔ token 2t)"),
+    M("wtb-pad", KN + "attention_wgmma_tf32_backward.py",
+      "if tok < n_k and (not PAD or kpm[bh // heads, tok] != 0):", "if tok < n_k:",
+      WGMMA_TF32_BWD, "packing: padded keys' K, V rows (NaN) packed, not zeros"),
+    M("wtb-small", KN + "attention_wgmma_tf32_backward.py",
+      "kside[at + part] = tf32(val - big)", "kside[at + part] = ZERO", WGMMA_TF32_BWD,
+      "packing: K, V, Kᵀ without small parts (plain tf32)"),
+    M("wtb-order", KN + "attention_wgmma_tf32_backward.py",
+      "row = bh * nq_pad + (last - 1 - i) * Bq     # tiles last to first",
+      "row = bh * nq_pad + i * Bq     # tiles last to first", WGMMA_TF32_BWD,
+      "dK/dV producer: tiles first to last while the consumers take them last to first"),
+    M("wtb-stats", KN + "attention_wgmma_tf32_backward.py",
+      "fl = RING + STAGE * s + 8 * TW", "fl = RING + 8 * TW", WGMMA_TF32_BWD,
+      "dK/dV: LSE_i, D_i always read from stage 0"),
+    M("wtb-key-zero", KN + "attention_wgmma_tf32.py",
+      "tb + uint64(2 * D * kc), kk > 0)", "tb + uint64(2 * D * kc), True)", WGMMA_TF32_BWD,
+      "attention_wgmma_tf32.key_part not started from zero: dV, dK, dQ's part of the tile "
+      "before added again"),
+    M("wtb-scale", KN + "attention_wgmma_tf32_backward.py",
+      "write(dq, bh, r_lo, n_q, t, acc, scale)", "write(dq, bh, r_lo, n_q, t, acc, "
+      "float32(1.0))", WGMMA_TF32_BWD, "dQ without its scale"),
     # ---- kernels_numba/reductions.py ----
     M("red-barrier-after", KN + "reductions.py",
       BARRIER + "                               # wait: all reads of scratch are done before",

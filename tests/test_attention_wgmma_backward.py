@@ -180,12 +180,14 @@ def test_refusals(rng):
                        "dimension of 64 or 128; got d = 80. Use method 'flash_tc'"):
         attention_backward(q, q, q, q, q, lse, method="flash_wgmma")
     q = np.zeros((1, 1, 8, 64), np.float16)
-    f = q.astype(np.float32)
-    with pytest.raises(TypeError, match="method 'flash_wgmma' takes fp16 or bf16"):
+    f = np.zeros((1, 1, 8, 128), np.float32)        # (float32 at d = 64: 3xTF32 on wgmma,
+    with pytest.raises(ValueError, match="float32 backward .3xTF32. at d = 64 only, got d = "
+                       "128"):                      #  tests/test_attention_wgmma_tf32_backward)
         attention_backward(f, f, f, f, f, lse, method="flash_wgmma")
     with pytest.raises(ValueError, match="dropout_p: .*no dropout"):
         attention_backward(q, q, q, q, q, lse, method="flash_wgmma", dropout_p=0.1)
-    with pytest.raises(TypeError, match="config: method 'flash_wgmma' takes a WgmmaBwdConfig"):
+    with pytest.raises(TypeError, match="config: method 'flash_wgmma' takes a WgmmaBwdConfig "
+                       "\\(fp16/bf16\\)"):
         attention_backward(q, q, q, q, q, lse, method="flash_wgmma", config=TcBwdConfig())
     with pytest.raises(ValueError, match="config: Bq must be 64 or 128"):
         attention_backward(q, q, q, q, q, lse, method="flash_wgmma",

@@ -16,7 +16,8 @@ CUTLASS kernels stage theirs. ``scripts/tf32x3_error.py`` emulates each step's s
   through ``mma3``, within ``tolerance.tf32x3_dot_tol``; three mmas a k8 step straight into the
   accumulator (the old ``mma3``) are ~50u off here, 1.7× that bound.
 - ``test_as_accurate_as_torch_efficient`` (GPU with torch): O and dq, dk, dv against float64,
-  each at most 2× the error of torch's efficient backend on the same inputs.
+  each at most 2× the error of torch's efficient backend on the same inputs; the wgmma
+  forward's O and (d = 64) the wgmma backward's gradients the same.
 
 Tiny shapes against float64 under the error model (dtype "tf32"): tests/test_attention_tc.py,
 tests/test_attention_tc_backward.py.
@@ -162,6 +163,20 @@ def test_wgmma_forward_as_accurate_as_torch_efficient(rng, shape, causal):
     q, k, v, do, ref, theirs = _torch_runs(rng, shape, causal)
     o = attention(q, k, v, causal=causal, method="flash_wgmma")
     _within_2x(("O",), [_host(o)], theirs, ref)
+
+
+@pytest.mark.skipif(not GPU, reason="torch's efficient backend runs on a GPU")
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", [s for s in TORCH_SHAPES if s[3] == 64],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_wgmma_backward_as_accurate_as_torch_efficient(rng, shape, causal):
+    """dq, dk, dv of method "flash_wgmma" on float32 inputs (3xTF32 on wgmma, d = 64: every
+    32 of k summed from zero, Q tiles last to first: attention_wgmma_tf32_backward), from the
+    wgmma forward's O and LSE, within 2× torch efficient's error."""
+    q, k, v, do, ref, theirs = _torch_runs(rng, shape, causal)
+    o, lse = attention(q, k, v, causal=causal, return_lse=True, method="flash_wgmma")
+    grads = attention_backward(do, q, k, v, o, lse, causal=causal, method="flash_wgmma")
+    _within_2x(("dq", "dk", "dv"), [_host(x) for x in grads], theirs[1:], ref[1:])
 
 
 @pytest.mark.skipif(not SIM, reason="the simulator's twin; on a GPU the first test checks the "

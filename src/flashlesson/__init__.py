@@ -14,7 +14,7 @@ from .softmax_methods import METHODS as SOFTMAX_METHODS, choose as choose_softma
 from .configs import BwdConfig, FlashConfig, LessonConfig  # noqa: E402
 from .attention_methods import METHODS as ATTENTION_METHODS, attention, merge_attention, varlen_attention  # noqa: E402
 from .tc_methods import BFloat16, TcBwdConfig, TcConfig, WgmmaBwdConfig, WgmmaConfig, \
-    WgmmaTf32Config  # noqa: E402
+    WgmmaTf32BwdConfig, WgmmaTf32Config  # noqa: E402
 from .backward_methods import attention_backward, varlen_attention_backward  # noqa: E402
 from .dropout import dropout_keep_mask  # noqa: E402
 from .linear_methods import LinearConfig, linear_attention  # noqa: E402
@@ -22,6 +22,7 @@ from .linear_methods import LinearConfig, linear_attention  # noqa: E402
 __version__ = "0.1.0"
 __all__ = ["softmax", "choose_softmax", "SOFTMAX_METHODS", "attention", "merge_attention",
            "varlen_attention", "attention_backward", "varlen_attention_backward", "BwdConfig",
-           "FlashConfig", "LessonConfig", "TcConfig", "TcBwdConfig", "WgmmaConfig", "WgmmaBwdConfig", "WgmmaTf32Config", "BFloat16", "ATTENTION_METHODS",
+           "FlashConfig", "LessonConfig", "TcConfig", "TcBwdConfig", "WgmmaConfig", "WgmmaBwdConfig", "WgmmaTf32Config",
+           "WgmmaTf32BwdConfig", "BFloat16", "ATTENTION_METHODS",
            "DeviceError", "MODE", "SIMULATOR",
            "dropout_keep_mask", "linear_attention", "LinearConfig"]

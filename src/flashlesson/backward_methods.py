@@ -47,9 +47,13 @@ METHODS = {m.name: m for m in [
     AttentionMethod("flash_wgmma", "30, 37, 42", "the flash backward on Hopper's wgmma: Sᵀ = "
                     "KQᵀ, dPᵀ = VdOᵀ from shared memory, dV += PᵀdO and dK += dSᵀQ with Pᵀ, "
                     "dSᵀ in registers; Q/dO and K/V tiles in a ring of stages on mbarriers; "
-                    "fp16/bf16, d = 64 or 128; the default for them on Hopper",
-                    "attention_wgmma_backward.wgmma_bwd_dkdv_kernel, wgmma_bwd_dq_kernel",
-                    "D [B·H, Nq] (nothing N × N)"),
+                    "fp16/bf16, d = 64 or 128; the default for them on Hopper; float32 "
+                    "at d = 64: 3xTF32, Q, K, V, dO split once into packed tiles, a producer "
+                    "warp's bulk copies",
+                    "attention_wgmma_backward.wgmma_bwd_dkdv_kernel, wgmma_bwd_dq_kernel, "
+                    "attention_wgmma_tf32_backward.pack_kernel, wgmma_tf32_bwd_dkdv_kernel, "
+                    "wgmma_tf32_bwd_dq_kernel",
+                    "D [B·H, Nq] (nothing N × N); float32: Q, K, V, dO packed (3.5×)"),
 ]}
 CHOICES = tuple(METHODS)
 # The methods with a lesson-tier kernel (``tier="lesson"``), read from the registry.
@@ -71,8 +75,9 @@ LESSON_STATIC_SHARED = 48 * 1024        # bytes of static shared memory a block 
 # The float32 CUDA-core methods: tests/test_attention_backward.py runs them all (any d, dropout);
 # "flash_tc" has its own (tests/test_attention_tc_backward.py).
 FP32_METHODS = tuple(m for m in METHODS if m not in ("flash_tc", "flash_wgmma"))
-# The methods that take float32 inputs (the edge suites loop over them): all but flash_wgmma
-# (fp16/bf16 only: tests/test_attention_wgmma_backward.py)
+# The methods that take float32 inputs at any d (the edge suites loop over them): all but
+# flash_wgmma (fp16/bf16 at d = 64, 128: tests/test_attention_wgmma_backward.py; float32 at
+# d = 64 only: tests/test_attention_wgmma_tf32_backward.py)
 FLOAT32_METHODS = tuple(m for m in METHODS if m != "flash_wgmma")
 
 
@@ -108,10 +113,12 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, key_pad
         (§31: P = exp(S − LSE) and dP/dS stored in global memory, GEMM launches) or
         "flash_tc" (§37: the flash backward on tensor cores; float32 inputs run 3xTF32 there,
         no dropout) or "flash_wgmma" (the same on Hopper's wgmma: fp16/bf16, d = 64 or 128,
-        no dropout; the default for fp16/bf16 with d = 64 or 128 on Hopper, causal or not,
-        where it measured ahead — else fp16/bf16 inputs run "flash_tc" unless asked).
+        and float32 as 3xTF32 at d = 64 (opt-in); no dropout; the default for fp16/bf16 with
+        d = 64 or 128 on Hopper, causal or not, where it measured ahead — else fp16/bf16
+        inputs run "flash_tc" unless asked).
     config: a ``BwdConfig`` for method "flash", a ``TcBwdConfig`` for "flash_tc", a
-        ``WgmmaBwdConfig`` for "flash_wgmma"; default per head dim.
+        ``WgmmaBwdConfig`` (fp16/bf16) or ``WgmmaTf32BwdConfig`` (float32) for
+        "flash_wgmma"; default per head dim.
     tier: "fast" (the tuned kernels, the default) or "lesson" (method "flash" only: the three
         plain kernels of ``kernels_numba/lesson/backward.py``, float32, no dropout, no config;
         checked by the same tests and oracles).
@@ -161,9 +168,10 @@ def _backward_call(do, q, k, v, o, lse, causal, scale, key_padding_mask, dropout
                                    tc_methods.wgmma_bwd_is_default(q, dropout_p)):
         # §30 on Hopper's wgmma (fp16/bf16, d = 64, 128; the default where it measured ahead)
         checks.integer(seed, "seed", 0, 2**64)
-        if config is not None and not isinstance(config, tc_methods.WgmmaBwdConfig):
-            raise TypeError("config: method 'flash_wgmma' takes a WgmmaBwdConfig, not a "
-                            f"{type(config).__name__}")
+        if config is not None and not isinstance(config, (tc_methods.WgmmaBwdConfig,
+                                                          tc_methods.WgmmaTf32BwdConfig)):
+            raise TypeError("config: method 'flash_wgmma' takes a WgmmaBwdConfig (fp16/bf16) "
+                            f"or a WgmmaTf32BwdConfig (float32), not a {type(config).__name__}")
         return tc_methods.attention_backward_wgmma(do, q, k, v, o, lse, causal=causal,
                                                    scale=scale,
                                                    key_padding_mask=key_padding_mask,

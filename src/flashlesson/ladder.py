@@ -39,7 +39,8 @@ from typing import Optional
 import numpy as np
 
 from .configs import BwdConfig, FlashConfig
-from .tc_methods import TcBwdConfig, TcConfig, WgmmaBwdConfig, WgmmaConfig, WgmmaTf32Config
+from .tc_methods import TcBwdConfig, TcConfig, WgmmaBwdConfig, WgmmaConfig, WgmmaTf32BwdConfig, \
+    WgmmaTf32Config
 
 SOFTMAX, FORWARD, BACKWARD = "softmax", "attention", "backward"
 UNITS = {SOFTMAX: "GB/s", FORWARD: "TFLOP/s", BACKWARD: "TFLOP/s"}
@@ -288,6 +289,22 @@ LADDERS = (
              "forward's (git 6ad2f9a, issue 16; before the staging: 23.6 TFLOP/s, 12–100× torch "
              "efficient's error)",
              {"method": "flash_tc"}),
+    )),
+    Ladder("attention_wgmma_tf32_backward", BACKWARD, (2, 16, 4096, 64), "float32", (
+        Step("0", "the lesson kernels of §30 on CUDA cores (``lesson/backward.py``)", LESSON),
+        Step("1", "3xTF32 on mma.sync (``attention_tf32x3_backward.py``): every warp splits its "
+             "operands again each k8 step", {"method": "flash_tc"}),
+        Step("2", "this file: Q, K, V, dO split once by one packing launch into the layouts "
+             "shared memory holds, every product on wgmma (three a k8 step, summed every 32 "
+             "of k), a producer warp's bulk copies, one consumer warpgroup a kernel, one "
+             "stage: load, wait, compute",
+             {"method": "flash_wgmma", "config": WgmmaTf32BwdConfig(Q_CWG=1, STAGES=1)}),
+        Step("3", "§42: two stages, the next tile's bulk copies in flight during this tile's "
+             "wgmmas", {"method": "flash_wgmma", "config": WgmmaTf32BwdConfig(Q_CWG=1)}),
+        Step("4", "two consumer warpgroups in the dQ kernel (at most 168 registers a thread; "
+             "122–126 on the H200, no local memory): the default "
+             "(``tc_methods.default_wgmma_tf32_bwd_config``)",
+             {"method": "flash_wgmma"}),
     )),
     Ladder("attention_fa1", FORWARD, (2, 16, 2048, 64), "float32", (
         Step("0", "the lesson kernel (``lesson/loop_order.py``'s ``flash_fa1``): FA1's order, "

@@ -39,6 +39,7 @@ from kernels_numba import attention_tc as KT
 from kernels_numba import attention_wgmma as KW
 from kernels_numba import attention_wgmma_backward as KWB
 from kernels_numba import attention_wgmma_tf32 as KWF
+from kernels_numba import attention_wgmma_tf32_backward as KWFB
 from kernels_numba.lesson import tensor_core as LT
 
 from . import checks, device
@@ -765,9 +766,6 @@ def _backward_inputs(do, q, k, v, o, lse, causal, scale, key_padding_mask, dropo
                         f"tensor-core backward); got {', '.join(f for _, f in ops)}")
     fmt = fmts.pop()
     tf32 = fmt == "tf32"
-    if wgmma and tf32:
-        raise TypeError("do, q, k, v, o: method 'flash_wgmma' takes fp16 or bf16; got float32 "
-                        "(method 'flash_tc' runs float32 as 3xTF32)")
     (doo, _), (qo, _), (ko, _), (vo, _), (oo, _) = ops
     if len({x.on_host for x, _ in ops}) != 1:
         raise TypeError("do, q, k, v, o: all NumPy arrays or all device arrays")
@@ -777,6 +775,11 @@ def _backward_inputs(do, q, k, v, o, lse, causal, scale, key_padding_mask, dropo
             raise ValueError(f"{name}: expected q's shape {qo.shape}, got {x.shape}")
     if wgmma:
         wgmma_checks(d, "method 'flash_wgmma' (backward)")
+        if tf32 and d != 64:
+            raise ValueError(f"q: method 'flash_wgmma' runs the float32 backward (3xTF32) at "
+                             f"d = 64 only, got d = {d} (at d = 128 its dK/dV kernel does not "
+                             f"fit: attention_wgmma_tf32_backward's limits; method 'flash_tc' "
+                             f"runs it)")
     else:
         head_dim_check(d, tf32, fmt, "the tensor-core backward")
     if checks.probability(dropout_p, "dropout_p", "drop probability"):
@@ -924,22 +927,24 @@ def default_wgmma_bwd_config(d):
 def attention_backward_wgmma(do, q, k, v, o, lse, *, causal=False, scale=None,
                              key_padding_mask=None, dropout_p=0.0, config=None):
     """``attention_backward(..., method="flash_wgmma")``: fp16 or bf16 inputs with d = 64 or
-    128 on Hopper's wgmma (kernels_numba/attention_wgmma_backward.py); the same D
-    preprocess, outputs and masks as method "flash_tc" (deterministic, no atomics, no
-    dropout). config: a ``WgmmaBwdConfig``."""
+    128 on Hopper's wgmma (kernels_numba/attention_wgmma_backward.py), float32 with d = 64
+    as 3xTF32 (kernels_numba/attention_wgmma_tf32_backward.py); the same outputs and masks
+    as method "flash_tc" (deterministic, no atomics, no dropout). config: a
+    ``WgmmaBwdConfig`` (fp16/bf16) or a ``WgmmaTf32BwdConfig`` (float32)."""
     ins = _backward_inputs(do, q, k, v, o, lse, causal, scale, key_padding_mask, dropout_p,
                            wgmma=True)
-    fmt, _, (doo, qo, ko, vo, oo, lo), (B, H, nq, nk, d), scale, causal, kpm = ins
-    cfg = config or default_wgmma_bwd_config(d)
-    if not isinstance(cfg, WgmmaBwdConfig):
-        raise TypeError(f"config: expected a WgmmaBwdConfig for method 'flash_wgmma', got "
-                        f"{type(cfg).__name__}")
+    fmt, tf32, (doo, qo, ko, vo, oo, lo), (B, H, nq, nk, d), scale, causal, kpm = ins
+    kind = WgmmaTf32BwdConfig if tf32 else WgmmaBwdConfig
+    cfg = config or (default_wgmma_tf32_bwd_config() if tf32 else default_wgmma_bwd_config(d))
+    if not isinstance(cfg, kind):
+        raise TypeError(f"config: expected a {kind.__name__} for method 'flash_wgmma' on "
+                        f"{'float32' if tf32 else fmt} inputs, got {type(cfg).__name__}")
     cfg.check(d)
     if B * H * nq == 0 or nk == 0:      # empty: no launch; what no query or no key reaches is 0
         return tuple(_filled(x.shape, fmt, 0.0, qo.on_host, like=qo) for x in (qo, ko, vo))
+    run = _backward_wgmma_tf32 if tf32 else _backward_wgmma
     with using(qo):                     # torch in: torch's stream, torch.empty
-        grads = _backward_wgmma(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal,
-                                scale, kpm)
+        grads = run(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, scale, kpm)
     return tuple(_unwords(g, (B, H, g.shape[1], d), fmt, qo.on_host) for g in grads)
 
 
@@ -993,3 +998,88 @@ def _backward_wgmma(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, 
         launch(KWB.dq_finish(fmt == "bf16"), *stride_grid(rows * d // 2),
                (dqa.reshape(rows * d), dq.reshape(rows * d // 2), np.float32(scale)))
     return grads
+
+
+# ---------------------------------------------------------------------------------------------
+# The float32 backward on wgmma (3xTF32): kernels_numba/attention_wgmma_tf32_backward.py
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WgmmaTf32BwdConfig:
+    """The 3xTF32 wgmma backward's blocks (float32 inputs, d = 64, method "flash_wgmma";
+    kernels_numba/attention_wgmma_tf32_backward.py): Q_CWG consumer warpgroups of 64 queries
+    in the dQ kernel (1 or 2; the dK/dV kernel has one: two spill 644 bytes at 168 registers
+    offline and their K, V rows take 128 KB), STAGES shared-memory stages of each kernel's
+    ring (1 or 2). Tiles of 32 queries and 32 keys (the staged sums' 32)."""
+    Q_CWG: int = 2
+    STAGES: int = 2
+
+    def __post_init__(self):
+        checks.config_fields(self)
+
+    def check(self, d):
+        if self.Q_CWG not in (1, 2):
+            raise ValueError(f"config: Q_CWG must be 1 or 2 consumer warpgroups, got "
+                             f"{self.Q_CWG}")
+        if self.STAGES not in (1, 2):
+            raise ValueError(f"config: STAGES must be 1 or 2, got {self.STAGES}")
+        for cwg, keys in ((1, True), (self.Q_CWG, False)):
+            shared_fits(KWFB.tf32_bwd_smem_bytes(d, 32, cwg, self.STAGES, keys), d,
+                        f"Q_CWG, STAGES = {self.Q_CWG}, {self.STAGES}",
+                        " (fewer STAGES or Q_CWG = 1)")
+
+
+def default_wgmma_tf32_bwd_config():
+    """The GPU: two consumer warpgroups in the dQ kernel (224 KB; 122–126 registers a thread
+    on the H200, no local memory), two stages — 1.07–1.17× one warpgroup (160 KB, no
+    spills) and 1.24–1.71× one stage at the three shapes of ``scripts/gpu_wgmma_tf32.py
+    --backward --sweep`` (H200, 2026-12-02, docs/logs/gpu_session11_h200.log, run 1). The
+    simulator: one (fewer simulated threads)."""
+    return WgmmaTf32BwdConfig(Q_CWG=1 if device.SIMULATOR else 2)
+
+
+def pack_backward_operands(q3, k3, v3, do3, H, d, kpm):
+    """attention_wgmma_tf32_backward's packing launch on [B·H, n, d] float32 q, k, v, dO: the Q
+    side (Q, dO, Qᵀ, dOᵀ) and the K side (K, V, Kᵀ), big and small parts, rows padded to
+    pad_rows(n). Returns (qside, kside, nq_pad, nk_pad)."""
+    bh, nq, nk = q3.shape[0], q3.shape[1], k3.shape[1]
+    nq_pad, nk_pad = KWFB.pad_rows(nq), KWFB.pad_rows(nk)
+    qside = empty((8 * bh * nq_pad * d,), np.float32)
+    kside = empty((6 * bh * nk_pad * d,), np.float32)
+    pad = kpm is not None
+    grid = (-(-max(nq_pad, nk_pad) * d // 256), bh, KWFB.JOBS)
+    checks.grid(grid, f"q, k: {bh} heads of {max(nq_pad, nk_pad) * d} packed words")
+    launch(KWFB.pack_kernel(d, pad), grid, 256,
+           (q3, k3, v3, do3, qside, kside, nq, nk, nq_pad, nk_pad,
+            kpm if pad else dummy("mask"), H))
+    return qside, kside, nq_pad, nk_pad
+
+
+def _backward_wgmma_tf32(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, scale,
+                         kpm):
+    """The packing launch, D and LSE into padded rows, then the dK/dV and dQ kernels; the
+    packed copies are freed when the call ends."""
+    bh = B * H
+    q3, k3, v3, do3, o3 = (_words(x, (bh, x.shape[2], d), np.float32)
+                           for x in (qo, ko, vo, doo, oo))
+    lse = lo.device_view((bh, nq))
+    pad = kpm is not None
+    mask = kpm if pad else dummy("mask")
+    grids = [row_grid(causal, bh, -(-n // (64 * cwg)),    # (both checked before any launch)
+                      f"q, k: {nq} queries, {nk} keys in row blocks of {64 * cwg}")
+             for n, cwg in ((nk, 1), (nq, cfg.Q_CWG))]
+    qside, kside, nq_pad, nk_pad = pack_backward_operands(q3, k3, v3, do3, H, d, kpm)
+    lse_p = empty((bh, nq_pad), np.float32)
+    d_p = empty((bh, nq_pad), np.float32)
+    launch(KWFB.stats_kernel, (nq_pad // 128, bh), 128, (o3, do3, lse, lse_p, d_p, nq))
+    dq, dk, dv = (empty((bh, n, d), np.float32) for n in (nq, nk, nk))
+    pads = (nq_pad, nk_pad)
+    kv = KWFB.wgmma_tf32_bwd_dkdv_kernel(d, 32, 1, cfg.STAGES, causal, pad)
+    launch(kv, grids[0], 128 + 32,
+           (qside, kside, lse_p.reshape(bh * nq_pad), d_p.reshape(bh * nq_pad), dk, dv,
+            np.float32(scale), nq, nk, H, mask, *pads),
+           KWFB.tf32_bwd_smem_bytes(d, 32, 1, cfg.STAGES, True))
+    qk = KWFB.wgmma_tf32_bwd_dq_kernel(d, 32, cfg.Q_CWG, cfg.STAGES, causal, pad)
+    launch(qk, grids[1], 128 * cfg.Q_CWG + 32,
+           (qside, kside, lse_p, d_p, dq, np.float32(scale), nq, nk, H, mask, *pads),
+           KWFB.tf32_bwd_smem_bytes(d, 32, cfg.Q_CWG, cfg.STAGES, False))
+    return dq, dk, dv

@@ -1,0 +1,102 @@
+"""§30 + §37 for float32 on Hopper: ``attention_backward(do, q, k, v, o, lse,
+method="flash_wgmma")`` on float32 inputs — 3xTF32 on wgmma (kernels_numba/
+attention_wgmma_tf32_backward.py) — against the float64 oracle under the error model (dtype
+"tf32": conftest.check_grads), O and LSE from the float64 oracle's forward (the backward only
+reads them). Outputs are poisoned by the library's allocator on the GPU (NaN in a gradient
+element not written fails); padded keys hold NaN in K and V.
+
+Simulator (two cases, ~2.5 minutes): padded keys (one partial K tile) with two Q tiles, so
+the dK/dV kernel's second tile comes through stage 1; causal with Nq > Nk (rows 0–7 see no
+key: dq = 0) over two Q tiles and two K tiles through rings of one stage, so both producers
+wait on EMPTY. GPU: N = 1, Nq ≠ Nk both ways, 1000 × 998, causal × padding with a
+batch row that has no valid key, the other configurations, and ten runs bitwise equal.
+Accuracy against torch's efficient backend: tests/test_tf32x3_accuracy.py.
+"""
+
+import numpy as np
+import pytest
+from conftest import GPU, by_device, check_grads
+
+import reference
+from flashlesson import TcBwdConfig, WgmmaBwdConfig, WgmmaTf32BwdConfig, attention_backward
+from reference import attention_backward as ref_backward
+
+CASES = by_device(      # (causal, pad, (B, H, Nq, Nk, d), config)
+    [(False, True, (1, 1, 40, 20, 64), None),
+     (True, False, (1, 1, 45, 37, 64), WgmmaTf32BwdConfig(Q_CWG=1, STAGES=1))],
+    [(c, p, s, None) for c in (False, True) for p in (False, True)
+     for s in ((1, 1, 1, 1, 64), (2, 3, 100, 100, 64), (1, 2, 77, 300, 64),
+               (1, 2, 257, 130, 64), (1, 1, 1000, 998, 64))]
+    + [(c, p, (2, 2, 300, 257, 64), cfg) for c, p, cfg in (
+        (True, True, WgmmaTf32BwdConfig(Q_CWG=2)), (False, False, WgmmaTf32BwdConfig(STAGES=1)),
+        (False, True, WgmmaTf32BwdConfig(Q_CWG=2, STAGES=1)))])
+
+
+def _case(rng, B, H, nq, nk, d, causal, pad):
+    """float32 q, k, v, do; O, LSE from the float64 oracle; a key mask (batch row 0 with no
+    valid key when B > 1) with NaN in the padded keys' K and V; the oracle's gradients."""
+    q, k, v, do = (rng.standard_normal((B, H, n, d)).astype(np.float32)
+                   for n in (nq, nk, nk, nq))
+    kpm = None
+    if pad:
+        kpm = rng.random((B, nk)) > 0.3
+        kpm[:, 0] = True
+        if B > 1:
+            kpm[0] = False
+        k.transpose(0, 2, 1, 3)[~kpm] = np.nan
+        v.transpose(0, 2, 1, 3)[~kpm] = np.nan
+    clean = [np.where(np.isnan(x), 0.0, x).astype(np.float64) for x in (q, k, v, do)]
+    o, lse = reference.attention(*clean[:3], causal=causal, key_padding_mask=kpm)
+    refs = ref_backward(clean[3], *clean[:3], causal=causal, key_padding_mask=kpm)
+    return (do, q, k, v, o.astype(np.float32), lse.astype(np.float32)), kpm, refs
+
+
+@pytest.mark.parametrize("causal, pad, shape, config", CASES,
+                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
+def test_matches_oracle(rng, causal, pad, shape, config):
+    """The gradients within the 3xTF32 error model; padded keys: dk = dv = 0 exactly; a batch
+    row with no valid key: dq = 0 exactly."""
+    ins, kpm, refs = _case(rng, *shape, causal, pad)
+    grads = attention_backward(*ins, causal=causal, key_padding_mask=kpm, method="flash_wgmma",
+                               config=config)
+    q, k = ins[1], np.where(np.isnan(ins[2]), 0, ins[2])
+    check_grads(grads, refs, q, k, dtype="tf32", rel=1e-3 if shape[3] == 1 else None)
+    dq, dk, dv = grads
+    if pad:
+        assert np.all(dk.swapaxes(1, 2)[~kpm] == 0) and np.all(dv.swapaxes(1, 2)[~kpm] == 0)
+        if shape[0] > 1:
+            assert np.all(dq[0] == 0)
+
+
+@pytest.mark.skipif(not GPU, reason="ten runs of a large case: the GPU")
+def test_bitwise_identical_runs(rng):
+    """No atomics, a fixed order of every sum: ten calls give the same bits."""
+    ins, kpm, _ = _case(rng, 2, 4, 700, 650, 64, True, True)
+    first = attention_backward(*ins, causal=True, key_padding_mask=kpm, method="flash_wgmma")
+    for _ in range(9):
+        again = attention_backward(*ins, causal=True, key_padding_mask=kpm,
+                                   method="flash_wgmma")
+        for a, b in zip(first, again):
+            np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def test_refusals():
+    """What the float32 wgmma backward does not build, refused naming the argument."""
+    x = np.zeros((1, 1, 8, 64), np.float32)
+    lse = np.zeros((1, 1, 8), np.float32)
+    args = (x, x, x, x, x, lse)
+    with pytest.raises(ValueError, match="Q_CWG must be 1 or 2"):
+        attention_backward(*args, method="flash_wgmma", config=WgmmaTf32BwdConfig(Q_CWG=3))
+    with pytest.raises(ValueError, match="STAGES must be 1 or 2"):
+        attention_backward(*args, method="flash_wgmma", config=WgmmaTf32BwdConfig(STAGES=3))
+    with pytest.raises(TypeError, match="expected a WgmmaTf32BwdConfig .* float32 inputs, got "
+                       "WgmmaBwdConfig"):
+        attention_backward(*args, method="flash_wgmma", config=WgmmaBwdConfig())
+    with pytest.raises(TypeError, match="WgmmaTf32BwdConfig .float32., not a TcBwdConfig"):
+        attention_backward(*args, method="flash_wgmma", config=TcBwdConfig())
+    x128 = np.zeros((1, 1, 8, 128), np.float32)
+    with pytest.raises(ValueError, match="float32 backward .3xTF32. at d = 64 only, got d = "
+                       "128"):
+        attention_backward(x128, x128, x128, x128, x128, lse, method="flash_wgmma")
+    with pytest.raises(ValueError, match="dropout_p: the tensor-core backward has no dropout"):
+        attention_backward(*args, method="flash_wgmma", dropout_p=0.1)
