@@ -282,8 +282,12 @@ def install():
             f = sys._getframe(1)
             caller = (f.f_code.co_filename, f.f_lineno)
             res = self._allocations.get(caller)
-            if res is None:
-                res = self._allocations[caller] = np.empty(shape, dtype)
+            if res is None:     # the first threads to declare it: made once, under the lock
+                with _alloc_lock:   # (unlocked, two threads can each make one, as the
+                    res = self._allocations.get(caller)     # simulator's own array() can: a
+                    if res is None:                         # CI run saw lane 1 of
+                        res = self._allocations[caller] = np.empty(shape, dtype)
+                        # tests/test_simwarp.py's syncwarp_kernel write to an array of its own)
             return _wrap(self, caller, res, res) if _on else res
 
         array.__doc__ = shared_cls.array.__doc__
