@@ -154,7 +154,7 @@ skips zeros under a mask.
 from functools import lru_cache
 
 import numpy as np
-from numba import cuda, float32
+from numba import cuda, float32, float64
 
 from .attention import attention_geometry, first_q_tile, kv_tiles
 from .jit import pure_device
@@ -179,7 +179,11 @@ def dq_smem_floats(D, Br, Bc):
 @cuda.jit
 def bwd_preprocess(o, do, dvec):
     """§30: D_i = Σ_c dO_ic · O_ic for o, do [R, d] (R = B·H·Nq rows, or total_q·H packed:
-    either way row r's D lands where its LSE is), dvec [R].
+    either way row r's D lands where its LSE is), dvec [R]. Summed in float64 and rounded once:
+    dS = P∘(dP − D) cancels in causal rows that see few keys (D ≈ dP there), and a float32 sum
+    of d terms gave 3xTF32's dq at B1 H1 N2048 d128 causal 2.7× torch efficient's error (the
+    H200, seed 20261211); a NumPy emulation of that case (scripts/tf32x3_error.py's arithmetic)
+    puts 1.23e-6 of its 2.87e-6 on D's float32 sum and 9e-8 on a float64 one.
 
     One thread per row, threads striding over the rows (any R, any grid). D is O(R·d) work
     against the O(R·Nk·d) of the main kernels, so the plainest layout does. (A warp per row
@@ -188,10 +192,10 @@ def bwd_preprocess(o, do, dvec):
     With dropout O is the dropped output (P∘Z) V, and D_i = Σ_j P_ij dP_ij still holds."""
     row = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     while row < o.shape[0]:
-        total = ZERO
+        total = float64(0.0)
         for c in range(o.shape[1]):
-            total += do[row, c] * o[row, c]         # D_i = Σ_c dO_ic O_ic
-        dvec[row] = total
+            total += float64(do[row, c]) * float64(o[row, c])   # D_i = Σ_c dO_ic O_ic (exact
+        dvec[row] = float32(total)                               #  products, one rounding)
         row += cuda.gridDim.x * cuda.blockDim.x
 
 

@@ -128,7 +128,7 @@ scripts/gpu_wgmma_tf32.py --backward``.
 
 from functools import lru_cache
 
-from numba import cuda, float32, uint32, uint64
+from numba import cuda, float32, float64, uint32, uint64
 
 from .attention import first_q_tile, kv_tiles
 from .attention_tc import split_keys_fragment, zeros
@@ -217,18 +217,19 @@ def pack_kernel(D, PAD):
 @cuda.jit
 def stats_kernel(o, do, lse, lse_p, d_p, n_q):
     """Row i < pad_rows(Nq) of head bh (grid: rows, BH): d_p[bh, i] = Σ_c dO_ic·O_ic (§30's D,
-    summed as attention_backward.bwd_preprocess), lse_p[bh, i] = LSE_i; 0 past Nq."""
+    summed in float64 as attention_backward.bwd_preprocess, which says why), lse_p[bh, i] =
+    LSE_i; 0 past Nq."""
     i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     bh = cuda.blockIdx.y
     if i >= lse_p.shape[1]:
         return
-    total = ZERO
+    total = float64(0.0)
     lv = ZERO
     if i < n_q:
         for c in range(o.shape[2]):
-            total += do[bh, i, c] * o[bh, i, c]         # D_i = Σ_c dO_ic O_ic
+            total += float64(do[bh, i, c]) * float64(o[bh, i, c])  # D_i = Σ_c dO_ic O_ic
         lv = lse[bh, i]
-    d_p[bh, i] = total
+    d_p[bh, i] = float32(total)
     lse_p[bh, i] = lv
 
 
