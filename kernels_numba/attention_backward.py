@@ -176,10 +176,21 @@ def dq_smem_floats(D, Br, Bc):
     return 2 * Br * (D + 4) + 2 * Bc * (D + 4) + Bc * (Br + 4) + Bc
 
 
+@cuda.jit(device=True)
+def d_row(o, do, row):
+    """§30's D_i = Σ_c dO_ic · O_ic of row ``row`` of o, do [R, d], summed in float64 (exact
+    products) and rounded once to float32 (bwd_preprocess says why)."""
+    total = float64(0.0)
+    for c in range(o.shape[1]):
+        total += float64(do[row, c]) * float64(o[row, c])
+    return float32(total)
+
+
 @cuda.jit
 def bwd_preprocess(o, do, dvec):
     """§30: D_i = Σ_c dO_ic · O_ic for o, do [R, d] (R = B·H·Nq rows, or total_q·H packed:
-    either way row r's D lands where its LSE is), dvec [R]. Summed in float64 and rounded once:
+    either way row r's D lands where its LSE is), dvec [R]. Summed in float64 and rounded once
+    (``d_row``):
     dS = P∘(dP − D) cancels in causal rows that see few keys (D ≈ dP there), and a float32 sum
     of d terms gave 3xTF32's dq at B1 H1 N2048 d128 causal 2.7× torch efficient's error (the
     H200, seed 20261211); a NumPy emulation of that case (scripts/tf32x3_error.py's arithmetic)
@@ -192,10 +203,7 @@ def bwd_preprocess(o, do, dvec):
     With dropout O is the dropped output (P∘Z) V, and D_i = Σ_j P_ij dP_ij still holds."""
     row = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     while row < o.shape[0]:
-        total = float64(0.0)
-        for c in range(o.shape[1]):
-            total += float64(do[row, c]) * float64(o[row, c])   # D_i = Σ_c dO_ic O_ic (exact
-        dvec[row] = float32(total)                               #  products, one rounding)
+        dvec[row] = d_row(o, do, row)               # D_i = Σ_c dO_ic O_ic
         row += cuda.gridDim.x * cuda.blockDim.x
 
 

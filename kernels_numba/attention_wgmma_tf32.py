@@ -180,6 +180,52 @@ def pack_kernel(D, R, C, TRANS, PAD):
 
 
 @lru_cache(maxsize=None)
+def fence_all(N, COUNT):
+    """fence(a0, a1, a2, a3): wgmma_fence_operand on the first COUNT (1, 2 or 4) of four
+    accumulators of N floats (the staged parts)."""
+
+    @cuda.jit(device=True)
+    def fence(a0, a1, a2, a3):
+        wgmma_fence_operand(a0, N)
+        if COUNT > 1:
+            wgmma_fence_operand(a1, N)
+        if COUNT > 2:
+            wgmma_fence_operand(a2, N)
+            wgmma_fence_operand(a3, N)
+    return fence
+
+
+@lru_cache(maxsize=None)
+def summed(N, COUNT):
+    """total(a0, a1, a2, a3): a0 = Σ of the first COUNT (1, 2 or 4) parts of N floats, to
+    nearest, in order (S's parts over d)."""
+
+    @cuda.jit(device=True)
+    def total(a0, a1, a2, a3):
+        for i in range(N):
+            if COUNT > 2:
+                a0[i] = ((a0[i] + a1[i]) + a2[i]) + a3[i]
+            elif COUNT > 1:
+                a0[i] = a0[i] + a1[i]
+    return total
+
+
+@lru_cache(maxsize=None)
+def added(N, COUNT):
+    """add(acc, a0, a1): acc += a0 (+ a1, COUNT = 2), N floats, to nearest (the key parts of
+    a tile into O, dV, dK, dQ: acc never goes through the tensor core)."""
+
+    @cuda.jit(device=True)
+    def add(acc, a0, a1):
+        for i in range(N):
+            if COUNT > 1:
+                acc[i] += a0[i] + a1[i]
+            else:
+                acc[i] += a0[i]
+    return add
+
+
+@lru_cache(maxsize=None)
 def key_part(D):
     """part(acc, fb, fs, tb, ts, p): acc = part p (the tile's tokens 32p … 32p + 31) of F X,
     64 × D, as RS wgmmas m64n{D}k8 from zero: Fs·Xb, Fb·Xs, Fb·Xb — F in registers as A
@@ -229,6 +275,8 @@ def flash_wgmma_tf32_kernel(D, Bc, CWG, CAUSAL, PAD, FOLD=True, STAGES=2):
     mask = mask_scores_tc(NBS, CAUSAL, PAD, 1, CLAMPED=True)
     scaled = fold_scale(SH, FOLD)
     o_part = key_part(D)                    # O part: 64 × D, A = P (registers), B = Vᵀ
+    fence_s, fence_o = fence_all(SH, SP), fence_all(OH, OP)
+    sum_s, add_o = summed(SH, SP), added(OH, OP)
     clear_acc = zeros(OH)
     finish = finish_rows(NBO, store_floats)
     cap = reg_cap(T)
@@ -321,11 +369,7 @@ def flash_wgmma_tf32_kernel(D, Bc, CWG, CAUSAL, PAD, FOLD=True, STAGES=2):
             vb = kmajor_desc(k_addr + uint32(8 * KW), D, 0, False)     # Vᵀ big, small
             vs = vb + uint64(KW // 4)
 
-            wgmma_fence_operand(s0, SH)
-            wgmma_fence_operand(s1, SH)
-            if SP > 2:
-                wgmma_fence_operand(s2, SH)
-                wgmma_fence_operand(s3, SH)
+            fence_s(s0, s1, s2, s3)
             wgmma_fence()                           # (s0 last read as P, before)
             s_part(s0, qb, qs, kb, ksm, 0)
             s_part(s1, qb, qs, kb, ksm, 1)
@@ -334,16 +378,8 @@ def flash_wgmma_tf32_kernel(D, Bc, CWG, CAUSAL, PAD, FOLD=True, STAGES=2):
                 s_part(s3, qb, qs, kb, ksm, 3)
             wgmma_commit_group()
             wgmma_wait_group(0)                     # wait: S's parts
-            wgmma_fence_operand(s0, SH)
-            wgmma_fence_operand(s1, SH)
-            if SP > 2:
-                wgmma_fence_operand(s2, SH)
-                wgmma_fence_operand(s3, SH)
-            for i in range(SH):                     # S = Σ parts (to nearest)
-                if SP > 2:
-                    s0[i] = ((s0[i] + s1[i]) + s2[i]) + s3[i]
-                else:
-                    s0[i] = s0[i] + s1[i]
+            fence_s(s0, s1, s2, s3)
+            sum_s(s0, s1, s2, s3)                   # S = Σ parts (to nearest)
 
             mult = scaled(s0, scale2)
             k0 = j * Bc
@@ -353,24 +389,16 @@ def flash_wgmma_tf32_kernel(D, Bc, CWG, CAUSAL, PAD, FOLD=True, STAGES=2):
             for kc in range(NBS):                   # P → big, small A fragments
                 split_keys_fragment(s0, kc, pb, ps, 4 * kc)
 
-            wgmma_fence_operand(o0, OH)
-            if OP > 1:
-                wgmma_fence_operand(o1, OH)
+            fence_o(o0, o1, o1, o1)
             wgmma_fence()                           # (o0, o1 last read below, before)
             o_part(o0, pb, ps, vb, vs, 0)
             if OP > 1:                              # (compile-time: Bc = 64)
                 o_part(o1, pb, ps, vb, vs, 1)
             wgmma_commit_group()
             wgmma_wait_group(0)                     # wait: O's parts; stage s read
-            wgmma_fence_operand(o0, OH)
-            if OP > 1:
-                wgmma_fence_operand(o1, OH)
+            fence_o(o0, o1, o1, o1)
             mbar_arrive(bars, EMPTY + s)            # EMPTY[s]: the stage may be refilled
-            for i in range(OH):                     # acc += Σ parts (to nearest)
-                if OP > 1:
-                    acc[i] += o0[i] + o1[i]
-                else:
-                    acc[i] += o0[i]
+            add_o(acc, o0, o1)                      # acc += Σ parts (to nearest)
 
         finish(o, lse, acc, ml, bh, r_lo, t, n_q)  # O = acc / l, LSE = m·ln2 + ln l
 

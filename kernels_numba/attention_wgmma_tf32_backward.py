@@ -128,19 +128,20 @@ scripts/gpu_wgmma_tf32.py --backward``.
 
 from functools import lru_cache
 
-from numba import cuda, float32, float64, uint32, uint64
+from numba import cuda, float32, uint32, uint64
 
 from .attention import first_q_tile, kv_tiles
+from .attention_backward import d_row
 from .attention_tc import split_keys_fragment, zeros
 from .attention_tc_backward import clear_padded, ds_rows_steps, ds_transposed_steps, \
     lane_row_stats, lane_rows, padded_keys, write_rows
 from .attention_wgmma import WARPGROUP, ring_slot, uniform_u32
-from .attention_wgmma_tf32 import BUILT, PART, PERM, STEPS, reg_cap
+from .attention_wgmma_tf32 import BUILT, PART, PERM, STEPS, added, fence_all, reg_cap, summed
 from .attention_wgmma_tf32 import key_part as tf32_key_part
 from .hopper import SWIZZLE_NONE, WGMMA_TF32, bulk_copy_g2s, \
     fence_mbarrier_init, kmajor_desc, mbar_arrive, mbar_arrive_expect_tx, mbar_init, \
     mbar_try_wait_parity, shared_addr, wgmma_commit_group, wgmma_desc, wgmma_fence, \
-    wgmma_fence_operand, wgmma_wait_group
+    wgmma_wait_group
 from .mma import tf32
 from .reductions import ZERO
 from .sim import gpu_options
@@ -198,17 +199,12 @@ def pack_kernel(D, PAD):
                 val = (v if z == 5 else k)[bh, tok, col]
         elif tok < n_q:
             val = (do if z == 1 or z == 3 else q)[bh, tok, col]
+        out = kside if kside_job else qside
+        part = cuda.gridDim.y * n_pad * D           # words of one part: BH packed heads
+        at = 2 * (z - 4 if kside_job else z) * part + bh * n_pad * D + e    # (slot's big part)
         big = tf32(val)
-        slot = z - 4 if kside_job else z
-        part = (kside.shape[0] if kside_job else qside.shape[0]) // (
-            2 * (3 if kside_job else 4))            # words of one part
-        at = 2 * slot * part + bh * n_pad * D + e
-        if kside_job:
-            kside[at] = big                             # big = tf32(x)
-            kside[at + part] = tf32(val - big)          # small = tf32(x − big)
-        else:
-            qside[at] = big
-            qside[at + part] = tf32(val - big)
+        out[at] = big                               # big = tf32(x)
+        out[at + part] = tf32(val - big)            # small = tf32(x − big)
 
     BUILT[("pack_kernel(backward)", D, PAD)] = pack
     return pack
@@ -216,20 +212,18 @@ def pack_kernel(D, PAD):
 
 @cuda.jit
 def stats_kernel(o, do, lse, lse_p, d_p, n_q):
-    """Row i < pad_rows(Nq) of head bh (grid: rows, BH): d_p[bh, i] = Σ_c dO_ic·O_ic (§30's D,
-    summed in float64 as attention_backward.bwd_preprocess, which says why), lse_p[bh, i] =
-    LSE_i; 0 past Nq."""
+    """Row i < pad_rows(Nq) of head bh (grid: rows, BH): d_p[bh, i] = D_i (§30,
+    attention_backward.d_row: o, do are [BH·Nq, D] rows), lse_p[bh, i] = LSE_i; 0 past Nq."""
     i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     bh = cuda.blockIdx.y
     if i >= lse_p.shape[1]:
         return
-    total = float64(0.0)
+    dv = ZERO
     lv = ZERO
     if i < n_q:
-        for c in range(o.shape[2]):
-            total += float64(do[bh, i, c]) * float64(o[bh, i, c])  # D_i = Σ_c dO_ic O_ic
+        dv = d_row(o, do, bh * n_q + i)
         lv = lse[bh, i]
-    d_p[bh, i] = float32(total)
+    d_p[bh, i] = dv
     lse_p[bh, i] = lv
 
 
@@ -238,35 +232,6 @@ def rows_desc(addr, D):
     """The K-major descriptor of a natural packed tile at addr (module menu: LBO = 128 bytes,
     SBO = 32·D; k8 step ks at 256·ks bytes, 16·ks units)."""
     return wgmma_desc(addr, 128, 32 * D, SWIZZLE_NONE)
-
-
-@lru_cache(maxsize=None)
-def fence_all(N, COUNT):
-    """wgmma_fence_operand on COUNT (1 … 4) accumulators of N floats."""
-
-    @cuda.jit(device=True)
-    def fence(a0, a1, a2, a3):
-        wgmma_fence_operand(a0, N)
-        if COUNT > 1:
-            wgmma_fence_operand(a1, N)
-        if COUNT > 2:
-            wgmma_fence_operand(a2, N)
-            wgmma_fence_operand(a3, N)
-    return fence
-
-
-@lru_cache(maxsize=None)
-def summed(N, COUNT):
-    """sum(a0, a1, a2, a3): a0 = Σ of the COUNT parts of N floats (to nearest, in order)."""
-
-    @cuda.jit(device=True)
-    def total(a0, a1, a2, a3):
-        for i in range(N):
-            if COUNT > 2:
-                a0[i] = ((a0[i] + a1[i]) + a2[i]) + a3[i]
-            elif COUNT > 1:
-                a0[i] = a0[i] + a1[i]
-    return total
 
 
 @lru_cache(maxsize=None)
@@ -399,6 +364,7 @@ def wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD):
     fence_s = fence_all(SH, SP)
     fence_o = fence_all(OH, OP)
     sum_s = summed(SH, SP)
+    add_o = added(OH, OP)
     probs, grads = ds_transposed_steps(NBQ, Bq, CAUSAL, PAD, NAT=True, KILL=False)
     unpad = clear_padded(NBO, False)
     write = write_rows(NBO, False, True)
@@ -505,13 +471,8 @@ def wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD):
             fence_o(v0, v1, v1, v1)
             fence_o(c0, c1, c1, c1)
             mbar_arrive(bars, EMPTY + s)            # EMPTY[s]: the stage may be refilled
-            for e in range(OH):                     # dV, dK += the parts (to nearest)
-                if OP > 1:
-                    dv_acc[e] += v0[e] + v1[e]
-                    dk_acc[e] += c0[e] + c1[e]
-                else:
-                    dv_acc[e] += v0[e]
-                    dk_acc[e] += c0[e]
+            add_o(dv_acc, v0, v1)                   # dV, dK += the parts (to nearest)
+            add_o(dk_acc, c0, c1)
 
         if PAD:                                     # a padded key: dk = dv = 0, written
             unpad(dv_acc, pad_lo, pad_hi)
@@ -541,6 +502,7 @@ def wgmma_tf32_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD):
     fence_s = fence_all(SH, SP)
     fence_o = fence_all(OH, OP)
     sum_s = summed(SH, SP)
+    add_o = added(OH, OP)
     probs, grads = ds_rows_steps(NBK, CAUSAL, PAD, True)
     write = write_rows(NBO, False, True)
     clear = zeros(OH)
@@ -623,11 +585,7 @@ def wgmma_tf32_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD):
             wgmma_wait_group(0)                     # wait: the part; stage s read
             fence_o(o0, o1, o1, o1)
             mbar_arrive(bars, EMPTY + s)            # EMPTY[s]: the stage may be refilled
-            for e in range(OH):                     # dQ += the part (to nearest)
-                if OP > 1:
-                    acc[e] += o0[e] + o1[e]
-                else:
-                    acc[e] += o0[e]
+            add_o(acc, o0, o1)                      # dQ += the part (to nearest)
 
         write(dq, bh, r_lo, n_q, t, acc, scale)     # dQ = scale · Σ dS K
 

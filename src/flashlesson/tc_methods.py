@@ -757,7 +757,8 @@ def _backward_inputs(do, q, k, v, o, lse, causal, scale, key_padding_mask, dropo
                      wgmma=False):
     """The tensor-core backwards' checks, each error naming its argument: (fmt, tf32, (do, q,
     k, v, o, lse operands), (B, H, Nq, Nk, d), scale, causal, kpm). wgmma: method
-    "flash_wgmma"'s limits (fp16/bf16 only, d = 64 or 128, no dropout, a Hopper GPU)."""
+    "flash_wgmma"'s limits (fp16/bf16 at d = 64 or 128, float32 at d = 64; no dropout; a
+    Hopper GPU)."""
     ops = [_operand(x, name) for x, name in ((do, "do"), (q, "q"), (k, "k"), (v, "v"),
                                               (o, "o"))]
     fmts = {f for _, f in ops}
@@ -1070,7 +1071,8 @@ def _backward_wgmma_tf32(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, cau
     qside, kside, nq_pad, nk_pad = pack_backward_operands(q3, k3, v3, do3, H, d, kpm)
     lse_p = empty((bh, nq_pad), np.float32)
     d_p = empty((bh, nq_pad), np.float32)
-    launch(KWFB.stats_kernel, (nq_pad // 128, bh), 128, (o3, do3, lse, lse_p, d_p, nq))
+    launch(KWFB.stats_kernel, (nq_pad // 128, bh), 128,
+           (o3.reshape((bh * nq, d)), do3.reshape((bh * nq, d)), lse, lse_p, d_p, nq))
     dq, dk, dv = (empty((bh, n, d), np.float32) for n in (nq, nk, nk))
     pads = (nq_pad, nk_pad)
     kv = KWFB.wgmma_tf32_bwd_dkdv_kernel(d, 32, 1, cfg.STAGES, causal, pad)
