@@ -98,17 +98,37 @@ def packed_tol(q, k, v, **kw):
     return AttentionTol(np.swapaxes(t.o, 0, 1), np.swapaxes(t.lse, 0, 1))
 
 
-def check_grads(grads, refs, q, k, *, scale=None, dtype="float32", rel=None):
-    """(dq, dk, dv) against the oracle's, each relative to its largest |value|, within
-    flashlesson.tolerance.backward_tol for these q, k (as the oracle got them) and dtype — or
-    ``rel`` where a test says why — a gradient that vanishes analytically (one key: dS =
-    P(dP − D) = 0) measured against 1e-3 of the largest gradient of the problem, not ~0.
-    Returns the three relative errors."""
+def grad_floors(refs, q, k, v=None, do=None, scale=None):
+    """What each of (dq, dk, dv) is measured against when its own largest |value| is smaller:
+    a gradient that vanishes analytically (one visible key: dS = P∘(dP − D) = 0) is not
+    measured against ~0. Without v and dO: 1e-3 of the problem's largest gradient. With them:
+    also the size of the terms that cancel in dS, since dP and D are two sums rounded apart
+    (D in float64 since session 11, dP in float32) and their difference is rounding, ~u of
+    them: |dP_ij|, |D_i| ≤ Σ_c |dO_ic| · max|V| =: T and Σ_j P_ij = 1, so dq_i's cancelling
+    terms sum to ≤ 2 · scale · T · max|K|, and dk_j's (Σ_i P_ij ≤ Nq) to Nq times that with
+    max|Q|. A gradient that is wrong, not rounded, is of that size: the bound still bites."""
+    floor = 1e-3 * max(np.max(np.abs(r), initial=0.0) for r in refs)
+    floors = [floor, floor, floor]
+    if v is not None and do is not None:
+        q, k, v, do = (np.asarray(x, np.float64) for x in (q, k, v, do))
+        if q.size and k.size:
+            scale = 1 / np.sqrt(q.shape[-1]) if scale is None else scale
+            t = np.max(np.sum(np.abs(do), axis=-1), initial=0.0) * np.max(np.abs(v))
+            floors[0] = max(floor, 2 * scale * t * np.max(np.abs(k)))
+            floors[1] = max(floor, 2 * scale * t * np.max(np.abs(q)) * q.shape[-2])
+    return floors
+
+
+def check_grads(grads, refs, q, k, *, v=None, do=None, scale=None, dtype="float32", rel=None):
+    """(dq, dk, dv) against the oracle's, each relative to its largest |value| (or, for a
+    gradient that vanishes analytically, to ``grad_floors``; pass v and dO where one can),
+    within flashlesson.tolerance.backward_tol for these q, k (as the oracle got them) and
+    dtype — or ``rel`` where a test says why. Returns the three relative errors."""
     if rel is None:
         rel = backward_tol(q, k, scale=scale, dtype=dtype)
-    floor = 1e-3 * max(np.max(np.abs(ref), initial=0.0) for ref in refs)
+    floors = grad_floors(refs, q, k, v, do, scale)
     errs = []
-    for name, g, ref in zip(("dq", "dk", "dv"), grads, refs):
+    for name, g, ref, floor in zip(("dq", "dk", "dv"), grads, refs, floors):
         assert g.shape == ref.shape and g.dtype == np.float32
         assert not np.isnan(g).any(), f"{name}: NaN (unwritten or 0·inf)"
         top = max(np.max(np.abs(ref), initial=0.0), floor)
@@ -173,14 +193,12 @@ def check_tc_grads(grads, refs, fmt, q64, k64, torch_errs=None):
     each gradient's largest value, flashlesson.tolerance.backward_tol of fmt; no NaN; on the
     GPU also 2× torch SDPA's own error plus its rounding slack (torch_errs)."""
     bound = backward_tol(q64, k64, dtype=fmt)
-    # a gradient that vanishes analytically (one key: dS = P(dP − D) = 0) is measured against
-    # 1e-3 of the problem's largest gradient, as conftest.check_grads does, not against ~0
-    floor = 1e-3 * max(np.max(np.abs(r), initial=0.0) for r in refs)
+    floors = grad_floors(refs, q64, k64)      # a gradient that vanishes: not measured against ~0
     for name, g, r, i in zip(("dq", "dk", "dv"), grads, refs, range(3)):
         g = as_f64(g)
         assert g.shape == r.shape and not np.isnan(g).any(), f"{name}: NaN (unwritten?)"
         err = np.max(np.abs(g - r))
-        rel = err / max(np.max(np.abs(r)), floor, 1e-30)
+        rel = err / max(np.max(np.abs(r)), floors[i], 1e-30)
         assert rel <= bound, f"{name}: relative error {rel:.2e} > the model's {bound:.1e}"
         if torch_errs is not None:
             # flash-attn's rule: 2× torch's own error in the same dtype, plus its rounding slack

@@ -188,7 +188,7 @@ def backward_oracle(nq, nk, method="flash", pad=None, d=8):
         o, lse = attention(q, k, v, key_padding_mask=lib_mask, return_lse=True)
         grads = attention_backward(do, q, k, v, o, lse, key_padding_mask=lib_mask,
                                    method=method)
-        check_grads(grads, ref_backward(do, q, k, v, key_padding_mask=mask), q, k)
+        check_grads(grads, ref_backward(do, q, k, v, key_padding_mask=mask), q, k, v=v, do=do)
     return check
 
 
