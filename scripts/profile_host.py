@@ -327,6 +327,19 @@ def _fake_driver():
 
     if hasattr(launch, "_CU"):                  # (the packed launches of the call plans)
         launch._CU.update(launch=cu_launch, state="ok")
+
+    side = 0x51DE                               # launch.launch_beside's side stream: its fork
+    def fork(stream):                           # and join logged as launches are (--check:
+        if calls["log"] is not None:            # a replay forks and joins as its full path)
+            calls["log"].append(("fork", (), (), 0, stream, (side,)))
+        return side
+
+    def join(stream, side_stream):
+        if calls["log"] is not None:
+            calls["log"].append(("join", (), (), 0, stream, (side_stream,)))
+
+    if hasattr(launch, "fork"):
+        launch.fork, launch.join = fork, join
     launch.max_shared_bytes = lambda: 227 * 1024
 
     class FakeDevice:                           # (an H200's figures)
@@ -561,7 +574,7 @@ def check_cases():
                             q, k, v, method="flash_wgmma", key_padding_mask=m, causal=True)
                 cases[f"attention {dt} d={d} lesson"] = \
                     lambda q=q, k=k, v=v: fl.attention(q, k, v, causal=True, tier="lesson")
-                for method in ("naive", "flash_tc"):
+                for method in ("naive", "flash_tc") + (("flash_wgmma",) if d == 64 else ()):
                     cases[f"attention_backward {dt} d={d} {method}"] = \
                         lambda a=(do, q, k, v, o, lse), m=method: fl.attention_backward(
                             *a, method=m)

@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_replayed_calls_launch_what_the_full_path_launches():
     env = {k: v for k, v in os.environ.items()
            if k not in ("FLASHLESSON_DEVICE", "NUMBA_ENABLE_CUDASIM", "FLASHLESSON_CALL_PLANS",
-                        "FLASHLESSON_FAST_LAUNCH", "FLASHLESSON_PACKED_LAUNCH")}
+                        "FLASHLESSON_FAST_LAUNCH", "FLASHLESSON_PACKED_LAUNCH",
+                        "FLASHLESSON_SIDE_STREAM")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "profile_host.py"), "--check"],
                          env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)

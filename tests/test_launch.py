@@ -1,6 +1,7 @@
 """The launch layer (issue 14): plans cached per key and reused, the fast launch path past
 Numba's dispatcher and its fallback, DevArray views, torch in → torch out on torch's stream,
-CUDA-graph capture of a flashlesson.torch training step.
+two kernels side by side on a forked stream, CUDA-graph capture of a flashlesson.torch training
+step.
 
 Plan builds are counted in the simulator too (it launches through the same plan objects, with
 Numba's simulated call); the fast path, torch tensors and graphs need the GPU.
@@ -175,16 +176,50 @@ def test_torch_in_torch_out_dtypes_and_stream():
 
 
 @gpu
-def test_cuda_graph_captures_a_flashlesson_torch_step():
+@pytest.mark.parametrize("plans", [True, False], ids=["replayed", "full path"])
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_side_by_side_kernels_match_one_stream(monkeypatch, plans, dtype):
+    """The wgmma backwards launch their dK/dV and dQ kernels side by side
+    (launch.launch_beside): on torch's default stream and on a stream of the caller's, full
+    path and replayed, the gradients bitwise equal to the one-stream launch (SIDE off), and
+    ready once the caller's stream is."""
+    torch = pytest.importorskip("torch")
+    from flashlesson import calls
+    monkeypatch.setattr(calls, "ENABLED", plans)
+    dt = getattr(torch, dtype)
+    q, k, v, do = (torch.randn(2, 3, 300, 64, device="cuda", dtype=dt) for _ in range(4))
+    o, lse = fl.attention(q, k, v, causal=True, return_lse=True)
+
+    def grads():
+        return fl.attention_backward(do, q, k, v, o, lse, causal=True, method="flash_wgmma")
+    monkeypatch.setattr(launch, "SIDE", False)
+    want = grads()
+    monkeypatch.setattr(launch, "SIDE", True)
+    for _ in range(2):                          # (plans: recorded, then replayed)
+        assert all(torch.equal(g, w) for g, w in zip(grads(), want))
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        got = grads()
+        got = [g.clone() for g in got]          # (on s: after both kernels, or wrong)
+    s.synchronize()
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_cuda_graph_captures_a_flashlesson_torch_step(dtype):
     """forward + backward of flashlesson.torch captured with torch.cuda.graph and replayed on
-    new inputs copied in: the same results as the eager step on those inputs."""
+    new inputs copied in: the same results as the eager step on those inputs (float16: the
+    wgmma backward, its two kernels side by side on a forked stream inside the capture)."""
     torch = pytest.importorskip("torch")
     from flashlesson.torch import scaled_dot_product_attention as sdpa
     B, H, N, d = 1, 2, 128, 64
     gen = torch.Generator(device="cuda").manual_seed(0)
-    static = [torch.randn(B, H, N, d, device="cuda", generator=gen).requires_grad_()
+    dt = getattr(torch, dtype)
+    static = [torch.randn(B, H, N, d, device="cuda", generator=gen, dtype=dt).requires_grad_()
               for _ in range(3)]
-    static_do = torch.randn(B, H, N, d, device="cuda", generator=gen)
+    static_do = torch.randn(B, H, N, d, device="cuda", generator=gen, dtype=dt)
 
     def step():
         for t in static:
@@ -203,8 +238,8 @@ def test_cuda_graph_captures_a_flashlesson_torch_step():
     with torch.cuda.graph(graph):
         static_out = step()
     grads_after = [t.grad for t in static]
-    new = [torch.randn(B, H, N, d, device="cuda", generator=gen) for _ in range(3)]
-    new_do = torch.randn(B, H, N, d, device="cuda", generator=gen)
+    new = [torch.randn(B, H, N, d, device="cuda", generator=gen, dtype=dt) for _ in range(3)]
+    new_do = torch.randn(B, H, N, d, device="cuda", generator=gen, dtype=dt)
     with torch.no_grad():
         for t, n in zip(static, new):
             t.copy_(n)

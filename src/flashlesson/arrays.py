@@ -168,7 +168,8 @@ def torch_stream(index):
 # --- recording a call (flashlesson.calls): the torch allocations and the launches it made ----
 class recording_into:
     """``with recording_into(events):`` — ``empty`` appends ("alloc", tensor) for each torch
-    result it allocates and ``launch.launch`` ("launch", (plan, args)) for each launch, in
+    result it allocates, ``launch.launch`` ("launch", (plan, args)) for each launch and
+    ``launch.launch_beside`` ("beside", ((plan, args), (plan, args))) for each pair, in
     order, until the block ends (``flashlesson.calls`` builds a call plan from them)."""
 
     __slots__ = ("events", "saved")

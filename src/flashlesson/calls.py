@@ -19,7 +19,8 @@ took the fast path, and every result is a whole noted allocation, the call becom
 
     outputs   (shape, torch dtype, input of that shape and dtype or None) of each allocation,
               the results among them
-    steps     (launch plan, parameter list, pointer slots: which input or output, byte offset)
+    steps     (launch plan, parameter list, pointer slots: which input or output, byte offset);
+              a pair launched side by side (``launch.launch_beside``) replays as a pair
 
 A later call with the key replays it: ``torch.empty`` per output (poisoned when
 ``arrays.POISON``), each step's data pointers written into its parameters, launched on torch's
@@ -152,6 +153,48 @@ class _Step:
         self.plan.launch_params(params, stream)
 
 
+def _step(event, owners, bases):
+    """The _Step of a recorded launch (plan, args), its pointers found among ``owners`` (the
+    call's tensors, then its allocations; ``bases`` their data pointers); None if it cannot be
+    replayed (a slow plan, an array that is not an input, an allocation or a placeholder)."""
+    plan, args = event
+    if not plan.fast:
+        return None
+    params = plan.params(args)
+    slots = []
+    for i, j in plan.arrays:
+        a = args[i]
+        if type(a) is not DevArray:
+            return None
+        if launch.is_placeholder(a):
+            continue                    # (a fixed array: its pointer stays in params)
+        k = next((n for n, o in enumerate(owners) if a.owner is o), None)
+        if k is None:
+            return None
+        slots.append((j, k, a.ptr - bases[k]))
+    return _Step(plan, params, tuple(slots))
+
+
+class _Beside:
+    """Two steps recorded by ``launch.launch_beside``: the first on the call's stream, the
+    second on the side stream between a fork and a join, as the full path launched them."""
+
+    __slots__ = ("first", "second")
+
+    def __init__(self, first, second):
+        self.first, self.second = first, second
+
+    def __call__(self, ptrs, stream):
+        if launch.beside():
+            side = launch.fork(stream)
+            self.first(ptrs, stream)
+            self.second(ptrs, side)
+            launch.join(stream, side)
+        else:
+            self.first(ptrs, stream)
+            self.second(ptrs, stream)
+
+
 class CallPlan:
     """A recorded call (see the module docstring). ``plan(ptrs, tensors)`` replays it on the
     key's tensors (``ptrs``: their data pointers); returns the call's result."""
@@ -199,24 +242,16 @@ class CallPlan:
             results.append(where[0])
         steps = []
         for kind, event in events:
-            if kind != "launch":
+            if kind == "launch":
+                step = _step(event, owners, bases)
+            elif kind == "beside":      # (launch.launch_beside: two steps, forked and joined)
+                pair = [_step(e, owners, bases) for e in event]
+                step = None if None in pair else _Beside(*pair)
+            else:
                 continue
-            plan, args = event
-            if not plan.fast:
+            if step is None:
                 return None
-            params = plan.params(args)
-            slots = []
-            for i, j in plan.arrays:
-                a = args[i]
-                if type(a) is not DevArray:
-                    return None
-                if launch.is_placeholder(a):
-                    continue            # (a fixed array: its pointer stays in params)
-                k = next((n for n, o in enumerate(owners) if a.owner is o), None)
-                if k is None:
-                    return None
-                slots.append((j, k, a.ptr - bases[k]))
-            steps.append(_Step(plan, params, tuple(slots)))
+            steps.append(step)
         first = tensors[0]
         self = cls()
         self.device, self.index = first.device, first.get_device()

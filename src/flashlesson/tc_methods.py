@@ -45,7 +45,8 @@ from kernels_numba.lesson import tensor_core as LT
 from . import checks, device
 from .arrays import Operand, empty, is_device_array, result, using
 from .configs import MAX_HEAD_DIM
-from .launch import compute_capability, dummy, launch, max_shared_bytes, stride_grid
+from .launch import compute_capability, dummy, launch, launch_beside, max_shared_bytes, \
+    stride_grid
 
 
 @dataclass(frozen=True)
@@ -992,9 +993,13 @@ def _backward_wgmma(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, 
                (*pre_args, dqa.reshape(rows * d), sem))
     else:
         launch(KB.tc_bwd_preprocess(fmt == "bf16", LSE2=True), *stride_grid(rows), pre_args)
-    for (kern, _, out, smem), grid in zip(launches, grids):
-        launch(kern, grid, 128 * cfg.CWG,
-               (q3, k3, v3, do3, lse2, dvec, *out, np.float32(scale), nq, nk, H, mask), smem)
+    runs = [(kern, grid, 128 * cfg.CWG,
+             (q3, k3, v3, do3, lse2, dvec, *out, np.float32(scale), nq, nk, H, mask), smem)
+            for (kern, _, out, smem), grid in zip(launches, grids)]
+    if cfg.FUSED:
+        launch(*runs[0])
+    else:                       # the dK/dV and dQ kernels: independent, side by side
+        launch_beside(*runs)    # (launch.launch_beside)
     if cfg.FUSED:                       # dq = scale · the accumulator, in the inputs' format
         launch(KWB.dq_finish(fmt == "bf16"), *stride_grid(rows * d // 2),
                (dqa.reshape(rows * d), dq.reshape(rows * d // 2), np.float32(scale)))
@@ -1076,12 +1081,13 @@ def _backward_wgmma_tf32(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, cau
     dq, dk, dv = (empty((bh, n, d), np.float32) for n in (nq, nk, nk))
     pads = (nq_pad, nk_pad)
     kv = KWFB.wgmma_tf32_bwd_dkdv_kernel(d, 32, 1, cfg.STAGES, causal, pad)
-    launch(kv, grids[0], 128 + 32,
-           (qside, kside, lse_p.reshape(bh * nq_pad), d_p.reshape(bh * nq_pad), dk, dv,
-            np.float32(scale), nq, nk, H, mask, *pads),
-           KWFB.tf32_bwd_smem_bytes(d, 32, 1, cfg.STAGES, True))
     qk = KWFB.wgmma_tf32_bwd_dq_kernel(d, 32, cfg.Q_CWG, cfg.STAGES, causal, pad)
-    launch(qk, grids[1], 128 * cfg.Q_CWG + 32,
-           (qside, kside, lse_p, d_p, dq, np.float32(scale), nq, nk, H, mask, *pads),
-           KWFB.tf32_bwd_smem_bytes(d, 32, cfg.Q_CWG, cfg.STAGES, False))
+    launch_beside(        # (independent: side by side, launch.launch_beside)
+        (kv, grids[0], 128 + 32,
+         (qside, kside, lse_p.reshape(bh * nq_pad), d_p.reshape(bh * nq_pad), dk, dv,
+          np.float32(scale), nq, nk, H, mask, *pads),
+         KWFB.tf32_bwd_smem_bytes(d, 32, 1, cfg.STAGES, True)),
+        (qk, grids[1], 128 * cfg.Q_CWG + 32,
+         (qside, kside, lse_p, d_p, dq, np.float32(scale), nq, nk, H, mask, *pads),
+         KWFB.tf32_bwd_smem_bytes(d, 32, cfg.Q_CWG, cfg.STAGES, False)))
     return dq, dk, dv

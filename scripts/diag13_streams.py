@@ -1,0 +1,120 @@
+"""Diagnostic (session 12): would the backward gain from running its dK/dV and dQ kernels side by
+side on two streams? They read the same inputs and write disjoint outputs, so once the
+preprocess has run they are independent; run back to back on one stream, each one's last wave
+leaves SMs idle (the tail), which the other could fill.
+
+    python3 scripts/diag13_streams.py [--json OUT.json]
+
+Per case: the public call's launches are recorded once (call plans off, so the launches are
+seen, and launch.SIDE off: the public call forks them itself since this session), then
+replayed three ways and timed kernel-only (``bench.time_gpu_adaptive``: launches
+queued behind a sleeping kernel): one stream as the public call does ("seq"); the last two
+launches forked to a second, non-blocking torch stream after the preprocess and joined by
+events ("fork": dK/dV first; "fork dq first"); also each of the two alone. torch SDPA's
+backward (flash for fp16, efficient for float32) in the same process for the ratio. The
+replays write the same outputs as the recorded call; the fork's gradients are compared
+bitwise with the sequential ones. The table comes last.
+"""
+
+import argparse
+import json
+
+import flashlesson
+from flashlesson import arrays, calls, launch
+from flashlesson.bench import cuda_torch, time_gpu_adaptive
+from reference.attention_backward import attention_backward_flops
+
+CASES = [(4, 16, 1024, 64, "fp16"), (2, 16, 4096, 64, "fp16"), (1, 16, 8192, 128, "fp16"),
+         (4, 16, 1024, 64, "fp32"), (2, 16, 4096, 64, "fp32")]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    torch = cuda_torch()
+    calls.ENABLED = False
+    launch.SIDE = False     # (the recording then sees the two kernels as two plain launches)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    main_stream = torch.cuda.default_stream()
+    side = torch.cuda.Stream()
+    rows = []
+    for B, H, N, d, fmt in CASES:
+        dt = torch.float16 if fmt == "fp16" else torch.float32
+        for causal in (False, True):
+            q, k, v, do = (torch.randn(B, H, N, d, device="cuda", dtype=dt) for _ in range(4))
+            o, lse = flashlesson.attention(q, k, v, causal=causal, return_lse=True)
+            events = []
+            method = "flash_wgmma"
+            with arrays.recording_into(events):
+                grads = flashlesson.attention_backward(do, q, k, v, o, lse, causal=causal,
+                                                       method=method)
+            steps = [e[1] for e in events if e[0] == "launch"]
+            head, (a, b) = steps[:-2], steps[-2:]
+            torch.cuda.synchronize()
+            ref = [g.clone() for g in grads]
+            ev_fork, ev_join = torch.cuda.Event(), torch.cuda.Event()
+
+            def seq():
+                for plan, xs in steps:
+                    plan(xs, 0)
+
+            def fork(first, second):
+                def run():
+                    for plan, xs in head:
+                        plan(xs, 0)
+                    ev_fork.record(main_stream)
+                    side.wait_event(ev_fork)
+                    plan, xs = first
+                    plan(xs, 0)
+                    plan, xs = second
+                    plan(xs, side.cuda_stream)
+                    ev_join.record(side)
+                    main_stream.wait_event(ev_join)
+                return run
+
+            def alone(step):
+                def run():
+                    for plan, xs in head:
+                        plan(xs, 0)
+                    step[0](step[1], 0)
+                return run
+
+            for g in grads:
+                g.fill_(float("nan"))
+            fork(a, b)()
+            torch.cuda.synchronize()
+            same = all(torch.equal(g, r) for g, r in zip(grads, ref))
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION if fmt == "fp16"
+                             else SDPBackend.EFFICIENT_ATTENTION):
+                xs = [x.detach().requires_grad_(True) for x in (q, k, v)]
+                out = sdpa(*xs, is_causal=causal)
+            t_torch = time_gpu_adaptive(lambda: torch.autograd.grad(out, xs, do,
+                                                                    retain_graph=True))
+            t = {"seq": time_gpu_adaptive(seq), "fork": time_gpu_adaptive(fork(a, b)),
+                 "fork dq first": time_gpu_adaptive(fork(b, a)),
+                 "pre+dkdv": time_gpu_adaptive(alone(a)), "pre+dq": time_gpu_adaptive(alone(b)),
+                 "head": time_gpu_adaptive(lambda: [p(x, 0) for p, x in head])}
+            flops = attention_backward_flops(B, H, N, N, d, causal)
+            row = {"shape": f"B{B} H{H} N{N} d{d} {fmt}", "causal": causal, "bitwise": same,
+                   "torch_ms": t_torch, **{k_: v_ for k_, v_ in t.items()},
+                   "tflops_fork": flops / t["fork"] / 1e9}
+            rows.append(row)
+            print(row, flush=True)
+            del grads, ref
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    print()
+    print(f"{'shape':28} {'c':1} {'torch':>7} {'seq':>7} {'fork':>7} {'dq1st':>7} {'dkdv':>7} "
+          f"{'dq':>7} {'head':>6}  seq×  fork×  bitwise")
+    for r in rows:
+        print(f"{r['shape']:28} {int(r['causal'])} {r['torch_ms']:7.3f} {r['seq']:7.3f} "
+              f"{r['fork']:7.3f} {r['fork dq first']:7.3f} {r['pre+dkdv']:7.3f} "
+              f"{r['pre+dq']:7.3f} {r['head']:6.3f}  {r['torch_ms'] / r['seq']:.2f}  "
+              f"{r['torch_ms'] / min(r['fork'], r['fork dq first']):.2f}  {r['bitwise']}")
+
+
+if __name__ == "__main__":
+    main()
