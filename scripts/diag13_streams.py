@@ -10,7 +10,8 @@ seen, and launch.SIDE off: the public call forks them itself since this session)
 replayed three ways and timed kernel-only (``bench.time_gpu_adaptive``: launches
 queued behind a sleeping kernel): one stream as the public call does ("seq"); the last two
 launches forked to a second, non-blocking torch stream after the preprocess and joined by
-events ("fork": dK/dV first; "fork dq first"); also each of the two alone. torch SDPA's
+events ("fork": dK/dV first; "fork dq first"); also each of the two alone, and each launch
+before them (the preprocess; float32: the packing and the D kernel) alone. torch SDPA's
 backward (flash for fp16, efficient for float32) in the same process for the ratio. The
 replays write the same outputs as the recorded call; the fork's gradients are compared
 bitwise with the sequential ones. The table comes last.
@@ -96,6 +97,8 @@ def main():
                  "fork dq first": time_gpu_adaptive(fork(b, a)),
                  "pre+dkdv": time_gpu_adaptive(alone(a)), "pre+dq": time_gpu_adaptive(alone(b)),
                  "head": time_gpu_adaptive(lambda: [p(x, 0) for p, x in head])}
+            for n, (p_, x_) in enumerate(head):           # each launch before the pair alone
+                t[f"head {n} {p_.name}"] = time_gpu_adaptive(lambda p_=p_, x_=x_: p_(x_, 0))
             flops = attention_backward_flops(B, H, N, N, d, causal)
             row = {"shape": f"B{B} H{H} N{N} d{d} {fmt}", "causal": causal, "bitwise": same,
                    "torch_ms": t_torch, **{k_: v_ for k_, v_ in t.items()},
@@ -103,6 +106,9 @@ def main():
             rows.append(row)
             print(row, flush=True)
             del grads, ref
+    for r in rows:
+        print(r["shape"], int(r["causal"]), "  ".join(f"{k_} {v_:.3f}" for k_, v_ in r.items()
+                                                     if k_.startswith("head ")))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
