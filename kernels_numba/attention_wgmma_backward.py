@@ -216,7 +216,9 @@ LSE_i and D_i travel by 4-byte cp.async in the same stage (zeros past Nq, where
 computes once a row (``tc_bwd_preprocess(…, LSE2=True)``, the kernels' argument lse2).
 
 Deterministic: no atomics, each gradient element summed by one thread in tile order (the
-wgmma's own summation order is fixed by the hardware): bitwise the same from run to run.
+wgmma's own summation order is fixed by the hardware): bitwise the same from run to run. The
+two kernels share no output, so the host launches them side by side (flashlesson's
+launch.launch_beside: the dQ kernel on a forked stream; 1–4 % on the H200, session 12).
 
 Masks (as flash_tc's backward; README): causal bottom-right (query i sees key j iff j ≤ i +
 Nk − Nq), tiles that no row of the block sees skipped (the dK/dV kernel starts at

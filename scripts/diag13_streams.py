@@ -6,7 +6,7 @@ leaves SMs idle (the tail), which the other could fill.
     python3 scripts/diag13_streams.py [--json OUT.json]
 
 Per case: the public call's launches are recorded once (call plans off, so the launches are
-seen, and launch.SIDE off: the public call forks them itself since this session), then
+seen; launch.SIDE off: the public call forks them itself since this session), then
 replayed three ways and timed kernel-only (``bench.time_gpu_adaptive``: launches
 queued behind a sleeping kernel): one stream as the public call does ("seq"); the last two
 launches forked to a second, non-blocking torch stream after the preprocess and joined by
@@ -35,7 +35,7 @@ def main():
     args = ap.parse_args()
     torch = cuda_torch()
     calls.ENABLED = False
-    launch.SIDE = False     # (the recording then sees the two kernels as two plain launches)
+    launch.SIDE = False     # (the recorded call runs them on one stream)
     from torch.nn.attention import SDPBackend, sdpa_kernel
     sdpa = torch.nn.functional.scaled_dot_product_attention
     main_stream = torch.cuda.default_stream()
@@ -51,7 +51,12 @@ def main():
             with arrays.recording_into(events):
                 grads = flashlesson.attention_backward(do, q, k, v, o, lse, causal=causal,
                                                        method=method)
-            steps = [e[1] for e in events if e[0] == "launch"]
+            steps = []                  # (the pair is noted as one "beside" event, SIDE
+            for kind, e in events:      #  off or on: its two launches, in order)
+                if kind == "launch":
+                    steps.append(e)
+                elif kind == "beside":
+                    steps.extend(e)
             head, (a, b) = steps[:-2], steps[-2:]
             torch.cuda.synchronize()
             ref = [g.clone() for g in grads]
