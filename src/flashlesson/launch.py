@@ -477,7 +477,9 @@ def launch(kernel, grid, block, args, shared_bytes=0):
 # one waits for: everything queued after waits for both). Measured on the H200 (2026-12-02,
 # scripts/diag13_streams.py, docs/results.md "Session 12"): the fp16 wgmma backward 1–6 %
 # faster, bitwise the same gradients. Per thread and context: one non-blocking side stream and
-# two events (no timing), made at first use. A CUDA-graph capture on the current stream takes
+# two events (no timing), made at first use and kept for the process's life (per thread, so
+# that a capture on one thread never takes in another thread's side launches, and one thread's
+# fork never waits on another's event). A CUDA-graph capture on the current stream takes
 # the fork in (the documented fork/join pattern). FLASHLESSON_SIDE_STREAM=0 (or SIDE = False),
 # and always the simulator: one after the other.
 SIDE = os.environ.get("FLASHLESSON_SIDE_STREAM", "1").strip() != "0"
