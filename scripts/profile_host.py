@@ -328,15 +328,15 @@ def _fake_driver():
     if hasattr(launch, "_CU"):                  # (the packed launches of the call plans)
         launch._CU.update(launch=cu_launch, state="ok")
 
-    side = 0x51DE                               # launch.launch_beside's side stream: its fork
+    side = (0x51DE, 0, 0)                       # launch.launch_beside's side stream: its fork
     def fork(stream):                           # and join logged as launches are (--check:
         if calls["log"] is not None:            # a replay forks and joins as its full path)
-            calls["log"].append(("fork", (), (), 0, stream, (side,)))
+            calls["log"].append(("fork", (), (), 0, stream, side[:1]))
         return side
 
-    def join(stream, side_stream):
+    def join(stream, handles):
         if calls["log"] is not None:
-            calls["log"].append(("join", (), (), 0, stream, (side_stream,)))
+            calls["log"].append(("join", (), (), 0, stream, handles[:1]))
 
     if hasattr(launch, "fork"):
         launch.fork, launch.join = fork, join

@@ -186,10 +186,10 @@ class _Beside:
 
     def __call__(self, ptrs, stream):
         if launch.beside():
-            side = launch.fork(stream)
+            handles = launch.fork(stream)
             self.first(ptrs, stream)
-            self.second(ptrs, side)
-            launch.join(stream, side)
+            self.second(ptrs, handles[0])
+            launch.join(stream, handles)
         else:
             self.first(ptrs, stream)
             self.second(ptrs, stream)

@@ -476,10 +476,13 @@ def launch(kernel, grid, block, args, shared_bytes=0):
 # everything queued before) and joins it back (an event on the side stream that the current
 # one waits for: everything queued after waits for both). Measured on the H200 (2026-12-02,
 # scripts/diag13_streams.py, docs/results.md "Session 12"): the fp16 wgmma backward 1–6 %
-# faster, bitwise the same gradients. Per thread and context: one non-blocking side stream and
-# two events (no timing), made at first use and kept for the process's life (per thread, so
-# that a capture on one thread never takes in another thread's side launches, and one thread's
-# fork never waits on another's event). A CUDA-graph capture on the current stream takes
+# faster, bitwise the same gradients. Per thread: one non-blocking side stream and two events
+# (no timing), made at first use and kept for the process's life (per thread, so that a
+# capture on one thread never takes in another thread's side launches, and one thread's fork
+# never waits on another's event). Host cost: four driver calls through ctypes a call
+# (docs/results.md, session 12: the fp16 backward's replay 57 µs on the H200, above issue 14's
+# 50; a context lookup per call taken out after that run, not re-measured). A CUDA-graph
+# capture on the current stream takes
 # the fork in (the documented fork/join pattern). FLASHLESSON_SIDE_STREAM=0 (or SIDE = False),
 # and always the simulator: one after the other.
 SIDE = os.environ.get("FLASHLESSON_SIDE_STREAM", "1").strip() != "0"
@@ -491,8 +494,7 @@ def _cu_side():
     if not _CU_SIDE:
         lib = ctypes.CDLL("libcuda.so.1")
         ptr, ptrp = ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)
-        for name, argtypes in (("cuCtxGetCurrent", [ptrp]),
-                               ("cuStreamCreate", [ptrp, ctypes.c_uint]),
+        for name, argtypes in (("cuStreamCreate", [ptrp, ctypes.c_uint]),
                                ("cuEventCreate", [ptrp, ctypes.c_uint]),
                                ("cuEventRecord", [ptr, ptr]),
                                ("cuStreamWaitEvent", [ptr, ptr, ctypes.c_uint])):
@@ -502,46 +504,49 @@ def _cu_side():
     return _CU_SIDE
 
 
-def _cu_check(rc, what):
-    if rc:
-        raise RuntimeError(f"flashlesson: {what} failed with CUDA error {rc}")
+def _cu_failed(rc, what):
+    raise RuntimeError(f"flashlesson: {what} failed with CUDA error {rc}")
 
 
 def side_stream():
-    """(side stream, fork event, join event) of this thread in the current context."""
-    ensure_context()
-    cu = _cu_side()
-    ctx = ctypes.c_void_p()
-    _cu_check(cu["cuCtxGetCurrent"](ctypes.byref(ctx)), "cuCtxGetCurrent")
-    table = getattr(_SIDE_LOCAL, "table", None)
-    if table is None:
-        table = _SIDE_LOCAL.table = {}
-    handles = table.get(ctx.value)
+    """(side stream, fork event, join event) of this thread, made at its first use in the
+    thread's context (the launch layer works in one context a thread: ``ensure_context``)."""
+    handles = getattr(_SIDE_LOCAL, "handles", None)
     if handles is None:
-        stream, fork, join = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
-        _cu_check(cu["cuStreamCreate"](ctypes.byref(stream), 1), "cuStreamCreate (a side "
-                  "stream, non-blocking)")
-        for ev in (fork, join):
-            _cu_check(cu["cuEventCreate"](ctypes.byref(ev), 2), "cuEventCreate (no timing)")
-        handles = table[ctx.value] = (stream.value, fork.value, join.value)
+        ensure_context()
+        cu = _cu_side()
+        stream, ev_fork, ev_join = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+        rc = cu["cuStreamCreate"](ctypes.byref(stream), 1)          # CU_STREAM_NON_BLOCKING
+        if rc:
+            _cu_failed(rc, "cuStreamCreate (a side stream)")
+        for ev in (ev_fork, ev_join):
+            rc = cu["cuEventCreate"](ctypes.byref(ev), 2)           # CU_EVENT_DISABLE_TIMING
+            if rc:
+                _cu_failed(rc, "cuEventCreate")
+        handles = _SIDE_LOCAL.handles = (stream.value, ev_fork.value, ev_join.value)
     return handles
 
 
 def fork(stream):
-    """The side stream, made to wait for everything queued on ``stream`` so far."""
-    side, ev, _ = side_stream()
+    """This thread's side-stream handles (side stream, fork event, join event), the side
+    stream made to wait for everything queued on ``stream`` so far."""
+    handles = getattr(_SIDE_LOCAL, "handles", None) or side_stream()
     cu = _CU_SIDE
-    _cu_check(cu["cuEventRecord"](ev, stream or None), "cuEventRecord (fork)")
-    _cu_check(cu["cuStreamWaitEvent"](side, ev, 0), "cuStreamWaitEvent (fork)")
-    return side
+    rc = cu["cuEventRecord"](handles[1], stream or None) or \
+        cu["cuStreamWaitEvent"](handles[0], handles[1], 0)
+    if rc:
+        _cu_failed(rc, "the fork (cuEventRecord, cuStreamWaitEvent)")
+    return handles
 
 
-def join(stream, side):
-    """Make ``stream`` wait for everything queued on the side stream so far."""
-    _, _, ev = side_stream()
+def join(stream, handles):
+    """Make ``stream`` wait for everything queued on the side stream of ``handles`` (fork's)
+    so far."""
     cu = _CU_SIDE
-    _cu_check(cu["cuEventRecord"](ev, side), "cuEventRecord (join)")
-    _cu_check(cu["cuStreamWaitEvent"](stream or None, ev, 0), "cuStreamWaitEvent (join)")
+    rc = cu["cuEventRecord"](handles[2], handles[0]) or \
+        cu["cuStreamWaitEvent"](stream or None, handles[2], 0)
+    if rc:
+        _cu_failed(rc, "the join (cuEventRecord, cuStreamWaitEvent)")
 
 
 def beside():
@@ -563,10 +568,10 @@ def launch_beside(first, second):
     stream = current_stream()
     (p1, a1), (p2, a2) = pair
     if beside():
-        side = fork(stream)
+        handles = fork(stream)
         p1(a1, stream)
-        p2(a2, side)
-        join(stream, side)
+        p2(a2, handles[0])
+        join(stream, handles)
     else:
         p1(a1, stream)
         p2(a2, stream)
