@@ -253,6 +253,27 @@ def key_part(D):
 
 
 @lru_cache(maxsize=None)
+def key_product(D, COUNT):
+    """issue(a0, a1, fb, fs, tb, ts): one commit group of key_part's wgmmas — a0 = part 0 of
+    F X (the tile's tokens 0 … 31) and, COUNT = 2, a1 = part 1 (32 … 63) — after fencing a0,
+    a1 (the adds of the tile before read them) and wgmma_fence (fb, fs just written). Issued
+    and committed, not waited for. The forward's O, and attention_wgmma_tf32_backward's dV,
+    dK, dQ parts."""
+    part = key_part(D)
+    fence = fence_all(D // 2, COUNT)
+
+    @cuda.jit(device=True)
+    def issue(a0, a1, fb, fs, tb, ts):
+        fence(a0, a1, a1, a1)
+        wgmma_fence()
+        part(a0, fb, fs, tb, ts, 0)
+        if COUNT > 1:                       # (compile-time: 64 tokens a tile)
+            part(a1, fb, fs, tb, ts, 1)
+        wgmma_commit_group()
+    return issue
+
+
+@lru_cache(maxsize=None)
 def flash_wgmma_tf32_kernel(D, Bc, CWG, CAUSAL, PAD, FOLD=True, STAGES=2):
     """float32 FlashAttention forward, 3xTF32 on wgmma, on pack_kernel's tiles (module menu).
     FOLD: scale·log2e > 0 (attention_tc.fold_scale)."""
@@ -274,7 +295,7 @@ def flash_wgmma_tf32_kernel(D, Bc, CWG, CAUSAL, PAD, FOLD=True, STAGES=2):
     update = online_softmax_tc(NBS, NBO)
     mask = mask_scores_tc(NBS, CAUSAL, PAD, 1, CLAMPED=True)
     scaled = fold_scale(SH, FOLD)
-    o_part = key_part(D)                    # O part: 64 × D, A = P (registers), B = Vᵀ
+    o_parts = key_product(D, OP)            # O's parts: 64 × D, A = P (registers), B = Vᵀ
     fence_s, fence_o = fence_all(SH, SP), fence_all(OH, OP)
     sum_s, add_o = summed(SH, SP), added(OH, OP)
     clear_acc = zeros(OH)
@@ -389,12 +410,7 @@ def flash_wgmma_tf32_kernel(D, Bc, CWG, CAUSAL, PAD, FOLD=True, STAGES=2):
             for kc in range(NBS):                   # P → big, small A fragments
                 split_keys_fragment(s0, kc, pb, ps, 4 * kc)
 
-            fence_o(o0, o1, o1, o1)
-            wgmma_fence()                           # (o0, o1 last read below, before)
-            o_part(o0, pb, ps, vb, vs, 0)
-            if OP > 1:                              # (compile-time: Bc = 64)
-                o_part(o1, pb, ps, vb, vs, 1)
-            wgmma_commit_group()
+            o_parts(o0, o1, pb, ps, vb, vs)        # group: O's parts = P Vj
             wgmma_wait_group(0)                     # wait: O's parts; stage s read
             fence_o(o0, o1, o1, o1)
             mbar_arrive(bars, EMPTY + s)            # EMPTY[s]: the stage may be refilled

@@ -136,8 +136,8 @@ from .attention_tc import split_keys_fragment, zeros
 from .attention_tc_backward import clear_padded, ds_rows_steps, ds_transposed_steps, \
     lane_row_stats, lane_rows, padded_keys, write_rows
 from .attention_wgmma import WARPGROUP, ring_slot, uniform_u32
-from .attention_wgmma_tf32 import BUILT, PART, PERM, STEPS, added, fence_all, reg_cap, summed
-from .attention_wgmma_tf32 import key_part as tf32_key_part
+from .attention_wgmma_tf32 import BUILT, PART, PERM, STEPS, added, fence_all, key_product, \
+    reg_cap, summed
 from .hopper import SWIZZLE_NONE, WGMMA_TF32, bulk_copy_g2s, \
     fence_mbarrier_init, kmajor_desc, mbar_arrive, mbar_arrive_expect_tx, mbar_init, \
     mbar_try_wait_parity, shared_addr, wgmma_commit_group, wgmma_desc, wgmma_fence, \
@@ -327,16 +327,29 @@ def producer_steps(OWN, TW, STAGES, STAGE):
 
 
 @lru_cache(maxsize=None)
+def four_parts(W):
+    """parts(first): the descriptors of four parts of W words each, one after the other from
+    first's (a descriptor counts 16 bytes): as packed, the big and small parts of two operands
+    (K, V or Q, dO; a tile's Qi, dOi or Kj, Vj), or of Qiᵀ, dOiᵀ."""
+
+    @cuda.jit(device=True)
+    def parts(first):
+        return (first, first + uint64(W // 4), first + uint64(2 * W // 4),
+                first + uint64(3 * W // 4))
+    return parts
+
+
+@lru_cache(maxsize=None)
 def own_descriptors(D, OWN):
     """descs(smem, cw): the descriptors of warpgroup cw's own 64 rows — big and small of the
     first operand (K or Q), big and small of the second (V or dO), 4 parts of OWN words from
     word 0 — and the ring's first word's address; all in uniform registers (uniform_u32)."""
+    parts = four_parts(OWN)
 
     @cuda.jit(device=True)
     def descs(smem, cw):
-        first = rows_desc(uniform_u32(shared_addr(smem, 64 * cw * D)), D)
-        return (first, first + uint64(OWN // 4), first + uint64(2 * OWN // 4),
-                first + uint64(3 * OWN // 4), uniform_u32(shared_addr(smem, 4 * OWN)))
+        b1, s1, b2, s2 = parts(rows_desc(uniform_u32(shared_addr(smem, 64 * cw * D)), D))
+        return b1, s1, b2, s2, uniform_u32(shared_addr(smem, 4 * OWN))
     return descs
 
 
@@ -360,7 +373,8 @@ def wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD):
     first_step = two_products(D, Bq)
     own_rows, claim, tile = producer_steps(OWN, TW, STAGES, STAGE)
     descs = own_descriptors(D, OWN)
-    key_part = tf32_key_part(D)
+    tile_parts = four_parts(TW)
+    parts = key_product(D, OP)
     fence_s = fence_all(SH, SP)
     fence_o = fence_all(OH, OP)
     sum_s = summed(SH, SP)
@@ -432,14 +446,9 @@ def wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD):
             q0 = (last - 1 - i) * Bq
             mbar_try_wait_parity(bars, FULL + s, ph)    # wait: tile i has landed
             a = uint32(ring + uint32(4 * STAGE) * s)
-            qb = rows_desc(a, D)                    # Qi, dOi (natural), Qiᵀ, dOiᵀ: big, small
-            qs = qb + uint64(TW // 4)
-            ob = qb + uint64(2 * TW // 4)
-            os_ = qb + uint64(3 * TW // 4)
-            qtb = kmajor_desc(a + uint32(16 * TW), D, 0, False)
-            qts = qtb + uint64(TW // 4)
-            otb = qtb + uint64(2 * TW // 4)
-            ots = qtb + uint64(3 * TW // 4)
+            qb, qs, ob, os_ = tile_parts(rows_desc(a, D))   # Qi, dOi (natural): big, small
+            qtb, qts, otb, ots = tile_parts(kmajor_desc(a + uint32(16 * TW), D, 0, False))
+                                                    # Qiᵀ, dOiᵀ: big, small
             fl = RING + STAGE * s + 8 * TW          # LSE_i, D_i (words)
 
             first_step(s0, s1, s2, s3, p0, p1, p2, p3, kb, ksm, qb, qs, vb, vsm, ob, os_)
@@ -448,12 +457,7 @@ def wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD):
             for kc in range(NBQ):                   # Pᵀ → big, small A fragments
                 split_keys_fragment(s0, kc, fb, fs, 4 * kc)
 
-            fence_o(v0, v1, v1, v1)
-            wgmma_fence()                           # (fb, fs just written)
-            key_part(v0, fb, fs, otb, ots, 0)       # group: dV part = Pᵀ dOi
-            if OP > 1:
-                key_part(v1, fb, fs, otb, ots, 1)
-            wgmma_commit_group()
+            parts(v0, v1, fb, fs, otb, ots)         # group: dV's parts = Pᵀ dOi
             wgmma_wait_group(1)                     # wait: dPᵀ (dV's part still running)
             fence_s(p0, p1, p2, p3)
             sum_s(p0, p1, p2, p3)
@@ -461,12 +465,7 @@ def wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD):
             for kc in range(NBQ):
                 split_keys_fragment(p0, kc, gb, gs, 4 * kc)
 
-            fence_o(c0, c1, c1, c1)
-            wgmma_fence()                           # (gb, gs just written)
-            key_part(c0, gb, gs, qtb, qts, 0)       # group: dK part = dSᵀ Qi
-            if OP > 1:
-                key_part(c1, gb, gs, qtb, qts, 1)
-            wgmma_commit_group()
+            parts(c0, c1, gb, gs, qtb, qts)         # group: dK's parts = dSᵀ Qi
             wgmma_wait_group(0)                     # wait: both parts; stage s read
             fence_o(v0, v1, v1, v1)
             fence_o(c0, c1, c1, c1)
@@ -498,7 +497,8 @@ def wgmma_tf32_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD):
     first_step = two_products(D, Bk)
     own_rows, claim, tile = producer_steps(OWN, TW, STAGES, STAGE)
     descs = own_descriptors(D, OWN)
-    key_part = tf32_key_part(D)
+    tile_parts = four_parts(TW)
+    parts = key_product(D, OP)
     fence_s = fence_all(SH, SP)
     fence_o = fence_all(OH, OP)
     sum_s = summed(SH, SP)
@@ -558,12 +558,9 @@ def wgmma_tf32_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD):
             s, ph = ring_slot(j, STAGES)
             mbar_try_wait_parity(bars, FULL + s, ph)    # wait: K_j, V_j have landed
             a = uint32(ring + uint32(4 * STAGE) * s)
-            kb = rows_desc(a, D)                    # Kj, Vj (natural), Kjᵀ: big, small
-            ksm = kb + uint64(TW // 4)
-            vb = kb + uint64(2 * TW // 4)
-            vsm = kb + uint64(3 * TW // 4)
-            ktb = kmajor_desc(a + uint32(16 * TW), D, 0, False)
-            kts = ktb + uint64(TW // 4)
+            kb, ksm, vb, vsm = tile_parts(rows_desc(a, D))  # Kj, Vj (natural): big, small
+            ktb, kts, _, _ = tile_parts(kmajor_desc(a + uint32(16 * TW), D, 0, False))
+                                                    # Kjᵀ: big, small
             k0 = j * Bk
 
             first_step(s0, s1, s2, s3, p0, p1, p2, p3, qb, qs, kb, ksm, ob, os_, vb, vsm)
@@ -576,12 +573,7 @@ def wgmma_tf32_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD):
             for kc in range(NBK):                   # dS → big, small A fragments
                 split_keys_fragment(p0, kc, fb, fs, 4 * kc)
 
-            fence_o(o0, o1, o1, o1)
-            wgmma_fence()                           # (fb, fs just written)
-            key_part(o0, fb, fs, ktb, kts, 0)       # group: dQ part = dS Kj
-            if OP > 1:
-                key_part(o1, fb, fs, ktb, kts, 1)
-            wgmma_commit_group()
+            parts(o0, o1, fb, fs, ktb, kts)         # group: dQ's parts = dS Kj
             wgmma_wait_group(0)                     # wait: the part; stage s read
             fence_o(o0, o1, o1, o1)
             mbar_arrive(bars, EMPTY + s)            # EMPTY[s]: the stage may be refilled

@@ -8,9 +8,10 @@ leaves SMs idle (the tail), which the other could fill.
 Per case: the public call's launches are recorded once (call plans off, so the launches are
 seen; launch.SIDE off: the public call forks them itself since this session), then
 replayed three ways and timed kernel-only (``bench.time_gpu_adaptive``: launches
-queued behind a sleeping kernel): one stream as the public call does ("seq"); the last two
-launches forked to a second, non-blocking torch stream after the preprocess and joined by
-events ("fork": dK/dV first; "fork dq first"); also each of the two alone, and each launch
+queued behind a sleeping kernel): one stream ("seq"); the last two launches forked to the
+side stream after the preprocess and joined back (``launch.pair_on``, the public call's own
+fork; run 2 of session 12 forked by torch's Stream and Event, the same pattern) ("fork":
+dK/dV first; "fork dq first"); also each of the two alone, and each launch
 before them (the preprocess; float32: the packing and the D kernel) alone. torch SDPA's
 backward (flash for fp16, efficient for float32) in the same process for the ratio. The
 replays write the same outputs as the recorded call; the fork's gradients are compared
@@ -35,11 +36,8 @@ def main():
     args = ap.parse_args()
     torch = cuda_torch()
     calls.ENABLED = False
-    launch.SIDE = False     # (the recorded call runs them on one stream)
     from torch.nn.attention import SDPBackend, sdpa_kernel
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    main_stream = torch.cuda.default_stream()
-    side = torch.cuda.Stream()
     rows = []
     for B, H, N, d, fmt in CASES:
         dt = torch.float16 if fmt == "fp16" else torch.float32
@@ -48,9 +46,11 @@ def main():
             o, lse = flashlesson.attention(q, k, v, causal=causal, return_lse=True)
             events = []
             method = "flash_wgmma"
+            launch.SIDE = False         # (the recorded call on one stream)
             with arrays.recording_into(events):
                 grads = flashlesson.attention_backward(do, q, k, v, o, lse, causal=causal,
                                                        method=method)
+            launch.SIDE = True          # (pair_on forks)
             steps = []                  # (the pair is noted as one "beside" event, SIDE
             for kind, e in events:      #  off or on: its two launches, in order)
                 if kind == "launch":
@@ -60,7 +60,6 @@ def main():
             head, (a, b) = steps[:-2], steps[-2:]
             torch.cuda.synchronize()
             ref = [g.clone() for g in grads]
-            ev_fork, ev_join = torch.cuda.Event(), torch.cuda.Event()
 
             def seq():
                 for plan, xs in steps:
@@ -70,14 +69,7 @@ def main():
                 def run():
                     for plan, xs in head:
                         plan(xs, 0)
-                    ev_fork.record(main_stream)
-                    side.wait_event(ev_fork)
-                    plan, xs = first
-                    plan(xs, 0)
-                    plan, xs = second
-                    plan(xs, side.cuda_stream)
-                    ev_join.record(side)
-                    main_stream.wait_event(ev_join)
+                    launch.pair_on(0, *first, *second)
                 return run
 
             def alone(step):

@@ -185,14 +185,7 @@ class _Beside:
         self.first, self.second = first, second
 
     def __call__(self, ptrs, stream):
-        if launch.beside():
-            handles = launch.fork(stream)
-            self.first(ptrs, stream)
-            self.second(ptrs, handles[0])
-            launch.join(stream, handles)
-        else:
-            self.first(ptrs, stream)
-            self.second(ptrs, stream)
+        launch.pair_on(stream, self.first, ptrs, self.second, ptrs)
 
 
 class CallPlan:

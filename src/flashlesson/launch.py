@@ -554,27 +554,34 @@ def beside():
     return SIDE and not device.SIMULATOR
 
 
+def pair_on(stream, first, x1, second, x2):
+    """``first(x1, stream)``, then ``second(x2, side)`` on the side stream between a fork and
+    a join — or on ``stream`` too where ``beside()`` is False. first and second: anything
+    called as f(x, stream) (a Plan with its args; flashlesson.calls' replayed steps with
+    their pointers)."""
+    if beside():
+        handles = fork(stream)
+        first(x1, stream)
+        second(x2, handles[0])
+        join(stream, handles)
+    else:
+        first(x1, stream)
+        second(x2, stream)
+
+
 def launch_beside(first, second):
     """Launch two independent kernels, each given as (kernel, grid, block, args,
     shared_bytes): ``first`` on the current stream, ``second`` on the side stream between a
-    fork and a join (above); one after the other where ``beside()`` is False. Both plans are
-    built (and their grids checked) before either launches. Inside
+    fork and a join (``pair_on``); one after the other where ``beside()`` is False. Both
+    plans are built (and their grids checked) before either launches. Inside
     ``arrays.recording_into(events)`` the pair is noted as ("beside", ((plan, args), (plan,
     args)))."""
     pair = []
     for kernel, grid, block, args, shared in (first, second):
         args = tuple(args)
         pair.append((plan_for(kernel, grid, block, args, shared), args))
-    stream = current_stream()
     (p1, a1), (p2, a2) = pair
-    if beside():
-        handles = fork(stream)
-        p1(a1, stream)
-        p2(a2, handles[0])
-        join(stream, handles)
-    else:
-        p1(a1, stream)
-        p2(a2, stream)
+    pair_on(current_stream(), p1, a1, p2, a2)
     events = arrays.recording()
     if events is not None:
         events.append(("beside", tuple(pair)))
