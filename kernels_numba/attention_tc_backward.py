@@ -373,46 +373,70 @@ def key_hidden(CAUSAL, PAD):
 
 
 @lru_cache(maxsize=None)
-def ds_rows_steps(NBK, CAUSAL, PAD, NAT=False):
+def ds_rows_steps(NBK, CAUSAL, PAD, NAT=False, APART=True):
     """ds_rows as two steps, for a caller whose dP is still being computed while it takes P
-    (the wgmma dQ kernel): probs(s, stats, r_lo, k0, n_k, offset, kpm, b_idx, t, scale): S → P
-    in s (masked: 0); grads(s, dp, stats, r_lo, k0, n_k, offset, kpm, b_idx, t): dP → dS in dp
-    (masked: 0, the mask tested again, on the same tiles only). The same values as ds_rows,
-    whose one pass flash_tc's dQ kernel keeps (with the second test, 255 registers and spills
-    at d = 128 there; ptxas 13.5). The element's lines stand in both: written once, as a
-    helper both call, they cost flash_tc's dQ kernel 5 % more SASS or 48 bytes of spills
-    (two forms tried, 2026-12-02), so ds_rows keeps its own."""
+    (the wgmma dQ kernels): probs(s, stats, r_lo, k0, n_k, offset, kpm, b_idx, t, scale): S → P
+    in s; grads(s, dp, stats, r_lo, k0, n_k, offset, kpm, b_idx, t): dP → dS in dp (masked: 0).
+    The same dS as ds_rows, whose one pass flash_tc's dQ kernel keeps (with the second test,
+    255 registers and spills at d = 128 there; ptxas 13.5).
+
+    APART: the mask tests (keys past Nk, §34, §35) on a path of their own, one branch a tile
+    around all of them (hide), in grads only: P feeds nothing but dS, so a hidden key's P may
+    be anything (inf, NaN) once its dS is set to 0. Without APART (as ds_rows) each element
+    carries its tests, in probs (P = 0) and again in grads, under a branch on the tile's edge;
+    ptxas turned those into predicated instructions on every tile — causal, the fp16 wgmma dQ
+    kernel ran 0.45 ms at B2 H16 N4096 d64 and 1.40 at B1 H16 N8192 d128, with APART (then
+    still masking P too) 0.31 and 1.13; not causal, the same (H200, 2026-12-02, docs/results.md
+    session 13). The 3xTF32 dQ kernel keeps the tests per element (APART=False): with APART
+    (masking P too) it ran 1.12× slower not causal, 1.02× causal."""
     Bk = 8 * NBK
     hidden = key_hidden(CAUSAL, PAD)
 
     @cuda.jit(device=True)
-    def probs(s, stats, r_lo, k0, n_k, offset, kpm, b_idx, t, scale):
-        scale2 = scale * LOG2E
-        edge = k0 + Bk > n_k or (CAUSAL and k0 + Bk - 1 > r_lo + offset)
+    def hide(x, value, r_lo, k0, n_k, offset, kpm, b_idx, t):
+        """x[i] = value where element i's key is hidden from its row (every test, one tile)."""
         for nb in range(NBK):
             for e in range(4):
-                half = e // 2
-                i = 4 * nb + e
-                x = exponent(s[i], scale, scale2, stats[half], NAT)  # (S·scale − LSE)·log2e
-                if PAD or edge:
-                    if hidden(k0 + 8 * nb + 2 * t + e % 2, r_lo + 8 * half, n_k, offset, kpm,
-                              b_idx):
-                        x = NEG_INF
-                s[i] = ex2(x)                                       # P
+                if hidden(k0 + 8 * nb + 2 * t + e % 2, r_lo + 8 * (e // 2), n_k, offset, kpm,
+                          b_idx):
+                    x[4 * nb + e] = value
+
+    @cuda.jit(device=True)
+    def probs(s, stats, r_lo, k0, n_k, offset, kpm, b_idx, t, scale):
+        scale2 = scale * LOG2E
+        if APART:                       # P unmasked: it feeds only dS, which grads masks
+            for i in range(4 * NBK):
+                s[i] = ex2(exponent(s[i], scale, scale2, stats[(i % 4) // 2], NAT))   # P
+        else:
+            edge = PAD or k0 + Bk > n_k or (CAUSAL and k0 + Bk - 1 > r_lo + offset)
+            for nb in range(NBK):
+                for e in range(4):
+                    i = 4 * nb + e
+                    x = exponent(s[i], scale, scale2, stats[e // 2], NAT)
+                    if edge:
+                        if hidden(k0 + 8 * nb + 2 * t + e % 2, r_lo + 8 * (e // 2), n_k,
+                                  offset, kpm, b_idx):
+                            x = NEG_INF
+                    s[i] = ex2(x)                                   # P
 
     @cuda.jit(device=True)
     def grads(s, dp, stats, r_lo, k0, n_k, offset, kpm, b_idx, t):
-        edge = k0 + Bk > n_k or (CAUSAL and k0 + Bk - 1 > r_lo + offset)
-        for nb in range(NBK):
-            for e in range(4):
-                half = e // 2
-                i = 4 * nb + e
-                ds = s[i] * (dp[i] - stats[2 + half])               # dS = P ∘ (dP − D)
-                if PAD or edge:
-                    if hidden(k0 + 8 * nb + 2 * t + e % 2, r_lo + 8 * half, n_k, offset, kpm,
-                              b_idx):
-                        ds = ZERO           # dS = 0, not 0·(NaN − D) (a hidden V row)
-                dp[i] = ds
+        edge = PAD or k0 + Bk > n_k or (CAUSAL and k0 + Bk - 1 > r_lo + offset)
+        if APART:
+            for i in range(4 * NBK):
+                dp[i] = s[i] * (dp[i] - stats[2 + (i % 4) // 2])    # dS = P ∘ (dP − D)
+            if edge:                    # one branch around every test: dS = 0, not P·(dP − D)
+                hide(dp, ZERO, r_lo, k0, n_k, offset, kpm, b_idx, t)    # (any value, NaN too)
+        else:
+            for nb in range(NBK):
+                for e in range(4):
+                    i = 4 * nb + e
+                    ds = s[i] * (dp[i] - stats[2 + e // 2])
+                    if edge:
+                        if hidden(k0 + 8 * nb + 2 * t + e % 2, r_lo + 8 * (e // 2), n_k,
+                                  offset, kpm, b_idx):
+                            ds = ZERO
+                    dp[i] = ds
     return probs, grads
 
 

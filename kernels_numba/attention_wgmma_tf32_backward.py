@@ -89,7 +89,10 @@ large P comes last, as attention_tf32x3_backward's "Q tiles last to first")::
 The dQ kernel, per consumer warpgroup of 64 queries (Q, dO copied once), for each K/V tile j
 its rows see: S = Q Kjᵀ and dP = dO Vjᵀ the same way (two groups), P under dP's wgmmas
 (ds_rows_steps, NAT; masked: 0), dS = P∘(dP − D) (masked: 0), dQ part = dS Kj (RS, B = Kjᵀ),
-dQ += part; dQ ·= scale.
+dQ += part; dQ ·= scale. The masks are tested element by element (ds_rows_steps' APART off):
+the fp16 dQ kernel's separate mask path (attention_wgmma_backward's menu) made this one 1.12×
+slower not causal and 1.02× causal (H200, 2026-12-02), though ptxas then gave it 134 registers
+and no spills, against 168 and 84–112 bytes of spills.
 
 Staged sums: as the forward's (attention_wgmma_tf32, "Staged sums"): the tensor core cuts each
 addend to the grid of the largest and rounds its sum toward zero, so dV, dK and dQ never go
@@ -503,7 +506,7 @@ def wgmma_tf32_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD):
     fence_o = fence_all(OH, OP)
     sum_s = summed(SH, SP)
     add_o = added(OH, OP)
-    probs, grads = ds_rows_steps(NBK, CAUSAL, PAD, True)
+    probs, grads = ds_rows_steps(NBK, CAUSAL, PAD, True, APART=False)  # (menu)
     write = write_rows(NBO, False, True)
     clear = zeros(OH)
     cap = reg_cap(T)

@@ -3,7 +3,7 @@ side on two streams? They read the same inputs and write disjoint outputs, so on
 preprocess has run they are independent; run back to back on one stream, each one's last wave
 leaves SMs idle (the tail), which the other could fill.
 
-    python3 scripts/diag13_streams.py [--json OUT.json]
+    python3 scripts/diag13_streams.py [--json OUT.json] [--shapes 1,2: indices into CASES]
 
 Per case: the public call's launches are recorded once (call plans off, so the launches are
 seen; launch.SIDE off: the public call forks them itself since this session), then
@@ -18,12 +18,11 @@ replays write the same outputs as the recorded call; the fork's gradients are co
 bitwise with the sequential ones. The table comes last.
 """
 
-import argparse
 import json
 
 import flashlesson
 from flashlesson import arrays, calls, launch
-from flashlesson.bench import cuda_torch, time_gpu_adaptive
+from flashlesson.bench import cuda_torch, picked_shapes, script_parser, time_gpu_adaptive
 from reference.attention_backward import attention_backward_flops
 
 CASES = [(4, 16, 1024, 64, "fp16"), (2, 16, 4096, 64, "fp16"), (1, 16, 8192, 128, "fp16"),
@@ -31,15 +30,13 @@ CASES = [(4, 16, 1024, 64, "fp16"), (2, 16, 4096, 64, "fp16"), (1, 16, 8192, 128
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args()
+    args = script_parser(budget=False).parse_args()      # --json, --shapes (into CASES)
     torch = cuda_torch()
     calls.ENABLED = False
     from torch.nn.attention import SDPBackend, sdpa_kernel
     sdpa = torch.nn.functional.scaled_dot_product_attention
     rows = []
-    for B, H, N, d, fmt in CASES:
+    for B, H, N, d, fmt in picked_shapes(CASES, args.shapes):
         dt = torch.float16 if fmt == "fp16" else torch.float32
         for causal in (False, True):
             q, k, v, do = (torch.randn(B, H, N, d, device="cuda", dtype=dt) for _ in range(4))
