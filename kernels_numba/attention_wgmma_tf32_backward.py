@@ -139,8 +139,8 @@ from .attention_tc import split_keys_fragment, zeros
 from .attention_tc_backward import clear_padded, ds_rows_steps, ds_transposed_steps, \
     lane_row_stats, lane_rows, padded_keys, write_rows
 from .attention_wgmma import WARPGROUP, ring_slot, uniform_u32
-from .attention_wgmma_tf32 import BUILT, PART, PERM, STEPS, added, fence_all, key_product, \
-    reg_cap, summed
+from .attention_wgmma_tf32 import BUILT, PART, STEPS, added, fence_all, key_product, reg_cap, \
+    summed
 from .hopper import SWIZZLE_NONE, WGMMA_TF32, bulk_copy_g2s, \
     fence_mbarrier_init, kmajor_desc, mbar_arrive, mbar_arrive_expect_tx, mbar_init, \
     mbar_try_wait_parity, shared_addr, wgmma_commit_group, wgmma_desc, wgmma_fence, \
@@ -148,6 +148,7 @@ from .hopper import SWIZZLE_NONE, WGMMA_TF32, bulk_copy_g2s, \
 from .mma import tf32
 from .reductions import ZERO
 from .sim import gpu_options
+from .vector import load1, load4, store4
 
 ROWS = 128                  # packed rows are padded to a multiple of this (the largest block)
 # The packing launch's z axis: (source, Q side (else K side), slot, transposed); slot s of a
@@ -172,42 +173,55 @@ def tf32_bwd_smem_bytes(D, B, CWG, STAGES, KEYS):
 
 @lru_cache(maxsize=None)
 def pack_kernel(D, PAD):
-    """pack(q, k, v, do, qside, kside, n_q, n_k, nq_pad, nk_pad, kpm, heads): one thread a word
-    of a packed head (grid: words of the larger side's head, BH, JOBS). z = 0‥3: Q, dO, Qᵀ,
-    dOᵀ into qside's slots 0‥3; z = 4‥6: K, V, Kᵀ into kside's slots 0‥2 (module menu: word e
-    of a head → row, column); big = tf32(x), small = tf32(x − big); zeros past n and, PAD, for
-    keys whose kpm[b, key] is 0 (the K side)."""
+    """pack(q, k, v, do, qside, kside, n_q, n_k, nq_pad, nk_pad, kpm, heads): one thread four
+    consecutive words e … e + 3 of a packed head (grid: quads of the larger side's head, BH,
+    JOBS). z = 0‥3: Q, dO, Qᵀ, dOᵀ into qside's slots 0‥3; z = 4‥6: K, V, Kᵀ into kside's slots
+    0‥2 (module menu: word e of a head → row, column); big = tf32(x), small = tf32(x − big);
+    zeros past n and, PAD, for keys whose kpm[b, key] is 0 (the K side). Natural, the four words
+    are four adjacent columns of one token (one 16-byte load); transposed, one column of tokens
+    t, t + 2, t + 4, t + 6 (PERM; four loads, a warp's 32 lanes 32 adjacent columns of each);
+    both parts stored 16 bytes at a time. (One word a thread, as before session 13: 0.28 ms at
+    B4 H16 N1024 d64, some 1.3 TB/s of its reads and writes — docs/results.md, session 13.)"""
 
     @cuda.jit
     def pack(q, k, v, do, qside, kside, n_q, n_k, nq_pad, nk_pad, kpm, heads):
-        e = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x    # word of the packed head
+        e = 4 * (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)  # first of my 4 words
         bh = cuda.blockIdx.y
         z = cuda.blockIdx.z
         kside_job = z >= 4
+        n = n_k if kside_job else n_q
         n_pad = nk_pad if kside_job else nq_pad
         if e >= n_pad * D:
             return
-        trans = z == 2 or z == 3 or z == 6
-        if trans:                                   # (c, kw): c a column of x, kw a token
-            kw = (e // (4 * D)) * 4 + e % 4
+        x = (v if z == 5 else k) if kside_job else (do if z == 1 or z == 3 else q)
+        b_idx = bh // heads
+        x0 = x1 = x2 = x3 = ZERO
+        if z == 2 or z == 3 or z == 6:              # transposed: column col, four tokens
             rem = e % (4 * D)
             col = (rem // 32) * 8 + (rem % 32) // 4
-            tok = 8 * (kw // 8) + PERM[kw % 8]
-        else:                                       # (r, c): r a token, c a column
+            kw = (e // (4 * D)) * 4                 # tokens of kw … kw + 3: PERM[kw % 8 + j]
+            tok = 8 * (kw // 8) + (kw % 8) // 4     #  = t + 2j (kw % 8 is 0 or 4)
+            at = (bh * n + tok) * D + col
+            if tok < n and (not PAD or not kside_job or kpm[b_idx, tok] != 0):
+                x0 = load1(x, at)
+            if tok + 2 < n and (not PAD or not kside_job or kpm[b_idx, tok + 2] != 0):
+                x1 = load1(x, at + 2 * D)
+            if tok + 4 < n and (not PAD or not kside_job or kpm[b_idx, tok + 4] != 0):
+                x2 = load1(x, at + 4 * D)
+            if tok + 6 < n and (not PAD or not kside_job or kpm[b_idx, tok + 6] != 0):
+                x3 = load1(x, at + 6 * D)
+        else:                                       # natural: token tok, columns col … + 3
             tok = (e // (8 * D)) * 8 + (e % 32) // 4
-            col = ((e % (8 * D)) // 32) * 4 + e % 4
-        val = ZERO
-        if kside_job:
-            if tok < n_k and (not PAD or kpm[bh // heads, tok] != 0):
-                val = (v if z == 5 else k)[bh, tok, col]
-        elif tok < n_q:
-            val = (do if z == 1 or z == 3 else q)[bh, tok, col]
+            col = ((e % (8 * D)) // 32) * 4
+            if tok < n and (not PAD or not kside_job or kpm[b_idx, tok] != 0):
+                x0, x1, x2, x3 = load4(x, (bh * n + tok) * D + col)
         out = kside if kside_job else qside
         part = cuda.gridDim.y * n_pad * D           # words of one part: BH packed heads
         at = 2 * (z - 4 if kside_job else z) * part + bh * n_pad * D + e    # (slot's big part)
-        big = tf32(val)
-        out[at] = big                               # big = tf32(x)
-        out[at + part] = tf32(val - big)            # small = tf32(x − big)
+        b0, b1, b2, b3 = tf32(x0), tf32(x1), tf32(x2), tf32(x3)
+        store4(out, at, b0, b1, b2, b3)                                     # big = tf32(x)
+        store4(out, at + part, tf32(x0 - b0), tf32(x1 - b1), tf32(x2 - b2),
+               tf32(x3 - b3))                                               # small = tf32(x − big)
 
     BUILT[("pack_kernel(backward)", D, PAD)] = pack
     return pack

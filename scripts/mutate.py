@@ -86,6 +86,7 @@ WGMMA_BWD = ["tests/test_attention_wgmma_backward.py"]
 WGMMA_FWD = ["tests/test_attention_tc.py", "-k", "wgmma"]
 WGMMA_TF32 = ["tests/test_attention_tc.py", "-k", "wgmma_tf32_matches"]
 WGMMA_TF32_BWD = ["tests/test_attention_wgmma_tf32_backward.py::test_matches_oracle"]
+TF32_PACK = ["tests/test_attention_wgmma_tf32_backward.py::test_packing_follows_the_menu"]
 RACE_TC = [CROSS + "test_tensor_core_kernels_race_free"]
 SOFTMAX = ["tests/test_softmax.py::test_method_matches_oracle_fp32",
            "tests/test_softmax.py::test_special_rows", "tests/test_softmax.py"]
@@ -320,13 +321,16 @@ MUTANTS = [
       "producer: waits for the EMPTY phase of the wrong lap"),
     # ---- kernels_numba/attention_wgmma_tf32_backward.py: the float32 backward (session 11) ----
     M("wtb-perm", KN + "attention_wgmma_tf32_backward.py",
-      "tok = 8 * (kw // 8) + PERM[kw % 8]", "tok = kw", WGMMA_TF32_BWD,
+      "tok = 8 * (kw // 8) + (kw % 8) // 4", "tok = 8 * (kw // 8) + (kw % 8)",
+      TF32_PACK,
       "Qᵀ, dOᵀ, Kᵀ packed in token order, not in the fragments' (k = t ↔ token 2t)"),
     M("wtb-pad", KN + "attention_wgmma_tf32_backward.py",
-      "if tok < n_k and (not PAD or kpm[bh // heads, tok] != 0):", "if tok < n_k:",
-      WGMMA_TF32_BWD, "packing: padded keys' K, V rows (NaN) packed, not zeros"),
+      "if tok < n and (not PAD or not kside_job or kpm[b_idx, tok] != 0):\n                x0 = load1",
+      "if tok < n:\n                x0 = load1", TF32_PACK,
+      "packing: padded keys' K rows (NaN) packed into Kᵀ, not zeros"),
     M("wtb-small", KN + "attention_wgmma_tf32_backward.py",
-      "out[at + part] = tf32(val - big)", "out[at + part] = ZERO", WGMMA_TF32_BWD,
+      "store4(out, at + part, tf32(x0 - b0),", "store4(out, at + part, ZERO * (x0 - b0),",
+      TF32_PACK,
       "packing: no small parts (plain tf32)"),
     M("wtb-order", KN + "attention_wgmma_tf32_backward.py",
       "row = bh * nq_pad + (last - 1 - i) * Bq     # tiles last to first",

@@ -68,6 +68,55 @@ def test_matches_oracle(rng, causal, pad, shape, config):
             assert np.all(dq[0] == 0)
 
 
+def _menu_layout(x, D, transposed):
+    """The module menu's packed layout of one head x [n_pad, D] (zeros past n), in NumPy:
+    natural, word (r, c) at (r // 8)·8D + (c // 4)·32 + (r % 8)·4 + c % 4; transposed, word
+    (c, kw) at (kw // 4)·4D + (c // 8)·32 + (c % 8)·4 + kw % 4, holding token 8·(kw // 8) +
+    PERM[kw % 8]."""
+    perm = (0, 2, 4, 6, 1, 3, 5, 7)
+    out = np.empty(x.size, x.dtype)
+    r, c = np.meshgrid(np.arange(x.shape[0]), np.arange(D), indexing="ij")
+    if transposed:          # (here r is the word kw of the k slot, c the column)
+        out[(r // 4) * 4 * D + (c // 8) * 32 + (c % 8) * 4 + r % 4] = \
+            x[8 * (r // 8) + np.take(perm, r % 8), c]
+    else:
+        out[(r // 8) * 8 * D + (c // 4) * 32 + (r % 8) * 4 + c % 4] = x
+    return out
+
+
+def test_packing_follows_the_menu(rng):
+    """The packing launch (tc_methods.pack_backward_operands) against the menu's formulas:
+    every slot of both sides, each head, big = x to tf32 (low 13 bits zero, within 2^-11) and
+    big + small = x within 2^-21 (the 3xTF32 split); zeros past n and for padded keys, whose K
+    and V hold NaN. Nq = 77 (not a multiple of 8), Nk = 20, two heads."""
+    from numba import cuda
+    from flashlesson import tc_methods
+    H, nq, nk, d = 2, 77, 20, 64
+    q, do = (rng.standard_normal((H, nq, d)).astype(np.float32) for _ in range(2))
+    k, v = (rng.standard_normal((H, nk, d)).astype(np.float32) for _ in range(2))
+    kpm = rng.random((1, nk)) > 0.3
+    kpm[0, 0] = False
+    k[:, ~kpm[0]] = np.nan
+    v[:, ~kpm[0]] = np.nan
+    qside, kside, nq_pad, nk_pad = tc_methods.pack_backward_operands(
+        *(cuda.to_device(x) for x in (q, k, v, do)), H, d, cuda.to_device(kpm.astype(np.uint8)))
+    for side, n_pad, slots in ((qside.copy_to_host(), nq_pad, (q, do, q, do)),
+                               (kside.copy_to_host(), nk_pad, (k, v, k))):
+        part = H * n_pad * d
+        for slot, x in enumerate(slots):
+            for h in range(H):
+                xp = np.zeros((n_pad, d), np.float32)
+                xp[:x.shape[1]] = np.nan_to_num(x[h], nan=0.0)
+                want = _menu_layout(xp, d, slot >= 2).astype(np.float64)
+                at = 2 * slot * part + h * n_pad * d
+                big = side[at:at + n_pad * d]
+                small = side[at + part:at + part + n_pad * d]
+                assert not np.any(big.view(np.uint32) & 0x1FFF), (slot, h)
+                np.testing.assert_array_less(np.abs(big - want), 2.0 ** -11 * np.abs(want) + 1e-45)
+                np.testing.assert_array_less(np.abs(big.astype(np.float64) + small - want),
+                                             2.0 ** -21 * np.abs(want) + 1e-45)
+
+
 @pytest.mark.skipif(not GPU, reason="ten runs of a large case: the GPU")
 def test_bitwise_identical_runs(rng):
     """No atomics, a fixed order of every sum: ten calls give the same bits."""

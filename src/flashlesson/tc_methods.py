@@ -1052,7 +1052,7 @@ def pack_backward_operands(q3, k3, v3, do3, H, d, kpm):
     qside = empty((8 * bh * nq_pad * d,), np.float32)
     kside = empty((6 * bh * nk_pad * d,), np.float32)
     pad = kpm is not None
-    grid = (-(-max(nq_pad, nk_pad) * d // 256), bh, KWFB.JOBS)
+    grid = (-(-max(nq_pad, nk_pad) * d // (4 * 256)), bh, KWFB.JOBS)    # (4 words a thread)
     checks.grid(grid, f"q, k: {bh} heads of {max(nq_pad, nk_pad) * d} packed words")
     launch(KWFB.pack_kernel(d, pad), grid, 256,
            (q3, k3, v3, do3, qside, kside, nq, nk, nq_pad, nk_pad,
