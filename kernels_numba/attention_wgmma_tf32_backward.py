@@ -29,25 +29,37 @@ in the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
 | 0    | the lesson kernels of §30 on CUDA cores      | H200, 2026-12-02: 43.8 ms,   | tier='lesson'                  |
-|      | (``lesson/backward.py``)                     | 7.84 TFLOP/s                 |                                |
-| 1    | 3xTF32 on mma.sync                           | H200, 2026-12-02: 14.9 ms,   | method='flash_tc'              |
-|      | (``attention_tf32x3_backward.py``): every    | 23 TFLOP/s, 2.94× lesson     |                                |
+|      | (``lesson/backward.py``)                     | 7.85 TFLOP/s                 |                                |
+| 1    | 3xTF32 on mma.sync                           | H200, 2026-12-02: 14.8 ms,   | method='flash_tc'              |
+|      | (``attention_tf32x3_backward.py``): every    | 23.2 TFLOP/s, 2.96× lesson   |                                |
 |      | warp splits its operands again each k8 step  |                              |                                |
-| 2    | this file: Q, K, V, dO split once by one     | H200, 2026-12-02: 10.3 ms,   | method='flash_wgmma',          |
-|      | packing launch into the layouts shared       | 33.2 TFLOP/s, 4.24× lesson   | config=WgmmaTf32BwdConfig(Q_CWG=1, |
+| 2    | this file: Q, K, V, dO split once by one     | H200, 2026-12-02: 9.84 ms,   | method='flash_wgmma',          |
+|      | packing launch into the layouts shared       | 34.9 TFLOP/s, 4.45× lesson   | config=WgmmaTf32BwdConfig(Q_CWG=1, |
 |      | memory holds, every product on wgmma (three  |                              | STAGES=1)                      |
 |      | a k8 step, summed every 32 of k), a producer |                              |                                |
 |      | warp's bulk copies, one consumer warpgroup a |                              |                                |
 |      | kernel, one stage: load, wait, compute       |                              |                                |
-| 3    | §42: two stages, the next tile's bulk copies | H200, 2026-12-02: 7.47 ms,   | method='flash_wgmma',          |
-|      | in flight during this tile's wgmmas          | 46 TFLOP/s, 5.87× lesson     | config=WgmmaTf32BwdConfig(Q_CWG=1, |
+| 3    | §42: two stages, the next tile's bulk copies | H200, 2026-12-02: 6.9 ms,    | method='flash_wgmma',          |
+|      | in flight during this tile's wgmmas          | 49.8 TFLOP/s, 6.34× lesson   | config=WgmmaTf32BwdConfig(Q_CWG=1, |
 |      |                                              |                              | STAGES=2)                      |
-| 4    | two consumer warpgroups in the dQ kernel (at | H200, 2026-12-02: 6.5 ms,    | method='flash_wgmma'           |
-|      | most 168 registers a thread; 122–126 on the  | 52.9 TFLOP/s, 6.74× lesson   |                                |
-|      | H200, no local memory): the default          |                              |                                |
-|      | (``tc_methods.default_wgmma_tf32_bwd_config``) |                              |                                |
+| 4    | two consumer warpgroups in the dQ kernel (at | historical: H200,            | method='flash_wgmma' before    |
+|      | most 168 registers a thread; 122–126 on the  | 2026-12-02: 6.5 ms, 52.9     | step 5                         |
+|      | H200, no local memory),                      | TFLOP/s, 6.74× lesson (with  |                                |
+|      | ``tc_methods.default_wgmma_tf32_bwd_config`` | the packing of one word a    |                                |
+|      |                                              | thread)                      |                                |
+| 5    | the packing launch four words a thread (a    | H200, 2026-12-02: 6.06 ms,   | method='flash_wgmma'           |
+|      | 16-byte load of four columns, or four tokens | 56.7 TFLOP/s, 7.23× lesson   |                                |
+|      | of one column, and 16-byte stores of both    |                              |                                |
+|      | parts; before: 0.550 ms at this shape, about |                              |                                |
+|      | 1.3 TB/s of its reads and writes, now 0.175  |                              |                                |
+|      | ms, scripts/diag13_streams.py,               |                              |                                |
+|      | docs/results.md session 13): the default     |                              |                                |
 
-Against torch (H200, 2026-12-02, ``scripts/gpu_wgmma_tf32.py --backward``, docs/logs/
+Against torch with the packing of step 5 (H200, 2026-12-02, session 13, scripts/
+diag13_streams.py: the public call's launches replayed, kernel-only, × torch SDPA efficient's
+fp32 backward in the same process, not causal / causal): 1.35 / 1.30 at B4 H16 N1024 d64, 1.62
+/ 1.53 at B2 H16 N4096 d64; the packing of one word a thread in the same run 1.13 / 1.01, 1.52 /
+1.37. Before it (H200, 2026-12-02, ``scripts/gpu_wgmma_tf32.py --backward``, docs/logs/
 gpu_session11_h200.log; × torch SDPA efficient's fp32 backward in the same process, kernel-only
 (end to end), not causal / causal): the default 1.12 (1.12) / 1.00 (1.02) at B4 H16 N1024 d64,
 1.51 (1.51) / 1.38 (1.38) at B2 H16 N4096 d64, 1.62 (1.60) / 1.57 (1.56) at B1 H16 N8192 d64
@@ -180,8 +192,9 @@ def pack_kernel(D, PAD):
     zeros past n and, PAD, for keys whose kpm[b, key] is 0 (the K side). Natural, the four words
     are four adjacent columns of one token (one 16-byte load); transposed, one column of tokens
     t, t + 2, t + 4, t + 6 (PERM; four loads, a warp's 32 lanes 32 adjacent columns of each);
-    both parts stored 16 bytes at a time. (One word a thread, as before session 13: 0.28 ms at
-    B4 H16 N1024 d64, some 1.3 TB/s of its reads and writes — docs/results.md, session 13.)"""
+    both parts stored 16 bytes at a time. H200, 2026-12-02 (docs/results.md, session 13): 0.089
+    ms at B4 H16 N1024 d64, 4.0 TB/s of its reads (7 × 16.8 MB) and writes (14 × 16.8 MB), the
+    device-to-device copy's 4.2; one word a thread, as before, 0.277 ms (1.3 TB/s)."""
 
     @cuda.jit
     def pack(q, k, v, do, qside, kside, n_q, n_k, nq_pad, nk_pad, kpm, heads):

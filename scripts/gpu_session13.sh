@@ -1,14 +1,14 @@
 #!/bin/bash
-# Session 13's first H200 call (issue 16): the dQ kernels' mask tests behind one branch a tile
-# (attention_tc_backward.ds_rows_steps) checked and measured. (1) the tests they touch, at
-# seed 20261202; (2) scripts/diag13_streams.py on CASES 1, 2, 4 (fp16 N4096 d64, N8192 d128;
-# fp32 N4096 d64): each kernel alone, kernel-only, torch in the same process; (3) the same with
-# BEFORE (a folder holding the kernels_numba, and flashlesson where the change reaches it, of
-# the commit before, put first on the path: the "before", same machine, minutes apart); (4) the
-# launch layer's host-time check; (5) scripts/gpu_defaults.py in what is left of CAP (540) seconds. Logs under $OUT; each
-# step under its own timeout.
-#   device run: BEFORE=s13_before bash scripts/gpu_session13.sh   (carry .whl; TESTS=0: no (1), TEST_FILES:
-#   its files; OVER=0: no (4); DIAG_SHAPES, DIAG_S, OVER_S, CAP: (2)'s cases and timeouts, (4)'s, the cap)
+# Session 13's H200 calls (issue 16), a change checked and measured against the commit before:
+# (1) the tests it touches, at seed 20261202 (TEST_FILES: which; TESTS=0: none); (2)
+# scripts/diag13_streams.py on DIAG_SHAPES (indices into its CASES; 1, 2, 4: fp16 N4096 d64,
+# N8192 d128, fp32 N4096 d64): each kernel alone, kernel-only, torch in the same process; (3)
+# the same with BEFORE, a folder holding the commit before's kernels_numba (and flashlesson,
+# where the change reaches it) put first on the path: the "before" on the same machine, minutes
+# apart; (4) the launch layer's host-time check (OVER=0: none); (5) scripts/gpu_defaults.py in
+# what is left of CAP (540) seconds. Logs under $OUT; each step under its own timeout (DIAG_S,
+# OVER_S). Runs 1, 3, 4 of docs/logs/gpu_session13_h200.log.
+#   device run: BEFORE=s13_before bash scripts/gpu_session13.sh   (carry .whl)
 source scripts/gpu_env.sh
 gpu_facts > "$OUT/facts.log" 2>&1
 start=$(date +%s)

@@ -302,8 +302,14 @@ LADDERS = (
         Step("3", "§42: two stages, the next tile's bulk copies in flight during this tile's "
              "wgmmas", {"method": "flash_wgmma", "config": WgmmaTf32BwdConfig(Q_CWG=1)}),
         Step("4", "two consumer warpgroups in the dQ kernel (at most 168 registers a thread; "
-             "122–126 on the H200, no local memory): the default "
-             "(``tc_methods.default_wgmma_tf32_bwd_config``)",
+             "122–126 on the H200, no local memory), "
+             "``tc_methods.default_wgmma_tf32_bwd_config``",
+             recorded="H200, 2026-12-02: 6.5 ms, 52.9 TFLOP/s, 6.74× lesson (with the packing "
+             "of one word a thread)", call="method='flash_wgmma' before step 5"),
+        Step("5", "the packing launch four words a thread (a 16-byte load of four columns, or "
+             "four tokens of one column, and 16-byte stores of both parts; before: 0.550 ms "
+             "at this shape, about 1.3 TB/s of its reads and writes, now 0.175 ms, "
+             "scripts/diag13_streams.py, docs/results.md session 13): the default",
              {"method": "flash_wgmma"}),
     )),
     Ladder("attention_fa1", FORWARD, (2, 16, 2048, 64), "float32", (
