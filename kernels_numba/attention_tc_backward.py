@@ -386,25 +386,27 @@ def ds_rows_steps(NBK, CAUSAL, PAD, NAT=False, APART=True):
     carries its tests, in probs (P = 0) and again in grads, under a branch on the tile's edge;
     ptxas turned those into predicated instructions on every tile — causal, the fp16 wgmma dQ
     kernel ran 0.45 ms at B2 H16 N4096 d64 and 1.40 at B1 H16 N8192 d128, with APART (then
-    still masking P too) 0.31 and 1.13; not causal, the same (H200, 2026-12-02, docs/results.md
-    session 13). The 3xTF32 dQ kernel keeps the tests per element (APART=False): with APART
+    still masking P too) 0.31 and 1.13, P unmasked 0.32 and 1.13 (another run: no gain beyond
+    7 % fewer instructions); not causal, the same (H200, 2026-12-02, docs/results.md session
+    13). The 3xTF32 dQ kernel keeps the tests per element (APART=False): with APART
     (masking P too) it ran 1.12× slower not causal, 1.02× causal."""
     Bk = 8 * NBK
     hidden = key_hidden(CAUSAL, PAD)
 
     @cuda.jit(device=True)
-    def hide(x, value, r_lo, k0, n_k, offset, kpm, b_idx, t):
-        """x[i] = value where element i's key is hidden from its row (every test, one tile)."""
+    def hide(x, r_lo, k0, n_k, offset, kpm, b_idx, t):
+        """x[i] = 0 where element i's key is hidden from its row (every test, one tile)."""
         for nb in range(NBK):
             for e in range(4):
                 if hidden(k0 + 8 * nb + 2 * t + e % 2, r_lo + 8 * (e // 2), n_k, offset, kpm,
                           b_idx):
-                    x[4 * nb + e] = value
+                    x[4 * nb + e] = ZERO
 
     @cuda.jit(device=True)
     def probs(s, stats, r_lo, k0, n_k, offset, kpm, b_idx, t, scale):
         scale2 = scale * LOG2E
-        if APART:                       # P unmasked: it feeds only dS, which grads masks
+        if APART:                       # (compile time) P unmasked: it feeds only dS, which
+                                        #  grads masks
             for i in range(4 * NBK):
                 s[i] = ex2(exponent(s[i], scale, scale2, stats[(i % 4) // 2], NAT))   # P
         else:
@@ -422,11 +424,11 @@ def ds_rows_steps(NBK, CAUSAL, PAD, NAT=False, APART=True):
     @cuda.jit(device=True)
     def grads(s, dp, stats, r_lo, k0, n_k, offset, kpm, b_idx, t):
         edge = PAD or k0 + Bk > n_k or (CAUSAL and k0 + Bk - 1 > r_lo + offset)
-        if APART:
+        if APART:                       # (compile time)
             for i in range(4 * NBK):
                 dp[i] = s[i] * (dp[i] - stats[2 + (i % 4) // 2])    # dS = P ∘ (dP − D)
             if edge:                    # one branch around every test: dS = 0, not P·(dP − D)
-                hide(dp, ZERO, r_lo, k0, n_k, offset, kpm, b_idx, t)    # (any value, NaN too)
+                hide(dp, r_lo, k0, n_k, offset, kpm, b_idx, t)  # (P, dP any value, NaN too)
         else:
             for nb in range(NBK):
                 for e in range(4):

@@ -53,7 +53,10 @@ in the code) and keeps the TFLOP/s recorded then.
 |      | parts; before: 0.550 ms at this shape, about |                              |                                |
 |      | 1.3 TB/s of its reads and writes, now 0.175  |                              |                                |
 |      | ms, scripts/diag13_streams.py,               |                              |                                |
-|      | docs/results.md session 13): the default     |                              |                                |
+|      | docs/results.md session 13): the default.    |                              |                                |
+|      | Steps 2 and 3, timed the same day, have it   |                              |                                |
+|      | too (with one word a thread: 10.3 and 7.47   |                              |                                |
+|      | ms)                                          |                              |                                |
 
 Against torch with the packing of step 5 (H200, 2026-12-02, session 13, scripts/
 diag13_streams.py: the public call's launches replayed, kernel-only, × torch SDPA efficient's
@@ -184,17 +187,26 @@ def tf32_bwd_smem_bytes(D, B, CWG, STAGES, KEYS):
 
 
 @lru_cache(maxsize=None)
-def pack_kernel(D, PAD):
+def pack_kernel(D, PAD, VEC=True):
     """pack(q, k, v, do, qside, kside, n_q, n_k, nq_pad, nk_pad, kpm, heads): one thread four
     consecutive words e … e + 3 of a packed head (grid: quads of the larger side's head, BH,
     JOBS). z = 0‥3: Q, dO, Qᵀ, dOᵀ into qside's slots 0‥3; z = 4‥6: K, V, Kᵀ into kside's slots
     0‥2 (module menu: word e of a head → row, column); big = tf32(x), small = tf32(x − big);
     zeros past n and, PAD, for keys whose kpm[b, key] is 0 (the K side). Natural, the four words
-    are four adjacent columns of one token (one 16-byte load); transposed, one column of tokens
-    t, t + 2, t + 4, t + 6 (PERM; four loads, a warp's 32 lanes 32 adjacent columns of each);
-    both parts stored 16 bytes at a time. H200, 2026-12-02 (docs/results.md, session 13): 0.089
-    ms at B4 H16 N1024 d64, 4.0 TB/s of its reads (7 × 16.8 MB) and writes (14 × 16.8 MB), the
-    device-to-device copy's 4.2; one word a thread, as before, 0.277 ms (1.3 TB/s)."""
+    are four adjacent columns of one token (VEC: one 16-byte load, the launcher having checked
+    that q, k, v, dO start on 16 bytes; else four); transposed, one column of tokens t, t + 2,
+    t + 4, t + 6 (PERM; four loads, a warp's 32 lanes 32 adjacent columns of each); both parts
+    stored 16 bytes at a time. H200, 2026-12-02 (docs/results.md, session 13): 0.089 ms at B4
+    H16 N1024 d64, 4.0 TB/s of its reads (7 × 16.8 MB) and writes (14 × 16.8 MB), where a
+    device-to-device copy runs at 4.2 (docs/results.md, softmax, 2026-11-30); one word a
+    thread, as before, 0.277 ms (1.3 TB/s)."""
+    assert D % 8 == 0                               # (the layouts' core matrices)
+
+    @cuda.jit(device=True)
+    def kept(kpm, b_idx, tok, n, kside_job):
+        """Whether token tok is packed (else zeros): below n and, PAD on the K side, a key that
+        kpm keeps."""
+        return tok < n and (not PAD or not kside_job or kpm[b_idx, tok] != 0)
 
     @cuda.jit
     def pack(q, k, v, do, qside, kside, n_q, n_k, nq_pad, nk_pad, kpm, heads):
@@ -214,29 +226,33 @@ def pack_kernel(D, PAD):
             col = (rem // 32) * 8 + (rem % 32) // 4
             kw = (e // (4 * D)) * 4                 # tokens of kw … kw + 3: PERM[kw % 8 + j]
             tok = 8 * (kw // 8) + (kw % 8) // 4     #  = t + 2j (kw % 8 is 0 or 4)
-            at = (bh * n + tok) * D + col
-            if tok < n and (not PAD or not kside_job or kpm[b_idx, tok] != 0):
-                x0 = load1(x, at)
-            if tok + 2 < n and (not PAD or not kside_job or kpm[b_idx, tok + 2] != 0):
-                x1 = load1(x, at + 2 * D)
-            if tok + 4 < n and (not PAD or not kside_job or kpm[b_idx, tok + 4] != 0):
-                x2 = load1(x, at + 4 * D)
-            if tok + 6 < n and (not PAD or not kside_job or kpm[b_idx, tok + 6] != 0):
-                x3 = load1(x, at + 6 * D)
+            src = (bh * n + tok) * D + col
+            if kept(kpm, b_idx, tok, n, kside_job):
+                x0 = load1(x, src)
+            if kept(kpm, b_idx, tok + 2, n, kside_job):
+                x1 = load1(x, src + 2 * D)
+            if kept(kpm, b_idx, tok + 4, n, kside_job):
+                x2 = load1(x, src + 4 * D)
+            if kept(kpm, b_idx, tok + 6, n, kside_job):
+                x3 = load1(x, src + 6 * D)
         else:                                       # natural: token tok, columns col … + 3
             tok = (e // (8 * D)) * 8 + (e % 32) // 4
-            col = ((e % (8 * D)) // 32) * 4
-            if tok < n and (not PAD or not kside_job or kpm[b_idx, tok] != 0):
-                x0, x1, x2, x3 = load4(x, (bh * n + tok) * D + col)
+            src = (bh * n + tok) * D + ((e % (8 * D)) // 32) * 4
+            if kept(kpm, b_idx, tok, n, kside_job):
+                if VEC:                             # (compile time)
+                    x0, x1, x2, x3 = load4(x, src)
+                else:
+                    x0, x1 = load1(x, src), load1(x, src + 1)
+                    x2, x3 = load1(x, src + 2), load1(x, src + 3)
         out = kside if kside_job else qside
         part = cuda.gridDim.y * n_pad * D           # words of one part: BH packed heads
-        at = 2 * (z - 4 if kside_job else z) * part + bh * n_pad * D + e    # (slot's big part)
+        dst = 2 * (z - 4 if kside_job else z) * part + bh * n_pad * D + e   # (slot's big part)
         b0, b1, b2, b3 = tf32(x0), tf32(x1), tf32(x2), tf32(x3)
-        store4(out, at, b0, b1, b2, b3)                                     # big = tf32(x)
-        store4(out, at + part, tf32(x0 - b0), tf32(x1 - b1), tf32(x2 - b2),
+        store4(out, dst, b0, b1, b2, b3)                                    # big = tf32(x)
+        store4(out, dst + part, tf32(x0 - b0), tf32(x1 - b1), tf32(x2 - b2),
                tf32(x3 - b3))                                               # small = tf32(x − big)
 
-    BUILT[("pack_kernel(backward)", D, PAD)] = pack
+    BUILT[("pack_kernel(backward)", D, PAD, VEC)] = pack
     return pack
 
 
@@ -533,7 +549,7 @@ def wgmma_tf32_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD):
     fence_o = fence_all(OH, OP)
     sum_s = summed(SH, SP)
     add_o = added(OH, OP)
-    probs, grads = ds_rows_steps(NBK, CAUSAL, PAD, True, APART=False)  # (menu)
+    probs, grads = ds_rows_steps(NBK, CAUSAL, PAD, NAT=True, APART=False)  # (menu)
     write = write_rows(NBO, False, True)
     clear = zeros(OH)
     cap = reg_cap(T)

@@ -84,34 +84,40 @@ def _menu_layout(x, D, transposed):
     return out
 
 
-def test_packing_follows_the_menu(rng):
+@pytest.mark.parametrize("vec", [True, False], ids=["16-byte", "unaligned"])
+def test_packing_follows_the_menu(rng, monkeypatch, vec):
     """The packing launch (tc_methods.pack_backward_operands) against the menu's formulas:
-    every slot of both sides, each head, big = x to tf32 (low 13 bits zero, within 2^-11) and
-    big + small = x within 2^-21 (the 3xTF32 split); zeros past n and for padded keys, whose K
-    and V hold NaN. Nq = 77 (not a multiple of 8), Nk = 20, two heads."""
+    every slot of both sides, each head, both parts tf32 (low 13 bits zero), big = x to tf32
+    (within 2^-11) and big + small = x within 2^-21 (the 3xTF32 split: each rounding to
+    nearest, 2^-22 and 2^-11·2^-11); zeros past n and for padded keys, whose K and V hold NaN,
+    each batch row with its own mask. Nq = 77 (not a multiple of 8), Nk = 20, B = 2, H = 1.
+    unaligned: the launcher's answer for inputs not on 16 bytes (the simulator's is always
+    yes), four loads where the 16-byte one would be."""
     from numba import cuda
     from flashlesson import tc_methods
-    H, nq, nk, d = 2, 77, 20, 64
-    q, do = (rng.standard_normal((H, nq, d)).astype(np.float32) for _ in range(2))
-    k, v = (rng.standard_normal((H, nk, d)).astype(np.float32) for _ in range(2))
-    kpm = rng.random((1, nk)) > 0.3
-    kpm[0, 0] = False
-    k[:, ~kpm[0]] = np.nan
-    v[:, ~kpm[0]] = np.nan
+    monkeypatch.setattr(tc_methods, "aligned16", lambda *arrays: vec)
+    B, nq, nk, d = 2, 77, 20, 64
+    q, do = (rng.standard_normal((B, nq, d)).astype(np.float32) for _ in range(2))
+    k, v = (rng.standard_normal((B, nk, d)).astype(np.float32) for _ in range(2))
+    kpm = rng.random((B, nk)) > 0.3
+    kpm[0, 0], kpm[1, 0], kpm[1, 1] = False, True, False
+    for x in (k, v):
+        x[~kpm] = np.nan
     qside, kside, nq_pad, nk_pad = tc_methods.pack_backward_operands(
-        *(cuda.to_device(x) for x in (q, k, v, do)), H, d, cuda.to_device(kpm.astype(np.uint8)))
+        *(cuda.to_device(x) for x in (q, k, v, do)), 1, d, cuda.to_device(kpm.astype(np.uint8)))
     for side, n_pad, slots in ((qside.copy_to_host(), nq_pad, (q, do, q, do)),
                                (kside.copy_to_host(), nk_pad, (k, v, k))):
-        part = H * n_pad * d
+        part = B * n_pad * d
         for slot, x in enumerate(slots):
-            for h in range(H):
+            for h in range(B):
                 xp = np.zeros((n_pad, d), np.float32)
                 xp[:x.shape[1]] = np.nan_to_num(x[h], nan=0.0)
                 want = _menu_layout(xp, d, slot >= 2).astype(np.float64)
                 at = 2 * slot * part + h * n_pad * d
                 big = side[at:at + n_pad * d]
                 small = side[at + part:at + part + n_pad * d]
-                assert not np.any(big.view(np.uint32) & 0x1FFF), (slot, h)
+                assert not np.any((big.view(np.uint32) | small.view(np.uint32)) & 0x1FFF), \
+                    (slot, h)
                 np.testing.assert_array_less(np.abs(big - want), 2.0 ** -11 * np.abs(want) + 1e-45)
                 np.testing.assert_array_less(np.abs(big.astype(np.float64) + small - want),
                                              2.0 ** -21 * np.abs(want) + 1e-45)

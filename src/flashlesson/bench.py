@@ -758,7 +758,8 @@ def script_parser(budget=True):
     if budget:
         ap.add_argument("--budget-s", type=float, default=150.0, help="stop starting new "
                         "shapes after this many seconds")
-    ap.add_argument("--shapes", default=None, help="indices into SHAPES, e.g. 0,1")
+    ap.add_argument("--shapes", default=None, help="indices into the script's shapes (its "
+                    "SHAPES or CASES), e.g. 0,1")
     return ap
 
 

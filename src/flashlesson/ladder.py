@@ -309,7 +309,9 @@ LADDERS = (
         Step("5", "the packing launch four words a thread (a 16-byte load of four columns, or "
              "four tokens of one column, and 16-byte stores of both parts; before: 0.550 ms "
              "at this shape, about 1.3 TB/s of its reads and writes, now 0.175 ms, "
-             "scripts/diag13_streams.py, docs/results.md session 13): the default",
+             "scripts/diag13_streams.py, docs/results.md session 13): the default. Steps 2 "
+             "and 3, timed the same day, have it too (with one word a thread: 10.3 and "
+             "7.47 ms)",
              {"method": "flash_wgmma"}),
     )),
     Ladder("attention_fa1", FORWARD, (2, 16, 2048, 64), "float32", (

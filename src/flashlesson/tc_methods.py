@@ -45,7 +45,7 @@ from kernels_numba.lesson import tensor_core as LT
 from . import checks, device
 from .arrays import Operand, empty, is_device_array, result, using
 from .configs import MAX_HEAD_DIM
-from .launch import compute_capability, dummy, launch, launch_beside, max_shared_bytes, \
+from .launch import aligned16, compute_capability, dummy, launch, launch_beside, max_shared_bytes, \
     stride_grid
 
 
@@ -1038,7 +1038,8 @@ def default_wgmma_tf32_bwd_config():
     """The GPU: two consumer warpgroups in the dQ kernel (224 KB; 122–126 registers a thread
     on the H200, no local memory), two stages — 1.07–1.17× one warpgroup (160 KB, no
     spills) and 1.24–1.71× one stage at the three shapes of ``scripts/gpu_wgmma_tf32.py
-    --backward --sweep`` (H200, 2026-12-02, docs/logs/gpu_session11_h200.log, run 1). The
+    --backward --sweep`` (H200, 2026-12-02, docs/logs/gpu_session11_h200.log, run 1; the
+    packing of one word a thread then, attention_wgmma_tf32_backward.pack_kernel). The
     simulator: one (fewer simulated threads)."""
     return WgmmaTf32BwdConfig(Q_CWG=1 if device.SIMULATOR else 2)
 
@@ -1054,7 +1055,8 @@ def pack_backward_operands(q3, k3, v3, do3, H, d, kpm):
     pad = kpm is not None
     grid = (-(-max(nq_pad, nk_pad) * d // (4 * 256)), bh, KWFB.JOBS)    # (4 words a thread)
     checks.grid(grid, f"q, k: {bh} heads of {max(nq_pad, nk_pad) * d} packed words")
-    launch(KWFB.pack_kernel(d, pad), grid, 256,
+    vec = aligned16(q3, k3, v3, do3)        # (16-byte loads of the natural layouts)
+    launch(KWFB.pack_kernel(d, pad, vec), grid, 256,
            (q3, k3, v3, do3, qside, kside, nq, nk, nq_pad, nk_pad,
             kpm if pad else dummy("mask"), H))
     return qside, kside, nq_pad, nk_pad
