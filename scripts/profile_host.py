@@ -584,6 +584,10 @@ def check_cases():
                 qu = torch.Tensor((2, 3, 100, d), dt, ptr=q.data_ptr() + 4)
                 cases[f"attention {dt} d={d} unaligned"] = \
                     lambda q=qu, k=k, v=v: fl.attention(q, k, v)
+                if d == 64:         # (the wgmma backwards: float32's packing reads q, k, v, dO)
+                    cases[f"attention_backward {dt} d={d} flash_wgmma unaligned"] = \
+                        lambda a=(do, qu, k, v, o, lse): fl.attention_backward(
+                            *a, method="flash_wgmma")
     tq, tk, tv, tdo = (_tensor((1, 2, 128, 64), torch.float32, grad=True) for _ in range(4))
 
     def torch_step():                           # flashlesson.torch: forward, then backward
