@@ -5,6 +5,8 @@
 # workers both hit the 570 s limit on 2026-12-01 (docs/logs/gpu_green_h200_seed7117.log: the
 # pytest summary, with the failures' tracebacks, never came), so the tour is off by default.
 #   device run: bash scripts/gpu_green.sh SEED_TESTS SEED_TOUR   (carry .whl)
+# 2026-12-02 (session 13): 2892 tests in 543 s at WORKERS=14, near the 570 s budget; split the
+# suite over two calls with TESTS (e.g. TESTS="tests/test_[a-l]*.py", then "tests/test_[m-z]*.py").
 # Optional: SANITIZE=1 runs scripts/gpu_sanitize.sh (compute-sanitizer) beside both; OVERHEAD=1 runs
 # scripts/gpu_overhead_check.py (issue 14's launch layer) first.
 set -uo pipefail
