@@ -349,14 +349,21 @@ def _slot_bits(p):
     raise _Unsupported(f"a parameter of type {type(p).__name__}")
 
 
+def cu_function(name, argtypes):
+    """libcuda's function ``name`` through ctypes, returning its CUresult as an int (the GIL
+    released during the call): the packed launches' cuLaunchKernel, the side stream's stream
+    and event calls."""
+    fn = getattr(ctypes.CDLL("libcuda.so.1"), name)
+    fn.restype, fn.argtypes = ctypes.c_int, argtypes
+    return fn
+
+
 def _load_cu_launch():
-    """libcuda's ``cuLaunchKernel`` through ctypes (the GIL released during the call). The
-    H200 timed ctypes.PyDLL (the GIL kept) and cuda.bindings' binding within noise of it,
-    2026-12-01 (docs/results.md, "Host overhead per call")."""
-    lib = ctypes.CDLL("libcuda.so.1")
-    fn = lib.cuLaunchKernel
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+    """libcuda's ``cuLaunchKernel`` (``cu_function``). The H200 timed ctypes.PyDLL (the GIL
+    kept) and cuda.bindings' binding within noise of it, 2026-12-01 (docs/results.md, "Host
+    overhead per call")."""
+    fn = cu_function("cuLaunchKernel",
+                     [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3)
     _CU["launch"] = fn
     return fn
 
@@ -479,11 +486,10 @@ def launch(kernel, grid, block, args, shared_bytes=0):
 # faster, bitwise the same gradients. Per thread: one non-blocking side stream and two events
 # (no timing), made at first use and kept for the process's life (per thread, so that a
 # capture on one thread never takes in another thread's side launches, and one thread's fork
-# never waits on another's event). Host cost: four driver calls through ctypes a call
-# (docs/results.md, session 12: the fp16 backward's replay 57 µs on the H200, above issue 14's
-# 50; a context lookup per call taken out after that run, not re-measured). A CUDA-graph
-# capture on the current stream takes
-# the fork in (the documented fork/join pattern). FLASHLESSON_SIDE_STREAM=0 (or SIDE = False),
+# never waits on another's event). Host cost: four driver calls through ctypes a call (the
+# fp16 backward's replay on the H200: 57 µs in session 12, 49 µs in session 13 after the
+# context lookup per call came out; docs/results.md). A CUDA-graph capture on the current
+# stream takes the fork in (the documented fork/join pattern). FLASHLESSON_SIDE_STREAM=0 (or SIDE = False),
 # and always the simulator: one after the other.
 SIDE = os.environ.get("FLASHLESSON_SIDE_STREAM", "1").strip() != "0"
 _SIDE_LOCAL = threading.local()
@@ -492,15 +498,12 @@ _CU_SIDE = {}                   # libcuda's functions for it, loaded at first us
 
 def _cu_side():
     if not _CU_SIDE:
-        lib = ctypes.CDLL("libcuda.so.1")
         ptr, ptrp = ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)
         for name, argtypes in (("cuStreamCreate", [ptrp, ctypes.c_uint]),
                                ("cuEventCreate", [ptrp, ctypes.c_uint]),
                                ("cuEventRecord", [ptr, ptr]),
                                ("cuStreamWaitEvent", [ptr, ptr, ctypes.c_uint])):
-            fn = getattr(lib, name)
-            fn.restype, fn.argtypes = ctypes.c_int, argtypes
-            _CU_SIDE[name] = fn
+            _CU_SIDE[name] = cu_function(name, argtypes)
     return _CU_SIDE
 
 

@@ -996,13 +996,12 @@ def _backward_wgmma(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, 
     runs = [(kern, grid, 128 * cfg.CWG,
              (q3, k3, v3, do3, lse2, dvec, *out, np.float32(scale), nq, nk, H, mask), smem)
             for (kern, _, out, smem), grid in zip(launches, grids)]
-    if cfg.FUSED:
-        launch(*runs[0])
-    else:                       # the dK/dV and dQ kernels: independent, side by side
-        launch_beside(*runs)    # (launch.launch_beside)
-    if cfg.FUSED:                       # dq = scale · the accumulator, in the inputs' format
+    if cfg.FUSED:               # the dK/dV kernel, then dq = scale · the accumulator, in the
+        launch(*runs[0])        #  inputs' format
         launch(KWB.dq_finish(fmt == "bf16"), *stride_grid(rows * d // 2),
                (dqa.reshape(rows * d), dq.reshape(rows * d // 2), np.float32(scale)))
+    else:                       # the dK/dV and dQ kernels: independent, side by side
+        launch_beside(*runs)    # (launch.launch_beside)
     return grads
 
 
