@@ -12,10 +12,12 @@ Menu
 |                                               | n and (PAD) for padded keys                   |
 | ``stats_kernel``                              | D_i = Σ_c dO_ic·O_ic and LSE_i into rows      |
 |                                               | padded to ``pad_rows(n)`` (0 past Nq)         |
-| ``wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG,      | one block per 64·CWG keys, Q/dO tiles of Bq   |
-|   STAGES, CAUSAL, PAD)``                      | last to first: Sᵀ = K Qᵀ, dPᵀ = V dOᵀ (SS     |
-|                                               | m64n{Bq}k8), dV += Pᵀ dO, dK += dSᵀ Q (RS     |
+| ``wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG,      | d = 64: one block per 64·CWG keys, Q/dO tiles |
+|   STAGES, CAUSAL, PAD)``                      | of Bq last to first: Sᵀ = K Qᵀ, dPᵀ = V dOᵀ   |
+|                                               | (SS m64n{Bq}k8), dV += Pᵀ dO, dK += dSᵀ Q (RS |
 |                                               | m64n{D}k8, B = dOᵀ, Qᵀ)                       |
+| ``wgmma_tf32_bwd_roles_kernel(D, Bq, STAGES,  | d = 128: the same with each block given dK or |
+|   CAUSAL, PAD)``                              | dV alone (grid z; "d = 128: roles" below)     |
 | ``wgmma_tf32_bwd_dq_kernel(D, Bk, CWG,        | one block per 64·CWG queries, K/V tiles of    |
 |   STAGES, CAUSAL, PAD)``                      | Bk: S = Q Kᵀ, dP = dO Vᵀ (SS), dQ += dS K     |
 |                                               | (RS, B = Kᵀ)                                  |
@@ -109,6 +111,21 @@ the fp16 dQ kernel's separate mask path (attention_wgmma_backward's menu) made t
 slower not causal and 1.02× causal (H200, 2026-12-02), though ptxas then gave it 134 registers
 and no spills, against 168 and 84–112 bytes of spills.
 
+d = 128: roles. One warpgroup's dK and dV at d = 128, with the parts they are summed from,
+would take 256 registers a thread before Sᵀ and dPᵀ, so ``wgmma_tf32_bwd_roles_kernel`` gives
+each block one of them (grid z = 0: dK, the heavier, dispatched first; z = 1: dV)::
+
+    dV block (K own):      Sᵀ = K Qiᵀ (waited) → Pᵀ → dV part = Pᵀ dOi   (two products)
+    dK block (K, V own):   Sᵀ, dPᵀ → dSᵀ → dK part = dSᵀ Qi               (three)
+
+Both compute Sᵀ, so a tile costs five products where the d = 64 kernel takes four. The other
+split tried — each block half of dK's and dV's columns, Sᵀ and dPᵀ in both — costs six:
+0.91 / 0.89× torch efficient (not causal / causal) where this one reached 1.03 / 0.99
+(H200, 2026-12-02, session 14, ``scripts/gpu_wgmma_tf32.py --backward --sweep`` at B1 H16
+N8192 d128), and with dQ's columns split the same way 0.73 / 0.70. Tiles of 16 queries (16
+keys in the dQ kernel), two stages: 224 KB each kernel; tiles of 32 fit one stage only
+(roles 0.81 / 0.82×).
+
 Staged sums: as the forward's (attention_wgmma_tf32, "Staged sums"): the tensor core cuts each
 addend to the grid of the largest and rounds its sum toward zero, so dV, dK and dQ never go
 through it — each part starts from zero and is added to nearest.
@@ -127,12 +144,13 @@ offline): the dK/dV kernel 224–226 of 255, the dQ kernel 186–193 with one wa
 two and 84–108 bytes of spills offline — but 122–126 registers and no local memory as compiled
 on the H200 (numba-cuda's toolchain there; the dK/dV kernel 224–226 there too); the dK/dV
 kernel with two warpgroups would spill 644 bytes offline, and its K, V rows would take 128 KB,
-so it has one. Barriers: FULL[s] (count 1: the producer's expect_tx, then the
+so it has one. At d = 128 (tiles of 16, two stages): both kernels 224 KB; the roles kernel
+172–174 registers and the dQ kernel 168 on the H200, no local memory (offline ptxas: 172–174,
+and 255 with 200 bytes of spills). Barriers: FULL[s] (count 1: the producer's expect_tx, then the
 bytes), EMPTY[s] (count: the consumer threads), OWN (count 1: the block's own rows).
 
-Limits: float32, d = 64 (at d = 128 the dK/dV kernel's stationary K, V take 128 KB and a
-stage 64 KB at tiles of 16, and dK, dV with their parts exceed 255 registers; method
-'flash_tc' runs it); Bq, Bk = 32; CWG = 1 or 2; sm_90a. No dropout, no varlen. Deterministic
+Limits: float32, d = 64 or 128; Bq, Bk = 16 or 32 (``tc_methods.WgmmaTf32BwdConfig``: 32 at d
+= 64, 16 at d = 128); CWG = 1 or 2 (d = 128: 1); sm_90a. No dropout, no varlen. Deterministic
 (no atomics; every sum in a fixed order). Masks as attention_tc_backward's: padded keys and
 keys past Nk are zero rows in every packed K, V, Kᵀ, so a masked key's NaN never reaches a
 product, and dk = dv = 0 for padded keys; the documented causal exception of flash_tc (a
@@ -180,9 +198,10 @@ def pad_rows(n):
 
 def tf32_bwd_smem_bytes(D, B, CWG, STAGES, KEYS):
     """Dynamic shared memory of one kernel: the block's own rows (four parts of 64·CWG rows)
-    and STAGES stages (KEYS, the dK/dV kernel: eight tile parts and LSE_i, D_i; the dQ
-    kernel: six parts), float32."""
-    stage = (8 * B * D + 2 * B) if KEYS else 6 * B * D
+    and STAGES stages of B tokens (KEYS, the dK/dV kernel: eight tile parts and LSE_i, D_i,
+    at d = 128 (wgmma_tf32_bwd_roles_kernel) six parts and LSE_i, D_i; the dQ kernel: six
+    parts), float32."""
+    stage = ((6 if D == 128 else 8) * B * D + 2 * B) if KEYS else 6 * B * D
     return 4 * (4 * 64 * CWG * D + STAGES * stage)
 
 
@@ -281,13 +300,14 @@ def rows_desc(addr, D):
 
 
 @lru_cache(maxsize=None)
-def two_products(D, N):
+def two_products(D, N, ONE=False):
     """run(s0, s1, s2, s3, p0, p1, p2, p3, ab, asm, bb, bsm, cb, csm, eb, esm): both kernels'
     first step on a tile — X = A Bᵀ into the parts s0 … (one a 32 of d) and Y = C Eᵀ into
     p0 …, 64 × N each, A, B, C, E natural tiles (rows_desc descriptors of their big and small
     parts), as two commit groups; then the wait for X alone (Y still running) and s0 = X,
     its parts summed to nearest. Each part is As·Bb, then Ab·Bs, then Ab·Bb: 12 wgmmas from
-    zero (the small products first, while the sum is small)."""
+    zero (the small products first, while the sum is small). ONE: X alone (p0 …, C, E
+    unused), waited for."""
     mma = WGMMA_TF32[N]
     SH, SP = N // 2, D // PART
     fence = fence_all(SH, SP)
@@ -321,8 +341,9 @@ def two_products(D, N):
         fence(p0, p1, p2, p3)
         wgmma_fence()                                   # (s0, p0 last read, before)
         parts(s0, s1, s2, s3, ab, asm, bb, bsm)         # group: X
-        parts(p0, p1, p2, p3, cb, csm, eb, esm)         # group: Y
-        wgmma_wait_group(1)                             # wait: X (Y still running)
+        if not ONE:
+            parts(p0, p1, p2, p3, cb, csm, eb, esm)     # group: Y
+        wgmma_wait_group(0 if ONE else 1)               # wait: X (Y still running)
         fence(s0, s1, s2, s3)
         total(s0, s1, s2, s3)
     return run
@@ -343,26 +364,27 @@ def init_ring(bars, STAGES, NC):
 def producer_steps(OWN, TW, STAGES, STAGE):
     """The producer lane's three steps (both kernels; word offsets into smem, parts P words
     apart in the packed side x):
-    own(smem, x, P, src, bars): the block's own rows — 4 parts of OWN words from x[src …]
-    (big, small of two operands) — onto the own rows' barrier.
-    claim(bars, i): tile i's stage s (waiting, from the second lap on, until tile i − STAGES
-    has left it), its FULL[s] told to expect STAGE words; returns (its first word, s).
+    own(smem, x, P, src, bars, COUNT): the block's own rows — COUNT parts (4: big, small of
+    two operands; 2: of one) of OWN words from x[src …] — onto the own rows' barrier.
+    claim(bars, i, words): tile i's stage s (waiting, from the second lap on, until tile i −
+    STAGES has left it), its FULL[s] told to expect words (STAGE, or fewer where a block's
+    role copies less); returns (its first word, s).
     tile(smem, at, x, P, src, COUNT, bars, s): COUNT parts of TW words from x[src …] into the
     stage at word at, completing on FULL[s]."""
     RING = 4 * OWN
 
     @cuda.jit(device=True)
-    def own(smem, x, P, src, bars):
-        mbar_arrive_expect_tx(bars, 2 * STAGES, 16 * OWN)
-        for c in range(4):
+    def own(smem, x, P, src, bars, COUNT):
+        mbar_arrive_expect_tx(bars, 2 * STAGES, 4 * OWN * COUNT)
+        for c in range(COUNT):
             bulk_copy_g2s(smem, c * OWN, x, c * P + src, 4 * OWN, bars, 2 * STAGES)
 
     @cuda.jit(device=True)
-    def claim(bars, i):
+    def claim(bars, i, words):
         s, ph = ring_slot(i, STAGES)
         if i >= STAGES:                             # wait: tile i − STAGES left stage s
             mbar_try_wait_parity(bars, STAGES + s, ph ^ uint32(1))
-        mbar_arrive_expect_tx(bars, s, 4 * STAGE)
+        mbar_arrive_expect_tx(bars, s, 4 * words)
         return RING + STAGE * s, s
 
     @cuda.jit(device=True)
@@ -400,14 +422,18 @@ def own_descriptors(D, OWN):
 
 
 def _geometry(D, B, CWG, STAGES):
-    assert D in (64, 128) and B == 32 and CWG in (1, 2) and STAGES >= 1
-    return WARPGROUP * CWG, 64 * CWG * D, B * D, D // PART, B // PART
+    """(consumer threads, words of one own part, of one natural tile part, S's parts over d,
+    the tile's parts over its tokens, k8 steps in one of those)."""
+    assert D in (64, 128) and B in (16, 32) and CWG in (1, 2) and STAGES >= 1
+    return WARPGROUP * CWG, 64 * CWG * D, B * D, D // PART, max(1, B // PART), min(B, PART) // 8
 
 
 @lru_cache(maxsize=None)
 def wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD):
-    """dK, dV for float32 inputs, 3xTF32 on wgmma (module menu)."""
-    NC, OWN, TW, SP, OP = _geometry(D, Bq, CWG, STAGES)
+    """dK, dV for float32 inputs, 3xTF32 on wgmma, d = 64 (module menu; d = 128:
+    wgmma_tf32_bwd_roles_kernel)."""
+    NC, OWN, TW, SP, OP, KS = _geometry(D, Bq, CWG, STAGES)
+    assert D == 64
     Bk = 64 * CWG                           # keys a block
     T = NC + 32                             # the consumers, then the producer warp
     RING = 4 * OWN                          # stage s at RING + STAGE·s (words)
@@ -420,7 +446,7 @@ def wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD):
     own_rows, claim, tile = producer_steps(OWN, TW, STAGES, STAGE)
     descs = own_descriptors(D, OWN)
     tile_parts = four_parts(TW)
-    parts = key_product(D, OP)
+    parts = key_product(D, OP, KS)
     fence_s = fence_all(SH, SP)
     fence_o = fence_all(OH, OP)
     sum_s = summed(SH, SP)
@@ -450,9 +476,9 @@ def wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD):
 
         if tid >= NC:                               # the producer warp: lane 0 copies
             if tid == NC and n_tiles > 0:
-                own_rows(smem, kside, PK, (bh * nk_pad + k0) * D, bars)    # K, V: big, small
+                own_rows(smem, kside, PK, (bh * nk_pad + k0) * D, bars, 4)  # K, V: big, small
                 for i in range(n_tiles):
-                    at, s = claim(bars, i)
+                    at, s = claim(bars, i, STAGE)
                     row = bh * nq_pad + (last - 1 - i) * Bq     # tiles last to first
                     tile(smem, at, qside, PQ, row * D, 8, bars, s)  # Q, dO, Qᵀ, dOᵀ
                     bulk_copy_g2s(smem, at + 8 * TW, lse_p, row, 4 * Bq, bars, FULL + s)
@@ -530,9 +556,137 @@ def wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD):
 
 
 @lru_cache(maxsize=None)
+def wgmma_tf32_bwd_roles_kernel(D, Bq, STAGES, CAUSAL, PAD):
+    """dK, dV for float32 inputs at d = 128, 3xTF32 on wgmma: the dK/dV kernel (module menu)
+    with each block given one of the two (grid z: 0 dK, 1 dV), since dK, dV and their parts
+    at d = 128 exceed 255 registers together. A dV block needs K alone and Sᵀ alone: dV +=
+    Pᵀ dO (K, Qi, dOiᵀ); a dK block Sᵀ and dPᵀ: dK += dSᵀ Q (K, V, Qi, dOi, Qiᵀ)."""
+    NC, OWN, TW, SP, OP, KS = _geometry(D, Bq, 1, STAGES)
+    Bk = 64                                 # keys a block
+    T = NC + 32                             # the consumers, then the producer warp
+    RING = 4 * OWN                          # stage s at RING + STAGE·s (words)
+    STAGE = 6 * TW + 2 * Bq                 # (a dV block's stage: Qi at 0, dOiᵀ at 4·TW)
+    FULL, EMPTY, KFULL = 0, STAGES, 2 * STAGES     # bars: FULL[s], EMPTY[s], the own rows'
+    NBARS = 2 * STAGES + 1
+    SH, OH = Bq // 2, D // 2                # accumulator floats a thread: Sᵀ (dPᵀ), dK or dV
+    NBQ, NBO = Bq // 8, D // 8
+    both_steps = two_products(D, Bq)
+    s_step = two_products(D, Bq, True)
+    own_rows, claim, tile = producer_steps(OWN, TW, STAGES, STAGE)
+    descs = own_descriptors(D, OWN)
+    tile_parts = four_parts(TW)
+    parts = key_product(D, OP, KS)
+    fence_s = fence_all(SH, SP)
+    fence_o = fence_all(OH, OP)
+    sum_s = summed(SH, SP)
+    add_o = added(OH, OP)
+    probs, grads = ds_transposed_steps(NBQ, Bq, CAUSAL, PAD, NAT=True, KILL=False)
+    unpad = clear_padded(NBO, False)
+    write = write_rows(NBO, False, True)
+    clear = zeros(OH)
+    cap = reg_cap(T)
+
+    @cuda.jit(**gpu_options(max_registers=cap))
+    def roles(qside, kside, lse_p, d_p, dk, dv, scale, n_q, n_k, heads, kpm, nq_pad, nk_pad):
+        """As wgmma_tf32_bwd_dkdv_kernel's arguments."""
+        bh, k0, tid, g, t, key_lo = lane_rows(Bk, CAUSAL, True)     # my keys: key_lo, + 8
+        dv_role = cuda.blockIdx.z == 1            # (z = 0 the heavier dK blocks: first)
+        smem = cuda.shared.array(0, float32)        # K, V | stage 0 | stage 1 … (menu)
+        bars = cuda.shared.array(NBARS, uint64)
+        PQ = qside.shape[0] // 8                    # words of one part, each side
+        PK = kside.shape[0] // 6
+        offset = n_k - n_q                          # §34: query i sees key j iff j ≤ i + offset
+        first = first_q_tile(CAUSAL, k0, Bq, n_q, n_k)
+        last = (n_q + Bq - 1) // Bq
+        n_tiles = max(last - first, 0)
+        if tid == 0:
+            init_ring(bars, STAGES, NC)             # FULL[s], EMPTY[s], the own rows'
+        cuda.syncthreads()                          # wait: the barriers are ready
+
+        if tid >= NC:                               # the producer warp: lane 0 copies
+            if tid == NC and n_tiles > 0:
+                own_rows(smem, kside, PK, (bh * nk_pad + k0) * D, bars, 2 if dv_role else 4)
+                                                    # K (dV), K and V (dK): big, small
+                for i in range(n_tiles):
+                    at, s = claim(bars, i, (4 if dv_role else 6) * TW + 2 * Bq)
+                    row = bh * nq_pad + (last - 1 - i) * Bq     # tiles last to first
+                    if dv_role:                     # Qi; dOiᵀ (slot 3)
+                        tile(smem, at, qside, PQ, row * D, 2, bars, s)
+                        tile(smem, at + 4 * TW, qside, PQ, 6 * PQ + row * D, 2, bars, s)
+                    else:                           # Qi, dOi; Qiᵀ (slot 2)
+                        tile(smem, at, qside, PQ, row * D, 6, bars, s)
+                    fl = at + 6 * TW                # LSE_i, D_i
+                    bulk_copy_g2s(smem, fl, lse_p, row, 4 * Bq, bars, FULL + s)
+                    bulk_copy_g2s(smem, fl + Bq, d_p, row, 4 * Bq, bars, FULL + s)
+            return
+
+        s0 = cuda.local.array(SH, float32)          # Sᵀ's parts (s0 becomes Sᵀ, then Pᵀ)
+        s1 = cuda.local.array(SH, float32)
+        s2 = cuda.local.array(SH, float32)
+        s3 = cuda.local.array(SH, float32)
+        p0 = cuda.local.array(SH, float32)          # dPᵀ's parts (p0: dPᵀ, then dSᵀ)
+        p1 = cuda.local.array(SH, float32)
+        p2 = cuda.local.array(SH, float32)
+        p3 = cuda.local.array(SH, float32)
+        o0 = cuda.local.array(OH, float32)          # this tile's part of dV or dK
+        o1 = cuda.local.array(OH, float32)
+        fb = cuda.local.array(SH, float32)          # Pᵀ or dSᵀ as A fragments: big, small
+        fs = cuda.local.array(SH, float32)
+        acc = cuda.local.array(OH, float32)         # dV or dK
+        clear(acc)
+        pad_lo = pad_hi = False                     # §35: a padded key gets dk = dv = 0
+        if PAD:
+            pad_lo, pad_hi = padded_keys(kpm, bh // heads, key_lo, n_k)
+        kb, ksm, vb, vsm, ring = descs(smem, 0)     # my K, V rows (big, small); the ring
+        if n_tiles > 0:
+            mbar_try_wait_parity(bars, KFULL, 0)    # wait: K (and V) have landed
+
+        for i in range(n_tiles):
+            s, ph = ring_slot(i, STAGES)
+            q0 = (last - 1 - i) * Bq
+            mbar_try_wait_parity(bars, FULL + s, ph)    # wait: tile i has landed
+            a = uint32(ring + uint32(4 * STAGE) * s)
+            qb, qs, ob, os_ = tile_parts(rows_desc(a, D))   # Qi, dOi (natural): big, small
+            xtb, xts, _, _ = tile_parts(kmajor_desc(a + uint32(16 * TW), D, 0, False))
+                                                    # dOiᵀ (dV) or Qiᵀ (dK): big, small
+            fl = RING + STAGE * s + 6 * TW          # LSE_i, D_i (words)
+            if dv_role:
+                s_step(s0, s1, s2, s3, p0, p1, p2, p3, kb, ksm, qb, qs, vb, vsm, ob, os_)
+                                                    # Sᵀ = K Qiᵀ in s0
+                probs(s0, smem, fl, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t, scale)
+                for kc in range(NBQ):               # Pᵀ → big, small A fragments
+                    split_keys_fragment(s0, kc, fb, fs, 4 * kc)
+            else:
+                both_steps(s0, s1, s2, s3, p0, p1, p2, p3, kb, ksm, qb, qs, vb, vsm, ob, os_)
+                                                    # Sᵀ in s0; dPᵀ = V dOiᵀ running
+                probs(s0, smem, fl, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t, scale)
+                wgmma_wait_group(0)                 # wait: dPᵀ
+                fence_s(p0, p1, p2, p3)
+                sum_s(p0, p1, p2, p3)
+                grads(s0, p0, smem, fl, t)          # dSᵀ = Pᵀ∘(dPᵀ − D) in p0
+                for kc in range(NBQ):
+                    split_keys_fragment(p0, kc, fb, fs, 4 * kc)
+            parts(o0, o1, fb, fs, xtb, xts)         # group: dV's part = Pᵀ dOi, or dK's =
+            wgmma_wait_group(0)                     #  dSᵀ Qi; wait: the part; stage s read
+            fence_o(o0, o1, o1, o1)
+            mbar_arrive(bars, EMPTY + s)            # EMPTY[s]: the stage may be refilled
+            add_o(acc, o0, o1)                      # dV or dK += the part (to nearest)
+
+        if PAD:                                     # a padded key: dk = dv = 0, written
+            unpad(acc, pad_lo, pad_hi)
+        if dv_role:
+            write(dv, bh, key_lo, n_k, t, acc, float32(1.0))
+        else:
+            write(dk, bh, key_lo, n_k, t, acc, scale)           # dK = scale · Σ dSᵀ Q
+
+    BUILT[("wgmma_tf32_bwd_roles_kernel", D, Bq, STAGES, CAUSAL, PAD)] = roles
+    return roles
+
+
+@lru_cache(maxsize=None)
 def wgmma_tf32_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD):
     """dQ for float32 inputs, 3xTF32 on wgmma (module menu)."""
-    NC, OWN, TW, SP, OP = _geometry(D, Bk, CWG, STAGES)
+    NC, OWN, TW, SP, OP, KS = _geometry(D, Bk, CWG, STAGES)
     Br = 64 * CWG                           # queries a block
     T = NC + 32
     STAGE = 6 * TW
@@ -544,7 +698,7 @@ def wgmma_tf32_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD):
     own_rows, claim, tile = producer_steps(OWN, TW, STAGES, STAGE)
     descs = own_descriptors(D, OWN)
     tile_parts = four_parts(TW)
-    parts = key_product(D, OP)
+    parts = key_product(D, OP, KS)
     fence_s = fence_all(SH, SP)
     fence_o = fence_all(OH, OP)
     sum_s = summed(SH, SP)
@@ -572,9 +726,9 @@ def wgmma_tf32_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD):
 
         if tid >= NC:                               # the producer warp: lane 0 copies
             if tid == NC and n_tiles > 0:
-                own_rows(smem, qside, PQ, (bh * nq_pad + q0) * D, bars)    # Q, dO: big, small
+                own_rows(smem, qside, PQ, (bh * nq_pad + q0) * D, bars, 4)  # Q, dO: big, small
                 for i in range(n_tiles):
-                    at, s = claim(bars, i)
+                    at, s = claim(bars, i, STAGE)
                     tile(smem, at, kside, PK, (bh * nk_pad + i * Bk) * D, 6, bars, s)
                                                     # K, V, Kᵀ: big, small
             return

@@ -86,8 +86,8 @@ shared arrays, ``src`` a global one; indices are flat element indices (as in ``v
         so the accumulator of S = Q·Kᵀ, two 8-column blocks 2s, 2s + 1 packed in pairs, *is*
         the A of k16 step s of P·V (FlashAttention-3's P in registers, no shared memory). The
         registers must not be written until the wgmma reading them is waited for.
-    wgmma_tf32_n32(acc, desc_a, desc_b, scale_d)   and _n64, _n128; wgmma_tf32_n64_rs(acc, a0, a1,
-        a2, a3, desc_b, scale_d) and _n128_rs (WGMMA_TF32, WGMMA_TF32_RS)
+    wgmma_tf32_n32(acc, desc_a, desc_b, scale_d)   and _n16, _n64, _n128; wgmma_tf32_n64_rs(acc,
+        a0, a1, a2, a3, desc_b, scale_d) and _n128_rs (WGMMA_TF32, WGMMA_TF32_RS)
         wgmma.mma_async.sync.aligned.m64nNk8.f32.tf32.tf32 {acc…}, da (or {a0…a3}), db, p, 1, 1;
         tf32 operands (float32 containers, low 13 mantissa bits ignored: round first), both
         K-major (tf32 has no imm-trans); a k8 step is the 32 bytes of a row an fp16 k16 step
@@ -722,14 +722,15 @@ WGMMA_RS_TB = {("f16", 64): wgmma_f16_n64_rs_tb, ("f16", 128): wgmma_f16_n128_rs
                ("bf16", 64): wgmma_bf16_n64_rs_tb, ("bf16", 128): wgmma_bf16_n128_rs_tb}
 
 
-# tf32 (3xTF32 on wgmma: attention_wgmma_tf32): S = Q Kᵀ as SS with N = the K/V tile (32, 64),
-# O += P V as RS with N = d (64, 128)
+# tf32 (3xTF32 on wgmma: attention_wgmma_tf32): S = Q Kᵀ as SS with N = the K/V tile (32, 64;
+# the backward's at d = 128: 16), O += P V as RS with N = d (64, 128)
+wgmma_tf32_n16 = helper(_wgmma("tf32", 16))
 wgmma_tf32_n32 = helper(_wgmma("tf32", 32))
 wgmma_tf32_n64 = helper(_wgmma("tf32", 64))
 wgmma_tf32_n128 = helper(_wgmma("tf32", 128))
 wgmma_tf32_n64_rs = helper(_wgmma("tf32", 64, True))
 wgmma_tf32_n128_rs = helper(_wgmma("tf32", 128, True))
-WGMMA_TF32 = {32: wgmma_tf32_n32, 64: wgmma_tf32_n64, 128: wgmma_tf32_n128}
+WGMMA_TF32 = {16: wgmma_tf32_n16, 32: wgmma_tf32_n32, 64: wgmma_tf32_n64, 128: wgmma_tf32_n128}
 WGMMA_TF32_RS = {64: wgmma_tf32_n64_rs, 128: wgmma_tf32_n128_rs}
 
 

@@ -13,7 +13,7 @@ end to end: ``bench.time_end_to_end``. TFLOP/s: ``reference.attention_flops`` (4
 when causal). --sweep: the other WgmmaTf32Config tiles as well. The table comes last.
 
 --backward: the same for the gradients — ``attention_backward(do, q, k, v, o, lse,
-method="flash_wgmma")`` (kernels_numba/attention_wgmma_tf32_backward.py, d = 64) and
+method="flash_wgmma")`` (kernels_numba/attention_wgmma_tf32_backward.py, d = 64, 128) and
 ``method="flash_tc"`` against torch efficient's fp32 backward (``torch.autograd.grad`` on one
 graph, retained); the error is the largest max |error| of dq, dk, dv on head (0, 0) against
 float64 SDPA's gradients; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's, half when causal).
@@ -53,9 +53,10 @@ def checked_rows(rows, calls, base, measure, flops):
         print(json.dumps(row), flush=True)
 
 
-BWD_SHAPES = ((4, 16, 1024, 64), (2, 16, 4096, 64), (1, 16, 8192, 64))
-BWD_SWEEP = {"wgmma Q_CWG2": WgmmaTf32BwdConfig(Q_CWG=2),
-             "wgmma 1 stage": WgmmaTf32BwdConfig(STAGES=1)}
+BWD_SHAPES = ((4, 16, 1024, 64), (2, 16, 4096, 64), (1, 16, 8192, 64), (1, 16, 8192, 128))
+BWD_SWEEP = {64: {"wgmma Q_CWG1": WgmmaTf32BwdConfig(Q_CWG=1),
+                  "wgmma 1 stage": WgmmaTf32BwdConfig(STAGES=1)},
+             128: {"wgmma Bq32 S1": WgmmaTf32BwdConfig(Q_CWG=1, Bq=32, Bk=16, STAGES=1)}}
 
 
 def backward_rows(torch, args):
@@ -87,7 +88,7 @@ def backward_rows(torch, args):
             calls = {"torch sdpa efficient": efficient, "flash_tc (mma.sync)": ours("flash_tc"),
                      "flash_wgmma": ours("flash_wgmma")}
             if args.sweep:
-                for name, cfg in BWD_SWEEP.items():
+                for name, cfg in BWD_SWEEP[d].items():
                     calls[name] = ours("flash_wgmma", cfg)
             def measure(gs):
                 err = max(float((gi[0, 0].double() - r[0, 0]).abs().max())

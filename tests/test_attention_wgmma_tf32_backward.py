@@ -5,11 +5,13 @@ attention_wgmma_tf32_backward.py) — against the float64 oracle under the error
 reads them). Outputs are poisoned by the library's allocator on the GPU (NaN in a gradient
 element not written fails); padded keys hold NaN in K and V.
 
-Simulator (two cases, ~2.5 minutes): padded keys (one partial K tile) with two Q tiles, so
+Simulator (three cases, ~5 minutes): padded keys (one partial K tile) with two Q tiles, so
 the dK/dV kernel's second tile comes through stage 1; causal with Nq > Nk (rows 0–7 see no
 key: dq = 0) over two Q tiles and two K tiles through rings of one stage, so both producers
-wait on EMPTY. GPU: N = 1, Nq ≠ Nk both ways, 1000 × 998, causal × padding with a
-batch row that has no valid key, the other configurations, and ten runs bitwise equal.
+wait on EMPTY; d = 128 (the dK/dV kernel's dK and dV blocks, tiles of 16) with padded keys
+and two Q tiles of 16. GPU: d = 64 and 128, N = 1, Nq ≠ Nk both ways, 1000 × 998, causal ×
+padding with a batch row that has no valid key, the other configurations, and ten runs
+bitwise equal.
 Accuracy against torch's efficient backend: tests/test_tf32x3_accuracy.py.
 """
 
@@ -23,13 +25,19 @@ from reference import attention_backward as ref_backward
 
 CASES = by_device(      # (causal, pad, (B, H, Nq, Nk, d), config)
     [(False, True, (1, 1, 40, 20, 64), None),
-     (True, False, (1, 1, 45, 37, 64), WgmmaTf32BwdConfig(Q_CWG=1, STAGES=1))],
+     (True, False, (1, 1, 45, 37, 64), WgmmaTf32BwdConfig(Q_CWG=1, STAGES=1)),
+     (False, True, (1, 1, 20, 9, 128), None)],
     [(c, p, s, None) for c in (False, True) for p in (False, True)
      for s in ((1, 1, 1, 1, 64), (2, 3, 100, 100, 64), (1, 2, 77, 300, 64),
-               (1, 2, 257, 130, 64), (1, 1, 1000, 998, 64))]
+               (1, 2, 257, 130, 64), (1, 1, 1000, 998, 64), (1, 1, 1, 1, 128),
+               (2, 3, 100, 100, 128), (1, 2, 77, 300, 128), (1, 1, 1000, 998, 128))]
     + [(c, p, (2, 2, 300, 257, 64), cfg) for c, p, cfg in (
         (True, True, WgmmaTf32BwdConfig(Q_CWG=2)), (False, False, WgmmaTf32BwdConfig(STAGES=1)),
-        (False, True, WgmmaTf32BwdConfig(Q_CWG=2, STAGES=1)))])
+        (False, True, WgmmaTf32BwdConfig(Q_CWG=2, STAGES=1)))]
+    + [(c, p, (2, 2, 300, 257, 128), cfg) for c, p, cfg in (
+        (True, True, WgmmaTf32BwdConfig(Q_CWG=1, Bq=32, Bk=16, STAGES=1)),
+        (False, False, WgmmaTf32BwdConfig(Q_CWG=1, Bq=16, Bk=16, STAGES=1)),
+        (False, True, WgmmaTf32BwdConfig(Q_CWG=1, Bq=16, Bk=32, STAGES=1)))])
 
 
 def _case(rng, B, H, nq, nk, d, causal, pad):
@@ -149,9 +157,11 @@ def test_refusals():
         attention_backward(*args, method="flash_wgmma", config=WgmmaBwdConfig())
     with pytest.raises(TypeError, match="WgmmaTf32BwdConfig .float32., not a TcBwdConfig"):
         attention_backward(*args, method="flash_wgmma", config=TcBwdConfig())
-    x128 = np.zeros((1, 1, 8, 128), np.float32)
-    with pytest.raises(ValueError, match="float32 backward .3xTF32. at d = 64 only, got d = "
-                       "128"):
-        attention_backward(x128, x128, x128, x128, x128, lse, method="flash_wgmma")
+    with pytest.raises(ValueError, match="Bk must be 16 or 32, got 64"):
+        attention_backward(*args, method="flash_wgmma", config=WgmmaTf32BwdConfig(Bk=64))
+    x96 = np.zeros((1, 1, 8, 96), np.float32)
+    with pytest.raises(ValueError, match="q: method 'flash_wgmma' .backward. takes a head "
+                       "dimension of 64 or 128; got d = 96"):
+        attention_backward(x96, x96, x96, x96, x96, lse, method="flash_wgmma")
     with pytest.raises(ValueError, match="dropout_p: the tensor-core backward has no dropout"):
         attention_backward(*args, method="flash_wgmma", dropout_p=0.1)

@@ -809,7 +809,7 @@ def _warpgroup_collective(t, op, payload, compute):
     return c.results[idx]
 
 
-for _n in (32, 64, 128):
+for _n in (16, 32, 64, 128):
     globals()[f"wgmma_tf32_n{_n}"] = _make_wgmma("tf32", _n)
 for _n in (64, 128):
     globals()[f"wgmma_tf32_n{_n}_rs"] = _make_wgmma("tf32", _n, True)

@@ -48,11 +48,11 @@ METHODS = {m.name: m for m in [
                     "KQᵀ, dPᵀ = VdOᵀ from shared memory, dV += PᵀdO and dK += dSᵀQ with Pᵀ, "
                     "dSᵀ in registers; Q/dO and K/V tiles in a ring of stages on mbarriers; "
                     "fp16/bf16, d = 64 or 128; the default for them on Hopper; float32 "
-                    "at d = 64: 3xTF32, Q, K, V, dO split once into packed tiles, a producer "
-                    "warp's bulk copies",
+                    "(d = 64 or 128): 3xTF32, Q, K, V, dO split once into packed tiles, a "
+                    "producer warp's bulk copies, at d = 128 a block computing dK or dV",
                     "attention_wgmma_backward.wgmma_bwd_dkdv_kernel, wgmma_bwd_dq_kernel, "
                     "attention_wgmma_tf32_backward.pack_kernel, wgmma_tf32_bwd_dkdv_kernel, "
-                    "wgmma_tf32_bwd_dq_kernel",
+                    "wgmma_tf32_bwd_roles_kernel, wgmma_tf32_bwd_dq_kernel",
                     "D [B·H, Nq] (nothing N × N); float32: Q, K, V, dO packed (3.5×)"),
 ]}
 CHOICES = tuple(METHODS)
@@ -76,8 +76,8 @@ LESSON_STATIC_SHARED = 48 * 1024        # bytes of static shared memory a block 
 # "flash_tc" has its own (tests/test_attention_tc_backward.py).
 FP32_METHODS = tuple(m for m in METHODS if m not in ("flash_tc", "flash_wgmma"))
 # The methods that take float32 inputs at any d (the edge suites loop over them): all but
-# flash_wgmma (fp16/bf16 at d = 64, 128: tests/test_attention_wgmma_backward.py; float32 at
-# d = 64 only: tests/test_attention_wgmma_tf32_backward.py)
+# flash_wgmma (d = 64, 128 only; fp16/bf16: tests/test_attention_wgmma_backward.py, float32:
+# tests/test_attention_wgmma_tf32_backward.py)
 FLOAT32_METHODS = tuple(m for m in METHODS if m != "flash_wgmma")
 
 

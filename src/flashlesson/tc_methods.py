@@ -758,8 +758,7 @@ def _backward_inputs(do, q, k, v, o, lse, causal, scale, key_padding_mask, dropo
                      wgmma=False):
     """The tensor-core backwards' checks, each error naming its argument: (fmt, tf32, (do, q,
     k, v, o, lse operands), (B, H, Nq, Nk, d), scale, causal, kpm). wgmma: method
-    "flash_wgmma"'s limits (fp16/bf16 at d = 64 or 128, float32 at d = 64; no dropout; a
-    Hopper GPU)."""
+    "flash_wgmma"'s limits (fp16/bf16/float32 at d = 64 or 128; no dropout; a Hopper GPU)."""
     ops = [_operand(x, name) for x, name in ((do, "do"), (q, "q"), (k, "k"), (v, "v"),
                                               (o, "o"))]
     fmts = {f for _, f in ops}
@@ -777,11 +776,6 @@ def _backward_inputs(do, q, k, v, o, lse, causal, scale, key_padding_mask, dropo
             raise ValueError(f"{name}: expected q's shape {qo.shape}, got {x.shape}")
     if wgmma:
         wgmma_checks(d, "method 'flash_wgmma' (backward)")
-        if tf32 and d != 64:
-            raise ValueError(f"q: method 'flash_wgmma' runs the float32 backward (3xTF32) at "
-                             f"d = 64 only, got d = {d} (at d = 128 its dK/dV kernel does not "
-                             f"fit: attention_wgmma_tf32_backward's limits; method 'flash_tc' "
-                             f"runs it)")
     else:
         head_dim_check(d, tf32, fmt, "the tensor-core backward")
     if checks.probability(dropout_p, "dropout_p", "drop probability"):
@@ -929,15 +923,15 @@ def default_wgmma_bwd_config(d):
 def attention_backward_wgmma(do, q, k, v, o, lse, *, causal=False, scale=None,
                              key_padding_mask=None, dropout_p=0.0, config=None):
     """``attention_backward(..., method="flash_wgmma")``: fp16 or bf16 inputs with d = 64 or
-    128 on Hopper's wgmma (kernels_numba/attention_wgmma_backward.py), float32 with d = 64
-    as 3xTF32 (kernels_numba/attention_wgmma_tf32_backward.py); the same outputs and masks
+    128 on Hopper's wgmma (kernels_numba/attention_wgmma_backward.py), float32 with d = 64 or
+    128 as 3xTF32 (kernels_numba/attention_wgmma_tf32_backward.py); the same outputs and masks
     as method "flash_tc" (deterministic, no atomics, no dropout). config: a
     ``WgmmaBwdConfig`` (fp16/bf16) or a ``WgmmaTf32BwdConfig`` (float32)."""
     ins = _backward_inputs(do, q, k, v, o, lse, causal, scale, key_padding_mask, dropout_p,
                            wgmma=True)
     fmt, tf32, (doo, qo, ko, vo, oo, lo), (B, H, nq, nk, d), scale, causal, kpm = ins
     kind = WgmmaTf32BwdConfig if tf32 else WgmmaBwdConfig
-    cfg = config or (default_wgmma_tf32_bwd_config() if tf32 else default_wgmma_bwd_config(d))
+    cfg = config or (default_wgmma_tf32_bwd_config(d) if tf32 else default_wgmma_bwd_config(d))
     if not isinstance(cfg, kind):
         raise TypeError(f"config: expected a {kind.__name__} for method 'flash_wgmma' on "
                         f"{'float32' if tf32 else fmt} inputs, got {type(cfg).__name__}")
@@ -1010,13 +1004,18 @@ def _backward_wgmma(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, 
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class WgmmaTf32BwdConfig:
-    """The 3xTF32 wgmma backward's blocks (float32 inputs, d = 64, method "flash_wgmma";
-    kernels_numba/attention_wgmma_tf32_backward.py): Q_CWG consumer warpgroups of 64 queries
-    in the dQ kernel (1 or 2; the dK/dV kernel has one: two spill 644 bytes at 168 registers
-    offline and their K, V rows take 128 KB), STAGES shared-memory stages of each kernel's
-    ring (1 or 2). Tiles of 32 queries and 32 keys (the staged sums' 32)."""
+    """The 3xTF32 wgmma backward's blocks (float32 inputs, d = 64 or 128, method
+    "flash_wgmma"; kernels_numba/attention_wgmma_tf32_backward.py): Q_CWG consumer
+    warpgroups of 64 queries in the dQ kernel (1 or 2; the dK/dV kernel has one: two spill
+    644 bytes at 168 registers offline and their K, V rows take 128 KB), STAGES
+    shared-memory stages of each kernel's ring (1 or 2), Bq queries a tile of the dK/dV
+    kernel and Bk keys a tile of the dQ kernel (32, the staged sums' 32, or 16: the d = 128
+    kernels' two stages fit in shared memory only so). At d = 128 the dK/dV kernel is
+    attention_wgmma_tf32_backward.wgmma_tf32_bwd_roles_kernel: a block computes dK or dV."""
     Q_CWG: int = 2
     STAGES: int = 2
+    Bq: int = 32
+    Bk: int = 32
 
     def __post_init__(self):
         checks.config_fields(self)
@@ -1027,19 +1026,26 @@ class WgmmaTf32BwdConfig:
                              f"{self.Q_CWG}")
         if self.STAGES not in (1, 2):
             raise ValueError(f"config: STAGES must be 1 or 2, got {self.STAGES}")
-        for cwg, keys in ((1, True), (self.Q_CWG, False)):
-            shared_fits(KWFB.tf32_bwd_smem_bytes(d, 32, cwg, self.STAGES, keys), d,
-                        f"Q_CWG, STAGES = {self.Q_CWG}, {self.STAGES}",
-                        " (fewer STAGES or Q_CWG = 1)")
+        for name, tile in (("Bq", self.Bq), ("Bk", self.Bk)):
+            if tile not in (16, 32):
+                raise ValueError(f"config: {name} must be 16 or 32, got {tile}")
+        for cwg, tile, keys in ((1, self.Bq, True), (self.Q_CWG, self.Bk, False)):
+            shared_fits(KWFB.tf32_bwd_smem_bytes(d, tile, cwg, self.STAGES, keys), d,
+                        f"Q_CWG, STAGES, Bq, Bk = {self.Q_CWG}, {self.STAGES}, {self.Bq}, "
+                        f"{self.Bk}", " (fewer STAGES, Q_CWG = 1 or tiles of 16)")
 
 
-def default_wgmma_tf32_bwd_config():
-    """The GPU: two consumer warpgroups in the dQ kernel (224 KB; 122–126 registers a thread
-    on the H200, no local memory), two stages — 1.07–1.17× one warpgroup (160 KB, no
-    spills) and 1.24–1.71× one stage at the three shapes of ``scripts/gpu_wgmma_tf32.py
-    --backward --sweep`` (H200, 2026-12-02, docs/logs/gpu_session11_h200.log, run 1; the
-    packing of one word a thread then, attention_wgmma_tf32_backward.pack_kernel). The
-    simulator: one (fewer simulated threads)."""
+def default_wgmma_tf32_bwd_config(d):
+    """The GPU at d = 64: two consumer warpgroups in the dQ kernel (224 KB; 122–126 registers
+    a thread on the H200, no local memory), two stages, tiles of 32 — 1.07–1.17× one
+    warpgroup (160 KB, no spills) and 1.24–1.71× one stage at the three shapes of
+    ``scripts/gpu_wgmma_tf32.py --backward --sweep`` (H200, 2026-12-02, docs/logs/
+    gpu_session11_h200.log, run 1; the packing of one word a thread then,
+    attention_wgmma_tf32_backward.pack_kernel). At d = 128: one warpgroup, two stages of
+    tiles of 16 (each kernel 224 KB). The simulator: one warpgroup (fewer simulated
+    threads)."""
+    if d == 128:
+        return WgmmaTf32BwdConfig(Q_CWG=1, Bq=16, Bk=16)
     return WgmmaTf32BwdConfig(Q_CWG=1 if device.SIMULATOR else 2)
 
 
@@ -1074,6 +1080,8 @@ def _backward_wgmma_tf32(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, cau
     grids = [row_grid(causal, bh, -(-n // (64 * cwg)),    # (both checked before any launch)
                       f"q, k: {nq} queries, {nk} keys in row blocks of {64 * cwg}")
              for n, cwg in ((nk, 1), (nq, cfg.Q_CWG))]
+    roles = d == 128                    # the dK/dV kernel: a block computes dK or dV (grid z)
+    grids[0] = (*grids[0], 2 if roles else 1)
     qside, kside, nq_pad, nk_pad = pack_backward_operands(q3, k3, v3, do3, H, d, kpm)
     lse_p = empty((bh, nq_pad), np.float32)
     d_p = empty((bh, nq_pad), np.float32)
@@ -1081,14 +1089,15 @@ def _backward_wgmma_tf32(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, cau
            (o3.reshape((bh * nq, d)), do3.reshape((bh * nq, d)), lse, lse_p, d_p, nq))
     dq, dk, dv = (empty((bh, n, d), np.float32) for n in (nq, nk, nk))
     pads = (nq_pad, nk_pad)
-    kv = KWFB.wgmma_tf32_bwd_dkdv_kernel(d, 32, 1, cfg.STAGES, causal, pad)
-    qk = KWFB.wgmma_tf32_bwd_dq_kernel(d, 32, cfg.Q_CWG, cfg.STAGES, causal, pad)
+    kv = (KWFB.wgmma_tf32_bwd_roles_kernel(d, cfg.Bq, cfg.STAGES, causal, pad) if roles else
+          KWFB.wgmma_tf32_bwd_dkdv_kernel(d, cfg.Bq, 1, cfg.STAGES, causal, pad))
+    qk = KWFB.wgmma_tf32_bwd_dq_kernel(d, cfg.Bk, cfg.Q_CWG, cfg.STAGES, causal, pad)
     launch_beside(        # (independent: side by side, launch.launch_beside)
         (kv, grids[0], 128 + 32,
          (qside, kside, lse_p.reshape(bh * nq_pad), d_p.reshape(bh * nq_pad), dk, dv,
           np.float32(scale), nq, nk, H, mask, *pads),
-         KWFB.tf32_bwd_smem_bytes(d, 32, 1, cfg.STAGES, True)),
+         KWFB.tf32_bwd_smem_bytes(d, cfg.Bq, 1, cfg.STAGES, True)),
         (qk, grids[1], 128 * cfg.Q_CWG + 32,
          (qside, kside, lse_p, d_p, dq, np.float32(scale), nq, nk, H, mask, *pads),
-         KWFB.tf32_bwd_smem_bytes(d, 32, cfg.Q_CWG, cfg.STAGES, False)))
+         KWFB.tf32_bwd_smem_bytes(d, cfg.Bk, cfg.Q_CWG, cfg.STAGES, False)))
     return dq, dk, dv
