@@ -37,13 +37,13 @@ in the code) and keeps the TFLOP/s recorded then.
 |      | warp splits its operands again each k8 step  |                              |                                |
 | 2    | this file: Q, K, V, dO split once by one     | H200, 2026-12-02: 9.84 ms,   | method='flash_wgmma',          |
 |      | packing launch into the layouts shared       | 34.9 TFLOP/s, 4.45× lesson   | config=WgmmaTf32BwdConfig(Q_CWG=1, |
-|      | memory holds, every product on wgmma (three  |                              | STAGES=1)                      |
+|      | memory holds, every product on wgmma (three  |                              | STAGES=1, Bq=32, Bk=32)        |
 |      | a k8 step, summed every 32 of k), a producer |                              |                                |
 |      | warp's bulk copies, one consumer warpgroup a |                              |                                |
 |      | kernel, one stage: load, wait, compute       |                              |                                |
 | 3    | §42: two stages, the next tile's bulk copies | H200, 2026-12-02: 6.9 ms,    | method='flash_wgmma',          |
 |      | in flight during this tile's wgmmas          | 49.8 TFLOP/s, 6.34× lesson   | config=WgmmaTf32BwdConfig(Q_CWG=1, |
-|      |                                              |                              | STAGES=2)                      |
+|      |                                              |                              | STAGES=2, Bq=32, Bk=32)        |
 | 4    | two consumer warpgroups in the dQ kernel (at | historical: H200,            | method='flash_wgmma' before    |
 |      | most 168 registers a thread; 122–126 on the  | 2026-12-02: 6.5 ms, 52.9     | step 5                         |
 |      | H200, no local memory),                      | TFLOP/s, 6.74× lesson (with  |                                |
@@ -70,7 +70,10 @@ gpu_session11_h200.log; × torch SDPA efficient's fp32 backward in the same proc
 1.51 (1.51) / 1.38 (1.38) at B2 H16 N4096 d64, 1.62 (1.60) / 1.57 (1.56) at B1 H16 N8192 d64
 (run 4); one dQ warpgroup 0.99 / 0.91, 1.31 / 1.19, 1.40 / 1.35, one stage and one warpgroup
 0.78–1.02 (run 1, ``--sweep``). Max error of dq, dk, dv on head (0, 0) against float64: 0.21–
-0.47× torch efficient's (flash_tc's mma.sync: 0.20–0.56×).
+0.47× torch efficient's (flash_tc's mma.sync: 0.20–0.56×). At d = 128 (H200, 2026-12-02,
+session 14, ``scripts/gpu_wgmma_tf32.py --backward``, docs/logs/gpu_session14_h200.log, run
+3): 1.03 (1.04) / 1.00 (1.00) at B1 H16 N8192 d128, 0.50–0.53× torch efficient's error;
+flash_tc 0.49 / 0.53.
 
 The packed operands. tf32 wgmma reads both operands K-major only, so each product needs its B
 with k contiguous: the row products (over d) read Q, K, V, dO as they are (k = d), the key

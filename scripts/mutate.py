@@ -86,6 +86,8 @@ WGMMA_BWD = ["tests/test_attention_wgmma_backward.py"]
 WGMMA_FWD = ["tests/test_attention_tc.py", "-k", "wgmma"]
 WGMMA_TF32 = ["tests/test_attention_tc.py", "-k", "wgmma_tf32_matches"]
 WGMMA_TF32_BWD = ["tests/test_attention_wgmma_tf32_backward.py::test_matches_oracle"]
+WGMMA_TF32_ROLES = ["tests/test_attention_wgmma_tf32_backward.py::test_matches_oracle"
+                    "[False-True-1x1x20x9x128-None]"]
 TF32_PACK = ["tests/test_attention_wgmma_tf32_backward.py::test_packing_follows_the_menu"]
 RACE_TC = [CROSS + "test_tensor_core_kernels_race_free"]
 SOFTMAX = ["tests/test_softmax.py::test_method_matches_oracle_fp32",
@@ -351,6 +353,13 @@ MUTANTS = [
     M("wtb-scale", KN + "attention_wgmma_tf32_backward.py",
       "write(dq, bh, r_lo, n_q, t, acc, scale)", "write(dq, bh, r_lo, n_q, t, acc, "
       "float32(1.0))", WGMMA_TF32_BWD, "dQ without its scale"),
+    M("wtb-roles-dot", KN + "attention_wgmma_tf32_backward.py",
+      "tile(smem, at + 4 * TW, qside, PQ, 6 * PQ + row * D, 2, bars, s)",
+      "tile(smem, at + 4 * TW, qside, PQ, 4 * PQ + row * D, 2, bars, s)", WGMMA_TF32_ROLES,
+      "d = 128: a dV block's B is Qiᵀ instead of dOiᵀ"),
+    M("wtb-roles-own", KN + "attention_wgmma_tf32_backward.py",
+      "bars, 2 if dv_role else 4)", "bars, 2)", WGMMA_TF32_ROLES,
+      "d = 128: a dK block without its V rows (dPᵀ from whatever shared memory holds)"),
     # ---- kernels_numba/reductions.py ----
     M("red-barrier-after", KN + "reductions.py",
       BARRIER + "                               # wait: all reads of scratch are done before",

@@ -1042,8 +1042,9 @@ def default_wgmma_tf32_bwd_config(d):
     ``scripts/gpu_wgmma_tf32.py --backward --sweep`` (H200, 2026-12-02, docs/logs/
     gpu_session11_h200.log, run 1; the packing of one word a thread then,
     attention_wgmma_tf32_backward.pack_kernel). At d = 128: one warpgroup, two stages of
-    tiles of 16 (each kernel 224 KB). The simulator: one warpgroup (fewer simulated
-    threads)."""
+    tiles of 16 (each kernel 224 KB) — 1.28× tiles of 32 queries in one stage at B1 H16
+    N8192 d128 not causal, 1.20× causal (H200, 2026-12-02, docs/logs/gpu_session14_h200.log,
+    run 2). The simulator: one warpgroup (fewer simulated threads)."""
     if d == 128:
         return WgmmaTf32BwdConfig(Q_CWG=1, Bq=16, Bk=16)
     return WgmmaTf32BwdConfig(Q_CWG=1 if device.SIMULATOR else 2)
