@@ -125,9 +125,9 @@ Both compute Sᵀ, so a tile costs five products where the d = 64 kernel takes f
 split tried — each block half of dK's and dV's columns, Sᵀ and dPᵀ in both — costs six:
 0.91 / 0.89× torch efficient (not causal / causal) where this one reached 1.03 / 0.99
 (H200, 2026-12-02, session 14, ``scripts/gpu_wgmma_tf32.py --backward --sweep`` at B1 H16
-N8192 d128), and with dQ's columns split the same way 0.73 / 0.70. Tiles of 16 queries (16
-keys in the dQ kernel), two stages: 224 KB each kernel; tiles of 32 fit one stage only
-(roles 0.81 / 0.82×).
+N8192 d128, the dV blocks on z = 0 then; with the dK blocks first, 1.03 / 1.00), and with
+dQ's columns split the same way 0.73 / 0.70. Tiles of 16 queries (16 keys in the dQ kernel),
+two stages: 224 KB each kernel; tiles of 32 fit one stage only (roles 0.81 / 0.82×).
 
 Staged sums: as the forward's (attention_wgmma_tf32, "Staged sums"): the tensor core cuts each
 addend to the grid of the largest and rounds its sum toward zero, so dV, dK and dQ never go
@@ -140,6 +140,9 @@ Shared memory (dynamic, ``tf32_bwd_smem_bytes``; float32 words)::
             (Bq·D each) | LSE_i | D_i (Bq each)]
     dQ:    Q big | Q small | dO big | dO small (64·CWG rows each) | stages:
            [K big | K small | V big | V small | Kᵀ big | Kᵀ small (Bk·D each)]
+    roles: K big | K small | V big | V small (64 rows; a dV block copies K only) | stages:
+           [Q big | Q small | dO big | dO small (a dV block: Q only) | Qᵀ big | Qᵀ small
+            (dK) or dOᵀ big | dOᵀ small (dV) | LSE_i | D_i]
 
 The defaults (d = 64, tiles of 32, two stages): the dK/dV kernel one warpgroup, 193 KB; the dQ
 kernel two, 224 KB (one: 160 KB). Registers (``attention_wgmma_tf32.reg_cap``; ptxas 13.5
@@ -149,8 +152,8 @@ on the H200 (numba-cuda's toolchain there; the dK/dV kernel 224–226 there too)
 kernel with two warpgroups would spill 644 bytes offline, and its K, V rows would take 128 KB,
 so it has one. At d = 128 (tiles of 16, two stages): both kernels 224 KB; the roles kernel
 172–174 registers and the dQ kernel 168 on the H200, no local memory (offline ptxas: 172–174,
-and 255 with 200 bytes of spills). Barriers: FULL[s] (count 1: the producer's expect_tx, then the
-bytes), EMPTY[s] (count: the consumer threads), OWN (count 1: the block's own rows).
+and 255 with 200 bytes of spills). Barriers: FULL[s] (count 1: the producer's expect_tx,
+then the bytes), EMPTY[s] (count: the consumer threads), OWN (count 1: the block's own rows).
 
 Limits: float32, d = 64 or 128; Bq, Bk = 16 or 32 (``tc_methods.WgmmaTf32BwdConfig``: 32 at d
 = 64, 16 at d = 128); CWG = 1 or 2 (d = 128: 1); sm_90a. No dropout, no varlen. Deterministic

@@ -6,7 +6,8 @@
 # pytest summary, with the failures' tracebacks, never came), so the tour is off by default.
 #   device run: bash scripts/gpu_green.sh SEED_TESTS SEED_TOUR   (carry .whl)
 # 2026-12-02 (session 13): 2892 tests in 543 s at WORKERS=14, near the 570 s budget; split the
-# suite over two calls with TESTS (e.g. TESTS="tests/test_[a-l]*.py", then "tests/test_[m-z]*.py").
+# suite over two calls with TESTS (e.g. TESTS="tests/test_[a-l]*.py", then "tests/test_[m-z]*.py"):
+# session 14, 14 workers, 380 s and 282 s.
 # BUDGET (570) bounds the script, for a call that runs something else first. Optional:
 # SANITIZE=1 runs scripts/gpu_sanitize.sh (compute-sanitizer) beside both; OVERHEAD=1 runs
 # scripts/gpu_overhead_check.py (issue 14's launch layer) first.
@@ -19,7 +20,7 @@ if [ "${OVERHEAD:-0}" = 1 ]; then       # issue 14's launch-layer check first (<
   timeout 120 python3 scripts/gpu_overhead_check.py --json "$OUT/bench_overhead.json" > "$OUT/overhead.log" 2>&1
   echo "--- overhead check rc=$?"; tail -25 "$OUT/overhead.log"
 fi
-left=$((${BUDGET:-570} - $(date +%s) + start))     # BUDGET: seconds for the whole script
+left=$((${BUDGET:-570} - $(date +%s) + start))       # (BUDGET: the whole script)
 FLASHLESSON_SEED=$seed_tests timeout $left python3 -m pytest -v --tb=short --durations=40 -n ${WORKERS:-12} -p no:cacheprovider \
   ${TESTS:-} > "$OUT/pytest.log" 2>&1 &
 p_tests=$!

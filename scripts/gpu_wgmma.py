@@ -8,6 +8,7 @@ kernel-only, checked against torch in the same run (H200; ``scripts/gpu_wgmma.sh
     python3 scripts/gpu_wgmma.py --pingpong      # PINGPONG (FA3's ping-pong) vs the default
     python3 scripts/gpu_wgmma.py --cwg3 --tc     # … and flash_tc's default in the same run
     python3 scripts/gpu_wgmma.py --swizzle --tc  # the swizzled default vs unswizzled, schedules
+    python3 scripts/gpu_wgmma.py --cudnn         # the default vs torch flash and cuDNN only
 
 Per shape and causal mode: the inputs as fp16 torch tensors; each method is checked first (head
 (0, 0) against float64 SDPA on the same fp16 values: its max error beside torch flash's own),
@@ -62,6 +63,7 @@ SWEEP = {
 # --overlap: FA3's intra-warpgroup pipelining (WgmmaConfig.OVERLAP) beside the default it
 # would replace; STAGES = 2 holds the ring back (a stage is freed one tile later), Bc = 64
 # halves the registers S and P take
+CUDNN = {"wgmma default": None}     # --cudnn: issue 16's stretch (≥ 0.8× SDPA cuDNN)
 OVERLAP = {
     "wgmma default": None,
     "wgmma OVERLAP ST3": WgmmaConfig(OVERLAP=True),
@@ -153,7 +155,7 @@ def methods(torch, sweep=False, only=None, tc=False):
             return sdpa(q, k, v, is_causal=causal)
 
     out = {"torch sdpa flash": torch_flash}
-    if only is SWIZZLE:
+    if only is SWIZZLE or only is CUDNN:
         out["torch sdpa cudnn"] = torch_cudnn
     if only is not None:                        # --overlap, --cwg3, --wide, --pingpong
         if tc:                                  # (--tc: flash_tc's default beside them)
@@ -210,13 +212,17 @@ def main():
     ap.add_argument("--swizzle", action="store_true", help="torch flash and cuDNN, each head "
                     "dim's default (swizzled), the unswizzled block and the SWIZZLE configs "
                     "only (default shapes: all)")
+    ap.add_argument("--cudnn", action="store_true", help="torch flash, torch cuDNN and the "
+                    "default only (default shapes: all)")
     ap.add_argument("--tc", action="store_true", help="with --overlap, --cwg3, --wide, "
                     "--pingpong or --swizzle: flash_tc's default too (where wgmma_is_default "
                     "chooses between them, both in one run)")
     args = ap.parse_args()
-    if args.overlap + args.cwg3 + (args.wide or args.pingpong) + args.swizzle > 1:
-        raise SystemExit("--overlap, --cwg3, --wide/--pingpong, --swizzle: one at a time")
-    only = OVERLAP if args.overlap else CWG3 if args.cwg3 else SWIZZLE if args.swizzle else None
+    if args.overlap + args.cwg3 + (args.wide or args.pingpong) + args.swizzle + args.cudnn > 1:
+        raise SystemExit("--overlap, --cwg3, --wide/--pingpong, --swizzle, --cudnn: one at a "
+                         "time")
+    only = OVERLAP if args.overlap else CWG3 if args.cwg3 else SWIZZLE if args.swizzle else \
+        CUDNN if args.cudnn else None
     if args.wide or args.pingpong:
         only = {**(WIDE if args.wide else {}), **(PINGPONG if args.pingpong else {})}
     picks = args.shapes or ("1,2" if args.overlap else "0,1" if args.cwg3 else None)
@@ -253,7 +259,8 @@ def main():
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
     print()
-    bases = ("torch sdpa flash",) if only is None else ("torch sdpa flash", "wgmma default")
+    bases = ("torch sdpa flash",) if only is None else ("torch sdpa flash", "torch sdpa cudnn") \
+        if only is CUDNN else ("torch sdpa flash", "wgmma default")
     print("\n".join(versus_table(rows, bases, width=24 if args.wide else 22)))
     return 0 if all(r["ok"] for r in rows) else 1
 
