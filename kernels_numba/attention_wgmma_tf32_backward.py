@@ -12,12 +12,12 @@ Menu
 |                                               | n and (PAD) for padded keys                   |
 | ``stats_kernel``                              | D_i = Σ_c dO_ic·O_ic and LSE_i into rows      |
 |                                               | padded to ``pad_rows(n)`` (0 past Nq)         |
-| ``wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG,      | d = 64: one block per 64·CWG keys, Q/dO tiles |
-|   STAGES, CAUSAL, PAD)``                      | of Bq last to first: Sᵀ = K Qᵀ, dPᵀ = V dOᵀ   |
-|                                               | (SS m64n{Bq}k8), dV += Pᵀ dO, dK += dSᵀ Q (RS |
-|                                               | m64n{D}k8, B = dOᵀ, Qᵀ)                       |
-| ``wgmma_tf32_bwd_roles_kernel(D, Bq, STAGES,  | d = 128: the same with each block given dK or |
-|   CAUSAL, PAD)``                              | dV alone (grid z; "d = 128: roles" below)     |
+| ``wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG,      | one block per 64·CWG keys, Q/dO tiles of Bq   |
+|   STAGES, CAUSAL, PAD)``                      | last to first: Sᵀ = K Qᵀ, dPᵀ = V dOᵀ (SS     |
+|                                               | m64n{Bq}k8), dV += Pᵀ dO, dK += dSᵀ Q (RS     |
+|                                               | m64n{D}k8, B = dOᵀ, Qᵀ); at d = 128 each      |
+|                                               | block one of dK, dV (grid z; "d = 128:        |
+|                                               | roles" below)                                 |
 | ``wgmma_tf32_bwd_dq_kernel(D, Bk, CWG,        | one block per 64·CWG queries, K/V tiles of    |
 |   STAGES, CAUSAL, PAD)``                      | Bk: S = Q Kᵀ, dP = dO Vᵀ (SS), dQ += dS K     |
 |                                               | (RS, B = Kᵀ)                                  |
@@ -115,8 +115,8 @@ slower not causal and 1.02× causal (H200, 2026-12-02), though ptxas then gave i
 and no spills, against 168 and 84–112 bytes of spills.
 
 d = 128: roles. One warpgroup's dK and dV at d = 128, with the parts they are summed from,
-would take 256 registers a thread before Sᵀ and dPᵀ, so ``wgmma_tf32_bwd_roles_kernel`` gives
-each block one of them (grid z = 0: dK, the heavier, dispatched first; z = 1: dV)::
+would take 256 registers a thread before Sᵀ and dPᵀ, so there the dK/dV kernel gives each
+block one of them (grid z = 0: dK, the heavier, dispatched first; z = 1: dV)::
 
     dV block (K own):      Sᵀ = K Qiᵀ (waited) → Pᵀ → dV part = Pᵀ dOi   (two products)
     dK block (K, V own):   Sᵀ, dPᵀ → dSᵀ → dK part = dSᵀ Qi               (three)
@@ -140,7 +140,7 @@ Shared memory (dynamic, ``tf32_bwd_smem_bytes``; float32 words)::
             (Bq·D each) | LSE_i | D_i (Bq each)]
     dQ:    Q big | Q small | dO big | dO small (64·CWG rows each) | stages:
            [K big | K small | V big | V small | Kᵀ big | Kᵀ small (Bk·D each)]
-    roles: K big | K small | V big | V small (64 rows; a dV block copies K only) | stages:
+    dK/dV at d = 128: as above, but a dV block copies K alone, and a stage holds
            [Q big | Q small | dO big | dO small (a dV block: Q only) | Qᵀ big | Qᵀ small
             (dK) or dOᵀ big | dOᵀ small (dV) | LSE_i | D_i]
 
@@ -150,7 +150,7 @@ offline): the dK/dV kernel 224–226 of 255, the dQ kernel 186–193 with one wa
 two and 84–108 bytes of spills offline — but 122–126 registers and no local memory as compiled
 on the H200 (numba-cuda's toolchain there; the dK/dV kernel 224–226 there too); the dK/dV
 kernel with two warpgroups would spill 644 bytes offline, and its K, V rows would take 128 KB,
-so it has one. At d = 128 (tiles of 16, two stages): both kernels 224 KB; the roles kernel
+so it has one. At d = 128 (tiles of 16, two stages): both kernels 224 KB; the dK/dV kernel
 172–174 registers and the dQ kernel 168 on the H200, no local memory (offline ptxas: 172–174,
 and 255 with 200 bytes of spills). Barriers: FULL[s] (count 1: the producer's expect_tx,
 then the bytes), EMPTY[s] (count: the consumer threads), OWN (count 1: the block's own rows).
@@ -205,7 +205,7 @@ def pad_rows(n):
 def tf32_bwd_smem_bytes(D, B, CWG, STAGES, KEYS):
     """Dynamic shared memory of one kernel: the block's own rows (four parts of 64·CWG rows)
     and STAGES stages of B tokens (KEYS, the dK/dV kernel: eight tile parts and LSE_i, D_i,
-    at d = 128 (wgmma_tf32_bwd_roles_kernel) six parts and LSE_i, D_i; the dQ kernel: six
+    at d = 128 (a block computing dK or dV) six parts and LSE_i, D_i; the dQ kernel: six
     parts), float32."""
     stage = ((6 if D == 128 else 8) * B * D + 2 * B) if KEYS else 6 * B * D
     return 4 * (4 * 64 * CWG * D + STAGES * stage)
@@ -436,19 +436,22 @@ def _geometry(D, B, CWG, STAGES):
 
 @lru_cache(maxsize=None)
 def wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD):
-    """dK, dV for float32 inputs, 3xTF32 on wgmma, d = 64 (module menu; d = 128:
-    wgmma_tf32_bwd_roles_kernel)."""
+    """dK, dV for float32 inputs, 3xTF32 on wgmma (module menu); at d = 128 each block computes
+    one of them ("d = 128: roles": grid z = 0 dK, 1 dV)."""
     NC, OWN, TW, SP, OP, KS = _geometry(D, Bq, CWG, STAGES)
-    assert D == 64
+    ROLES = D == 128
+    assert CWG == 1 or not ROLES
     Bk = 64 * CWG                           # keys a block
     T = NC + 32                             # the consumers, then the producer warp
     RING = 4 * OWN                          # stage s at RING + STAGE·s (words)
-    STAGE = 8 * TW + 2 * Bq
+    STAGE = (6 if ROLES else 8) * TW + 2 * Bq   # (ROLES, a dV block: Qi at 0, dOiᵀ at 4·TW)
+    FL = STAGE - 2 * Bq                     # LSE_i, D_i: words into a stage
     FULL, EMPTY, KFULL = 0, STAGES, 2 * STAGES     # bars: FULL[s], EMPTY[s], the own rows'
     NBARS = 2 * STAGES + 1
     SH, OH = Bq // 2, D // 2                # accumulator floats a thread: Sᵀ (dPᵀ), dK (dV)
     NBQ, NBO = Bq // 8, D // 8
     first_step = two_products(D, Bq)
+    s_step = two_products(D, Bq, True)      # (ROLES: a dV block's Sᵀ alone)
     own_rows, claim, tile = producer_steps(OWN, TW, STAGES, STAGE)
     descs = own_descriptors(D, OWN)
     tile_parts = four_parts(TW)
@@ -468,6 +471,7 @@ def wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD):
         """qside, kside: pack_kernel's; lse_p, d_p: stats_kernel's, flat (BH·nq_pad); dk, dv
         [BH, Nk, D] float32; kpm uint8 [B, Nk] (PAD); nq_pad, nk_pad = pad_rows(Nq, Nk)."""
         bh, k0, tid, g, t, key_lo = lane_rows(Bk, CAUSAL, True)     # my keys: key_lo, + 8
+        dv_role = ROLES and cuda.blockIdx.z == 1    # (z = 0: the heavier dK blocks, first)
         smem = cuda.shared.array(0, float32)        # K, V | stage 0 | stage 1 … (menu)
         bars = cuda.shared.array(NBARS, uint64)
         PQ = qside.shape[0] // 8                    # words of one part, each side
@@ -482,13 +486,18 @@ def wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD):
 
         if tid >= NC:                               # the producer warp: lane 0 copies
             if tid == NC and n_tiles > 0:
-                own_rows(smem, kside, PK, (bh * nk_pad + k0) * D, bars, 4)  # K, V: big, small
+                own_rows(smem, kside, PK, (bh * nk_pad + k0) * D, bars, 2 if dv_role else 4)
+                                                    # K, V: big, small (a dV block: K)
                 for i in range(n_tiles):
-                    at, s = claim(bars, i, STAGE)
+                    at, s = claim(bars, i, STAGE - 2 * TW if dv_role else STAGE)
                     row = bh * nq_pad + (last - 1 - i) * Bq     # tiles last to first
-                    tile(smem, at, qside, PQ, row * D, 8, bars, s)  # Q, dO, Qᵀ, dOᵀ
-                    bulk_copy_g2s(smem, at + 8 * TW, lse_p, row, 4 * Bq, bars, FULL + s)
-                    bulk_copy_g2s(smem, at + 8 * TW + Bq, d_p, row, 4 * Bq, bars, FULL + s)
+                    if dv_role:                     # Qi; dOiᵀ (slot 3)
+                        tile(smem, at, qside, PQ, row * D, 2, bars, s)
+                        tile(smem, at + 4 * TW, qside, PQ, 6 * PQ + row * D, 2, bars, s)
+                    else:                           # Qi, dOi, Qiᵀ (and dOiᵀ)
+                        tile(smem, at, qside, PQ, row * D, 6 if ROLES else 8, bars, s)
+                    bulk_copy_g2s(smem, at + FL, lse_p, row, 4 * Bq, bars, FULL + s)
+                    bulk_copy_g2s(smem, at + FL + Bq, d_p, row, 4 * Bq, bars, FULL + s)
             return
 
         cw = tid // WARPGROUP                       # consumer warpgroup: keys 64·cw …
@@ -500,16 +509,16 @@ def wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD):
         p1 = cuda.local.array(SH, float32)
         p2 = cuda.local.array(SH, float32)
         p3 = cuda.local.array(SH, float32)
-        v0 = cuda.local.array(OH, float32)          # this tile's parts of dV, dK
-        v1 = cuda.local.array(OH, float32)
+        v0 = cuda.local.array(OH, float32)          # this tile's parts of dV, dK (ROLES: c0,
+        v1 = cuda.local.array(OH, float32)          #  c1 the block's one)
         c0 = cuda.local.array(OH, float32)
         c1 = cuda.local.array(OH, float32)
-        fb = cuda.local.array(SH, float32)          # Pᵀ as A fragments: big, small
-        fs = cuda.local.array(SH, float32)
+        fb = cuda.local.array(SH, float32)          # Pᵀ as A fragments: big, small (ROLES:
+        fs = cuda.local.array(SH, float32)          #  Pᵀ or dSᵀ)
         gb = cuda.local.array(SH, float32)          # dSᵀ as A fragments: big, small
         gs = cuda.local.array(SH, float32)
         dv_acc = cuda.local.array(OH, float32)
-        dk_acc = cuda.local.array(OH, float32)
+        dk_acc = cuda.local.array(OH, float32)      # (ROLES: dK or dV, the block's)
         clear(dv_acc)
         clear(dk_acc)
         pad_lo = pad_hi = False                     # §35: a padded key gets dk = dv = 0
@@ -526,8 +535,32 @@ def wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD):
             a = uint32(ring + uint32(4 * STAGE) * s)
             qb, qs, ob, os_ = tile_parts(rows_desc(a, D))   # Qi, dOi (natural): big, small
             qtb, qts, otb, ots = tile_parts(kmajor_desc(a + uint32(16 * TW), D, 0, False))
-                                                    # Qiᵀ, dOiᵀ: big, small
-            fl = RING + STAGE * s + 8 * TW          # LSE_i, D_i (words)
+                                                    # Qiᵀ, dOiᵀ: big, small (a dV block:
+            fl = RING + STAGE * s + FL              #  dOiᵀ first); LSE_i, D_i (words)
+
+            if ROLES:                               # (d = 128: one of dV, dK)
+                if dv_role:
+                    s_step(s0, s1, s2, s3, p0, p1, p2, p3, kb, ksm, qb, qs, vb, vsm, ob, os_)
+                                                    # Sᵀ = K Qiᵀ in s0
+                    probs(s0, smem, fl, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t, scale)
+                    for kc in range(NBQ):           # Pᵀ → big, small A fragments
+                        split_keys_fragment(s0, kc, fb, fs, 4 * kc)
+                else:
+                    first_step(s0, s1, s2, s3, p0, p1, p2, p3, kb, ksm, qb, qs, vb, vsm, ob,
+                               os_)                 # Sᵀ in s0; dPᵀ = V dOiᵀ running
+                    probs(s0, smem, fl, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t, scale)
+                    wgmma_wait_group(0)             # wait: dPᵀ
+                    fence_s(p0, p1, p2, p3)
+                    sum_s(p0, p1, p2, p3)
+                    grads(s0, p0, smem, fl, t)      # dSᵀ = Pᵀ∘(dPᵀ − D) in p0
+                    for kc in range(NBQ):
+                        split_keys_fragment(p0, kc, fb, fs, 4 * kc)
+                parts(c0, c1, fb, fs, qtb, qts)     # group: dV's part = Pᵀ dOi, or dK's =
+                wgmma_wait_group(0)                 #  dSᵀ Qi; wait: the part; stage s read
+                fence_o(c0, c1, c1, c1)
+                mbar_arrive(bars, EMPTY + s)        # EMPTY[s]: the stage may be refilled
+                add_o(dk_acc, c0, c1)               # dV or dK += the part (to nearest)
+                continue
 
             first_step(s0, s1, s2, s3, p0, p1, p2, p3, kb, ksm, qb, qs, vb, vsm, ob, os_)
                                                     # Sᵀ = K Qiᵀ in s0; dPᵀ = V dOiᵀ running
@@ -552,141 +585,18 @@ def wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD):
             add_o(dk_acc, c0, c1)
 
         if PAD:                                     # a padded key: dk = dv = 0, written
-            unpad(dv_acc, pad_lo, pad_hi)
+            if not ROLES:
+                unpad(dv_acc, pad_lo, pad_hi)
             unpad(dk_acc, pad_lo, pad_hi)
-        write(dv, bh, key_lo, n_k, t, dv_acc, float32(1.0))
-        write(dk, bh, key_lo, n_k, t, dk_acc, scale)            # dK = scale · Σ dSᵀ Q
+        if dv_role:                                 # (ROLES: dV in dk_acc)
+            write(dv, bh, key_lo, n_k, t, dk_acc, float32(1.0))
+        else:
+            if not ROLES:
+                write(dv, bh, key_lo, n_k, t, dv_acc, float32(1.0))
+            write(dk, bh, key_lo, n_k, t, dk_acc, scale)        # dK = scale · Σ dSᵀ Q
 
     BUILT[("wgmma_tf32_bwd_dkdv_kernel", D, Bq, CWG, STAGES, CAUSAL, PAD)] = dkdv
     return dkdv
-
-
-@lru_cache(maxsize=None)
-def wgmma_tf32_bwd_roles_kernel(D, Bq, STAGES, CAUSAL, PAD):
-    """dK, dV for float32 inputs at d = 128, 3xTF32 on wgmma: the dK/dV kernel (module menu)
-    with each block given one of the two (grid z: 0 dK, 1 dV), since dK, dV and their parts
-    at d = 128 exceed 255 registers together. A dV block needs K alone and Sᵀ alone: dV +=
-    Pᵀ dO (K, Qi, dOiᵀ); a dK block Sᵀ and dPᵀ: dK += dSᵀ Q (K, V, Qi, dOi, Qiᵀ)."""
-    NC, OWN, TW, SP, OP, KS = _geometry(D, Bq, 1, STAGES)
-    Bk = 64                                 # keys a block
-    T = NC + 32                             # the consumers, then the producer warp
-    RING = 4 * OWN                          # stage s at RING + STAGE·s (words)
-    STAGE = 6 * TW + 2 * Bq                 # (a dV block's stage: Qi at 0, dOiᵀ at 4·TW)
-    FULL, EMPTY, KFULL = 0, STAGES, 2 * STAGES     # bars: FULL[s], EMPTY[s], the own rows'
-    NBARS = 2 * STAGES + 1
-    SH, OH = Bq // 2, D // 2                # accumulator floats a thread: Sᵀ (dPᵀ), dK or dV
-    NBQ, NBO = Bq // 8, D // 8
-    both_steps = two_products(D, Bq)
-    s_step = two_products(D, Bq, True)
-    own_rows, claim, tile = producer_steps(OWN, TW, STAGES, STAGE)
-    descs = own_descriptors(D, OWN)
-    tile_parts = four_parts(TW)
-    parts = key_product(D, OP, KS)
-    fence_s = fence_all(SH, SP)
-    fence_o = fence_all(OH, OP)
-    sum_s = summed(SH, SP)
-    add_o = added(OH, OP)
-    probs, grads = ds_transposed_steps(NBQ, Bq, CAUSAL, PAD, NAT=True, KILL=False)
-    unpad = clear_padded(NBO, False)
-    write = write_rows(NBO, False, True)
-    clear = zeros(OH)
-    cap = reg_cap(T)
-
-    @cuda.jit(**gpu_options(max_registers=cap))
-    def roles(qside, kside, lse_p, d_p, dk, dv, scale, n_q, n_k, heads, kpm, nq_pad, nk_pad):
-        """As wgmma_tf32_bwd_dkdv_kernel's arguments."""
-        bh, k0, tid, g, t, key_lo = lane_rows(Bk, CAUSAL, True)     # my keys: key_lo, + 8
-        dv_role = cuda.blockIdx.z == 1            # (z = 0 the heavier dK blocks: first)
-        smem = cuda.shared.array(0, float32)        # K, V | stage 0 | stage 1 … (menu)
-        bars = cuda.shared.array(NBARS, uint64)
-        PQ = qside.shape[0] // 8                    # words of one part, each side
-        PK = kside.shape[0] // 6
-        offset = n_k - n_q                          # §34: query i sees key j iff j ≤ i + offset
-        first = first_q_tile(CAUSAL, k0, Bq, n_q, n_k)
-        last = (n_q + Bq - 1) // Bq
-        n_tiles = max(last - first, 0)
-        if tid == 0:
-            init_ring(bars, STAGES, NC)             # FULL[s], EMPTY[s], the own rows'
-        cuda.syncthreads()                          # wait: the barriers are ready
-
-        if tid >= NC:                               # the producer warp: lane 0 copies
-            if tid == NC and n_tiles > 0:
-                own_rows(smem, kside, PK, (bh * nk_pad + k0) * D, bars, 2 if dv_role else 4)
-                                                    # K (dV), K and V (dK): big, small
-                for i in range(n_tiles):
-                    at, s = claim(bars, i, (4 if dv_role else 6) * TW + 2 * Bq)
-                    row = bh * nq_pad + (last - 1 - i) * Bq     # tiles last to first
-                    if dv_role:                     # Qi; dOiᵀ (slot 3)
-                        tile(smem, at, qside, PQ, row * D, 2, bars, s)
-                        tile(smem, at + 4 * TW, qside, PQ, 6 * PQ + row * D, 2, bars, s)
-                    else:                           # Qi, dOi; Qiᵀ (slot 2)
-                        tile(smem, at, qside, PQ, row * D, 6, bars, s)
-                    fl = at + 6 * TW                # LSE_i, D_i
-                    bulk_copy_g2s(smem, fl, lse_p, row, 4 * Bq, bars, FULL + s)
-                    bulk_copy_g2s(smem, fl + Bq, d_p, row, 4 * Bq, bars, FULL + s)
-            return
-
-        s0 = cuda.local.array(SH, float32)          # Sᵀ's parts (s0 becomes Sᵀ, then Pᵀ)
-        s1 = cuda.local.array(SH, float32)
-        s2 = cuda.local.array(SH, float32)
-        s3 = cuda.local.array(SH, float32)
-        p0 = cuda.local.array(SH, float32)          # dPᵀ's parts (p0: dPᵀ, then dSᵀ)
-        p1 = cuda.local.array(SH, float32)
-        p2 = cuda.local.array(SH, float32)
-        p3 = cuda.local.array(SH, float32)
-        o0 = cuda.local.array(OH, float32)          # this tile's part of dV or dK
-        o1 = cuda.local.array(OH, float32)
-        fb = cuda.local.array(SH, float32)          # Pᵀ or dSᵀ as A fragments: big, small
-        fs = cuda.local.array(SH, float32)
-        acc = cuda.local.array(OH, float32)         # dV or dK
-        clear(acc)
-        pad_lo = pad_hi = False                     # §35: a padded key gets dk = dv = 0
-        if PAD:
-            pad_lo, pad_hi = padded_keys(kpm, bh // heads, key_lo, n_k)
-        kb, ksm, vb, vsm, ring = descs(smem, 0)     # my K, V rows (big, small); the ring
-        if n_tiles > 0:
-            mbar_try_wait_parity(bars, KFULL, 0)    # wait: K (and V) have landed
-
-        for i in range(n_tiles):
-            s, ph = ring_slot(i, STAGES)
-            q0 = (last - 1 - i) * Bq
-            mbar_try_wait_parity(bars, FULL + s, ph)    # wait: tile i has landed
-            a = uint32(ring + uint32(4 * STAGE) * s)
-            qb, qs, ob, os_ = tile_parts(rows_desc(a, D))   # Qi, dOi (natural): big, small
-            xtb, xts, _, _ = tile_parts(kmajor_desc(a + uint32(16 * TW), D, 0, False))
-                                                    # dOiᵀ (dV) or Qiᵀ (dK): big, small
-            fl = RING + STAGE * s + 6 * TW          # LSE_i, D_i (words)
-            if dv_role:
-                s_step(s0, s1, s2, s3, p0, p1, p2, p3, kb, ksm, qb, qs, vb, vsm, ob, os_)
-                                                    # Sᵀ = K Qiᵀ in s0
-                probs(s0, smem, fl, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t, scale)
-                for kc in range(NBQ):               # Pᵀ → big, small A fragments
-                    split_keys_fragment(s0, kc, fb, fs, 4 * kc)
-            else:
-                both_steps(s0, s1, s2, s3, p0, p1, p2, p3, kb, ksm, qb, qs, vb, vsm, ob, os_)
-                                                    # Sᵀ in s0; dPᵀ = V dOiᵀ running
-                probs(s0, smem, fl, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t, scale)
-                wgmma_wait_group(0)                 # wait: dPᵀ
-                fence_s(p0, p1, p2, p3)
-                sum_s(p0, p1, p2, p3)
-                grads(s0, p0, smem, fl, t)          # dSᵀ = Pᵀ∘(dPᵀ − D) in p0
-                for kc in range(NBQ):
-                    split_keys_fragment(p0, kc, fb, fs, 4 * kc)
-            parts(o0, o1, fb, fs, xtb, xts)         # group: dV's part = Pᵀ dOi, or dK's =
-            wgmma_wait_group(0)                     #  dSᵀ Qi; wait: the part; stage s read
-            fence_o(o0, o1, o1, o1)
-            mbar_arrive(bars, EMPTY + s)            # EMPTY[s]: the stage may be refilled
-            add_o(acc, o0, o1)                      # dV or dK += the part (to nearest)
-
-        if PAD:                                     # a padded key: dk = dv = 0, written
-            unpad(acc, pad_lo, pad_hi)
-        if dv_role:
-            write(dv, bh, key_lo, n_k, t, acc, float32(1.0))
-        else:
-            write(dk, bh, key_lo, n_k, t, acc, scale)           # dK = scale · Σ dSᵀ Q
-
-    BUILT[("wgmma_tf32_bwd_roles_kernel", D, Bq, STAGES, CAUSAL, PAD)] = roles
-    return roles
 
 
 @lru_cache(maxsize=None)

@@ -344,7 +344,7 @@ MUTANTS = [
       "row = bh * nq_pad + i * Bq     # tiles last to first", WGMMA_TF32_BWD,
       "dK/dV producer: tiles first to last while the consumers take them last to first"),
     M("wtb-stats", KN + "attention_wgmma_tf32_backward.py",
-      "fl = RING + STAGE * s + 8 * TW", "fl = RING + 8 * TW", WGMMA_TF32_BWD,
+      "fl = RING + STAGE * s + FL", "fl = RING + FL", WGMMA_TF32_BWD,
       "dK/dV: LSE_i, D_i always read from stage 0"),
     M("wtb-key-zero", KN + "attention_wgmma_tf32.py",
       "tb + uint64(2 * D * kc), kk > 0)", "tb + uint64(2 * D * kc), True)", WGMMA_TF32_BWD,

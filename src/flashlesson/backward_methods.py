@@ -52,7 +52,7 @@ METHODS = {m.name: m for m in [
                     "producer warp's bulk copies, at d = 128 a block computing dK or dV",
                     "attention_wgmma_backward.wgmma_bwd_dkdv_kernel, wgmma_bwd_dq_kernel, "
                     "attention_wgmma_tf32_backward.pack_kernel, wgmma_tf32_bwd_dkdv_kernel, "
-                    "wgmma_tf32_bwd_roles_kernel, wgmma_tf32_bwd_dq_kernel",
+                    "wgmma_tf32_bwd_dq_kernel",
                     "D [B·H, Nq] (nothing N × N); float32: Q, K, V, dO packed (3.5×)"),
 ]}
 CHOICES = tuple(METHODS)

@@ -1010,8 +1010,8 @@ class WgmmaTf32BwdConfig:
     644 bytes at 168 registers offline and their K, V rows take 128 KB), STAGES
     shared-memory stages of each kernel's ring (1 or 2), Bq queries a tile of the dK/dV
     kernel and Bk keys a tile of the dQ kernel (32, the staged sums' 32, or 16: the d = 128
-    kernels' two stages fit in shared memory only so). At d = 128 the dK/dV kernel is
-    attention_wgmma_tf32_backward.wgmma_tf32_bwd_roles_kernel: a block computes dK or dV."""
+    kernels' two stages fit in shared memory only so). At d = 128 a block of the dK/dV kernel
+    computes dK or dV (attention_wgmma_tf32_backward's "d = 128: roles")."""
     Q_CWG: int = 2
     STAGES: int = 2
     Bq: int = 32
@@ -1081,8 +1081,8 @@ def _backward_wgmma_tf32(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, cau
     grids = [row_grid(causal, bh, -(-n // (64 * cwg)),    # (both checked before any launch)
                       f"q, k: {nq} queries, {nk} keys in row blocks of {64 * cwg}")
              for n, cwg in ((nk, 1), (nq, cfg.Q_CWG))]
-    roles = d == 128                    # the dK/dV kernel: a block computes dK or dV (grid z)
-    grids[0] = (*grids[0], 2 if roles else 1)
+    grids[0] = (*grids[0], 2 if d == 128 else 1)    # (d = 128: a dK/dV block computes dK or
+                                                    #  dV, grid z)
     qside, kside, nq_pad, nk_pad = pack_backward_operands(q3, k3, v3, do3, H, d, kpm)
     lse_p = empty((bh, nq_pad), np.float32)
     d_p = empty((bh, nq_pad), np.float32)
@@ -1090,8 +1090,7 @@ def _backward_wgmma_tf32(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, cau
            (o3.reshape((bh * nq, d)), do3.reshape((bh * nq, d)), lse, lse_p, d_p, nq))
     dq, dk, dv = (empty((bh, n, d), np.float32) for n in (nq, nk, nk))
     pads = (nq_pad, nk_pad)
-    kv = (KWFB.wgmma_tf32_bwd_roles_kernel(d, cfg.Bq, cfg.STAGES, causal, pad) if roles else
-          KWFB.wgmma_tf32_bwd_dkdv_kernel(d, cfg.Bq, 1, cfg.STAGES, causal, pad))
+    kv = KWFB.wgmma_tf32_bwd_dkdv_kernel(d, cfg.Bq, 1, cfg.STAGES, causal, pad)
     qk = KWFB.wgmma_tf32_bwd_dq_kernel(d, cfg.Bk, cfg.Q_CWG, cfg.STAGES, causal, pad)
     launch_beside(        # (independent: side by side, launch.launch_beside)
         (kv, grids[0], 128 + 32,
