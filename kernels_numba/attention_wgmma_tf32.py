@@ -228,8 +228,8 @@ def added(N, COUNT):
 @lru_cache(maxsize=None)
 def key_part(D, KS=STEPS):
     """part(acc, fb, fs, tb, ts, p): acc = part p (the tile's tokens 8·KS·p … 8·KS·p + 8·KS − 1:
-    32 tokens, or 16 where the tile has only 16, KS = 2) of F X,
-    64 × D, as RS wgmmas m64n{D}k8 from zero: Fs·Xb, Fb·Xs, Fb·Xb — F in registers as A
+    32 tokens, or 16 where the tile has only 16, KS = 2) of F X, 64 × D, as RS wgmmas
+    m64n{D}k8 from zero: Fs·Xb, Fb·Xs, Fb·Xb — F in registers as A
     fragments (big fb, small fs: attention_tc.split_keys_fragment), X a tile packed transposed
     with its tokens in PERM's order (tb, ts: k8 step 0's descriptors of its big and small
     parts, D rows: a step 2·D units on). Issued, not committed. The forward's O += P V
@@ -257,10 +257,9 @@ def key_part(D, KS=STEPS):
 def key_product(D, COUNT, KS=STEPS):
     """issue(a0, a1, fb, fs, tb, ts): one commit group of key_part's wgmmas — a0 = part 0 of
     F X (the tile's tokens 0 … 31, or 0 … 15 with KS = 2) and, COUNT = 2, a1 = part 1 (32 …
-    63) — after fencing a0,
-    a1 (the adds of the tile before read them) and wgmma_fence (fb, fs just written). Issued
-    and committed, not waited for. The forward's O, and attention_wgmma_tf32_backward's dV,
-    dK, dQ parts."""
+    63) — after fencing a0, a1 (the adds of the tile before read them) and wgmma_fence (fb, fs
+    just written). Issued and committed, not waited for. The forward's O, and
+    attention_wgmma_tf32_backward's dV, dK, dQ parts."""
     part = key_part(D, KS)
     fence = fence_all(D // 2, COUNT)
 

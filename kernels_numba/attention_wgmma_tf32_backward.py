@@ -155,8 +155,8 @@ so it has one. At d = 128 (tiles of 16, two stages): both kernels 224 KB; the dK
 and 255 with 200 bytes of spills). Barriers: FULL[s] (count 1: the producer's expect_tx,
 then the bytes), EMPTY[s] (count: the consumer threads), OWN (count 1: the block's own rows).
 
-Limits: float32, d = 64 or 128; Bq, Bk = 16 or 32 (``tc_methods.WgmmaTf32BwdConfig``: 32 at d
-= 64, 16 at d = 128); CWG = 1 or 2 (d = 128: 1); sm_90a. No dropout, no varlen. Deterministic
+Limits: float32, d = 64 or 128; Bq, Bk = 16 or 32 (``tc_methods.default_wgmma_tf32_bwd_config``:
+32 at d = 64, 16 at d = 128); CWG = 1 or 2 (d = 128: 1, ``WgmmaTf32BwdConfig.check``); sm_90a. No dropout, no varlen. Deterministic
 (no atomics; every sum in a fixed order). Masks as attention_tc_backward's: padded keys and
 keys past Nk are zero rows in every packed K, V, Kᵀ, so a masked key's NaN never reaches a
 product, and dk = dv = 0 for padded keys; the documented causal exception of flash_tc (a
@@ -202,12 +202,18 @@ def pad_rows(n):
     return max(1, -(-n // ROWS)) * ROWS
 
 
+def dkdv_roles(D):
+    """Whether each block of the dK/dV kernel computes one of dK, dV (grid z = 0: dK, 1: dV;
+    "d = 128: roles"): at d = 128."""
+    return D == 128
+
+
 def tf32_bwd_smem_bytes(D, B, CWG, STAGES, KEYS):
     """Dynamic shared memory of one kernel: the block's own rows (four parts of 64·CWG rows)
     and STAGES stages of B tokens (KEYS, the dK/dV kernel: eight tile parts and LSE_i, D_i,
     at d = 128 (a block computing dK or dV) six parts and LSE_i, D_i; the dQ kernel: six
     parts), float32."""
-    stage = ((6 if D == 128 else 8) * B * D + 2 * B) if KEYS else 6 * B * D
+    stage = ((6 if dkdv_roles(D) else 8) * B * D + 2 * B) if KEYS else 6 * B * D
     return 4 * (4 * 64 * CWG * D + STAGES * stage)
 
 
@@ -344,12 +350,12 @@ def two_products(D, N, ONE=False):
     @cuda.jit(device=True)
     def run(s0, s1, s2, s3, p0, p1, p2, p3, ab, asm, bb, bsm, cb, csm, eb, esm):
         fence(s0, s1, s2, s3)
-        fence(p0, p1, p2, p3)
-        wgmma_fence()                                   # (s0, p0 last read, before)
+        fence(p0, p1, p2, p3)                           # (ONE: p0 … unused, fenced all the
+        wgmma_fence()                                   #  same) (s0, p0 last read, before)
         parts(s0, s1, s2, s3, ab, asm, bb, bsm)         # group: X
-        if not ONE:
+        if not ONE:                                     # (compile time)
             parts(p0, p1, p2, p3, cb, csm, eb, esm)     # group: Y
-        wgmma_wait_group(0 if ONE else 1)               # wait: X (Y still running)
+        wgmma_wait_group(0 if ONE else 1)               # wait: X (Y still running, if any)
         fence(s0, s1, s2, s3)
         total(s0, s1, s2, s3)
     return run
@@ -439,7 +445,7 @@ def wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD):
     """dK, dV for float32 inputs, 3xTF32 on wgmma (module menu); at d = 128 each block computes
     one of them ("d = 128: roles": grid z = 0 dK, 1 dV)."""
     NC, OWN, TW, SP, OP, KS = _geometry(D, Bq, CWG, STAGES)
-    ROLES = D == 128
+    ROLES = dkdv_roles(D)
     assert CWG == 1 or not ROLES
     Bk = 64 * CWG                           # keys a block
     T = NC + 32                             # the consumers, then the producer warp
@@ -451,7 +457,7 @@ def wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD):
     SH, OH = Bq // 2, D // 2                # accumulator floats a thread: Sᵀ (dPᵀ), dK (dV)
     NBQ, NBO = Bq // 8, D // 8
     first_step = two_products(D, Bq)
-    s_step = two_products(D, Bq, True)      # (ROLES: a dV block's Sᵀ alone)
+    s_alone = two_products(D, Bq, True)     # (ROLES: a dV block's Sᵀ alone)
     own_rows, claim, tile = producer_steps(OWN, TW, STAGES, STAGE)
     descs = own_descriptors(D, OWN)
     tile_parts = four_parts(TW)
@@ -510,7 +516,8 @@ def wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD):
         p2 = cuda.local.array(SH, float32)
         p3 = cuda.local.array(SH, float32)
         v0 = cuda.local.array(OH, float32)          # this tile's parts of dV, dK (ROLES: c0,
-        v1 = cuda.local.array(OH, float32)          #  c1 the block's one)
+        v1 = cuda.local.array(OH, float32)          #  c1 the block's one; v0, v1, gb, gs,
+                                                    #  dv_acc unused)
         c0 = cuda.local.array(OH, float32)
         c1 = cuda.local.array(OH, float32)
         fb = cuda.local.array(SH, float32)          # Pᵀ as A fragments: big, small (ROLES:
@@ -535,12 +542,13 @@ def wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD):
             a = uint32(ring + uint32(4 * STAGE) * s)
             qb, qs, ob, os_ = tile_parts(rows_desc(a, D))   # Qi, dOi (natural): big, small
             qtb, qts, otb, ots = tile_parts(kmajor_desc(a + uint32(16 * TW), D, 0, False))
-                                                    # Qiᵀ, dOiᵀ: big, small (a dV block:
-            fl = RING + STAGE * s + FL              #  dOiᵀ first); LSE_i, D_i (words)
+                                                    # Qiᵀ, dOiᵀ: big, small (ROLES: the
+            fl = RING + STAGE * s + FL              #  first two only); LSE_i, D_i (words)
 
-            if ROLES:                               # (d = 128: one of dV, dK)
-                if dv_role:
-                    s_step(s0, s1, s2, s3, p0, p1, p2, p3, kb, ksm, qb, qs, vb, vsm, ob, os_)
+            if ROLES:                               # (compile time) d = 128: dV or dK
+                acc, xtb, xts = dk_acc, qtb, qts    # the block's one accumulator; dOiᵀ (dV
+                if dv_role:                         #  block) or Qiᵀ (dK block)
+                    s_alone(s0, s1, s2, s3, p0, p1, p2, p3, kb, ksm, qb, qs, vb, vsm, ob, os_)
                                                     # Sᵀ = K Qiᵀ in s0
                     probs(s0, smem, fl, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t, scale)
                     for kc in range(NBQ):           # Pᵀ → big, small A fragments
@@ -555,43 +563,42 @@ def wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD):
                     grads(s0, p0, smem, fl, t)      # dSᵀ = Pᵀ∘(dPᵀ − D) in p0
                     for kc in range(NBQ):
                         split_keys_fragment(p0, kc, fb, fs, 4 * kc)
-                parts(c0, c1, fb, fs, qtb, qts)     # group: dV's part = Pᵀ dOi, or dK's =
+                parts(c0, c1, fb, fs, xtb, xts)     # group: dV's part = Pᵀ dOi, or dK's =
                 wgmma_wait_group(0)                 #  dSᵀ Qi; wait: the part; stage s read
                 fence_o(c0, c1, c1, c1)
                 mbar_arrive(bars, EMPTY + s)        # EMPTY[s]: the stage may be refilled
-                add_o(dk_acc, c0, c1)               # dV or dK += the part (to nearest)
-                continue
-
-            first_step(s0, s1, s2, s3, p0, p1, p2, p3, kb, ksm, qb, qs, vb, vsm, ob, os_)
+                add_o(acc, c0, c1)                  # dV or dK += the part (to nearest)
+            else:                                   # d = 64: both
+                first_step(s0, s1, s2, s3, p0, p1, p2, p3, kb, ksm, qb, qs, vb, vsm, ob, os_)
                                                     # Sᵀ = K Qiᵀ in s0; dPᵀ = V dOiᵀ running
-            probs(s0, smem, fl, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t, scale)
-            for kc in range(NBQ):                   # Pᵀ → big, small A fragments
-                split_keys_fragment(s0, kc, fb, fs, 4 * kc)
+                probs(s0, smem, fl, key_lo, q0, n_q, n_k, offset, pad_lo, pad_hi, t, scale)
+                for kc in range(NBQ):               # Pᵀ → big, small A fragments
+                    split_keys_fragment(s0, kc, fb, fs, 4 * kc)
 
-            parts(v0, v1, fb, fs, otb, ots)         # group: dV's parts = Pᵀ dOi
-            wgmma_wait_group(1)                     # wait: dPᵀ (dV's part still running)
-            fence_s(p0, p1, p2, p3)
-            sum_s(p0, p1, p2, p3)
-            grads(s0, p0, smem, fl, t)              # dSᵀ = Pᵀ∘(dPᵀ − D) in p0
-            for kc in range(NBQ):
-                split_keys_fragment(p0, kc, gb, gs, 4 * kc)
+                parts(v0, v1, fb, fs, otb, ots)     # group: dV's parts = Pᵀ dOi
+                wgmma_wait_group(1)                 # wait: dPᵀ (dV's part still running)
+                fence_s(p0, p1, p2, p3)
+                sum_s(p0, p1, p2, p3)
+                grads(s0, p0, smem, fl, t)          # dSᵀ = Pᵀ∘(dPᵀ − D) in p0
+                for kc in range(NBQ):
+                    split_keys_fragment(p0, kc, gb, gs, 4 * kc)
 
-            parts(c0, c1, gb, gs, qtb, qts)         # group: dK's parts = dSᵀ Qi
-            wgmma_wait_group(0)                     # wait: both parts; stage s read
-            fence_o(v0, v1, v1, v1)
-            fence_o(c0, c1, c1, c1)
-            mbar_arrive(bars, EMPTY + s)            # EMPTY[s]: the stage may be refilled
-            add_o(dv_acc, v0, v1)                   # dV, dK += the parts (to nearest)
-            add_o(dk_acc, c0, c1)
+                parts(c0, c1, gb, gs, qtb, qts)     # group: dK's parts = dSᵀ Qi
+                wgmma_wait_group(0)                 # wait: both parts; stage s read
+                fence_o(v0, v1, v1, v1)
+                fence_o(c0, c1, c1, c1)
+                mbar_arrive(bars, EMPTY + s)        # EMPTY[s]: the stage may be refilled
+                add_o(dv_acc, v0, v1)               # dV, dK += the parts (to nearest)
+                add_o(dk_acc, c0, c1)
 
         if PAD:                                     # a padded key: dk = dv = 0, written
-            if not ROLES:
+            if not ROLES:                           # (compile time)
                 unpad(dv_acc, pad_lo, pad_hi)
             unpad(dk_acc, pad_lo, pad_hi)
-        if dv_role:                                 # (ROLES: dV in dk_acc)
+        if dv_role:                                 # (ROLES: dV in dk_acc, the one acc)
             write(dv, bh, key_lo, n_k, t, dk_acc, float32(1.0))
         else:
-            if not ROLES:
+            if not ROLES:                           # (compile time)
                 write(dv, bh, key_lo, n_k, t, dv_acc, float32(1.0))
             write(dk, bh, key_lo, n_k, t, dk_acc, scale)        # dK = scale · Σ dSᵀ Q
 

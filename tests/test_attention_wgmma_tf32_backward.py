@@ -159,6 +159,12 @@ def test_refusals():
         attention_backward(*args, method="flash_wgmma", config=TcBwdConfig())
     with pytest.raises(ValueError, match="Bk must be 16 or 32, got 64"):
         attention_backward(*args, method="flash_wgmma", config=WgmmaTf32BwdConfig(Bk=64))
+    with pytest.raises(ValueError, match="Bq must be 16 or 32, got 8"):
+        attention_backward(*args, method="flash_wgmma", config=WgmmaTf32BwdConfig(Bq=8))
+    x128 = np.zeros((1, 1, 8, 128), np.float32)
+    with pytest.raises(ValueError, match="Q_CWG must be 1 at d = 128 .* got 2"):
+        attention_backward(x128, x128, x128, x128, x128, lse, method="flash_wgmma",
+                           config=WgmmaTf32BwdConfig())
     x96 = np.zeros((1, 1, 8, 96), np.float32)
     with pytest.raises(ValueError, match="q: method 'flash_wgmma' .backward. takes a head "
                        "dimension of 64 or 128; got d = 96"):

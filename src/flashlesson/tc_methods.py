@@ -1029,10 +1029,14 @@ class WgmmaTf32BwdConfig:
         for name, tile in (("Bq", self.Bq), ("Bk", self.Bk)):
             if tile not in (16, 32):
                 raise ValueError(f"config: {name} must be 16 or 32, got {tile}")
+        if d == 128 and self.Q_CWG != 1:
+            raise ValueError(f"config: Q_CWG must be 1 at d = 128 (two warpgroups' Q, dO rows "
+                             f"would take 256 KB of shared memory), got {self.Q_CWG}")
         for cwg, tile, keys in ((1, self.Bq, True), (self.Q_CWG, self.Bk, False)):
             shared_fits(KWFB.tf32_bwd_smem_bytes(d, tile, cwg, self.STAGES, keys), d,
-                        f"Q_CWG, STAGES, Bq, Bk = {self.Q_CWG}, {self.STAGES}, {self.Bq}, "
-                        f"{self.Bk}", " (fewer STAGES, Q_CWG = 1 or tiles of 16)")
+                        f"the {'dK/dV' if keys else 'dQ'} kernel; Q_CWG, STAGES, Bq, Bk = "
+                        f"{self.Q_CWG}, {self.STAGES}, {self.Bq}, {self.Bk}",
+                        " (fewer STAGES or tiles of 16)")
 
 
 def default_wgmma_tf32_bwd_config(d):
@@ -1081,8 +1085,8 @@ def _backward_wgmma_tf32(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, cau
     grids = [row_grid(causal, bh, -(-n // (64 * cwg)),    # (both checked before any launch)
                       f"q, k: {nq} queries, {nk} keys in row blocks of {64 * cwg}")
              for n, cwg in ((nk, 1), (nq, cfg.Q_CWG))]
-    grids[0] = (*grids[0], 2 if d == 128 else 1)    # (d = 128: a dK/dV block computes dK or
-                                                    #  dV, grid z)
+    grids[0] = (*grids[0], 2 if KWFB.dkdv_roles(d) else 1)    # (grid z: a dK/dV block's
+                                                    #  role, dK or dV; checks.grid: z ≤ 65535)
     qside, kside, nq_pad, nk_pad = pack_backward_operands(q3, k3, v3, do3, H, d, kpm)
     lse_p = empty((bh, nq_pad), np.float32)
     d_p = empty((bh, nq_pad), np.float32)
