@@ -358,6 +358,19 @@ def producer_regs(CWG):
     return 32 if CWG == 3 else 56
 
 
+def block_reg_cap(T):
+    """max_registers of a block of T threads (a multiple of 8, at most 255): an SM's 65536
+    registers are four sub-partitions' 16384, and a block's warps are dealt out among the
+    four, so the sub-partition that gets ⌈warps / 4⌉ of them must hold their registers: 255
+    for 5 warps (one consumer warpgroup and a producer warp), 168 for 9 (at 224, which 65536
+    / 288 allows, the H200 refused the launch with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
+    attention_wgmma_tf32's menu), 128 a thread for two blocks of 256 (T = 512:
+    attention_wgmma_backward's d = 64 dQ kernel). reg_cap below is the same rule for whole
+    warpgroups with setmaxnreg's condition added."""
+    per_lane = SM_REGS // (WARPGROUP * -(-T // WARPGROUP))
+    return min(255, per_lane // 8 * 8)
+
+
 def reg_cap(WGS):
     """max_registers of a block of WGS warpgroups (the producer's included): the whole block
     must be resident before setmaxnreg moves registers between its warpgroups (128·WGS·cap ≤

@@ -167,13 +167,13 @@ the warpgroup's rows see (§34)::
 
 The masks (keys past Nk, §34 causal, §35 padding) are tested only on the tiles that need them,
 on a path of their own, and only on dS (ds_rows_steps' APART: one branch a tile around every
-test; P feeds nothing else). Tested element by element under a branch on the tile, as
-flash_tc's dQ kernel does, ptxas predicated the tests into every tile, and the causal kernel
-cost as much as the dK/dV kernel: 0.45 and 1.40 ms against 0.43 and 1.41 at B2 H16 N4096 d64
-and B1 H16 N8192 d128; apart, 0.31 and 1.13 (P still masked then; unmasked, another run, 0.32
-and 1.13), the causal backward 0.97 → 1.17× and 0.95 → 1.05× SDPA flash on one stream (H200,
-2026-12-02, docs/results.md session 13; not causal, the same). At d = 64 the kernel is compiled for two blocks an SM (max_registers 128: ptxas gave
-it 132 without the cap, 125 with it and no spills).
+test; P feeds nothing else). Tested element by element under a branch on the tile, as flash_tc's
+dQ kernel does, ptxas predicated the tests into every tile, and the causal kernel cost as much
+as the dK/dV kernel: 0.45 and 1.40 ms against 0.43 and 1.41 at B2 H16 N4096 d64 and B1 H16 N8192
+d128; apart, 0.31 and 1.13 (P still masked then; unmasked, another run, 0.32 and 1.13), the
+causal backward 0.97 → 1.17× and 0.95 → 1.05× SDPA flash on one stream (H200, 2026-12-02,
+docs/results.md session 13; not causal, the same). At d = 64 the kernel is compiled for two
+blocks an SM (max_registers 128: ptxas gave it 132 without the cap, 125 with it and no spills).
 
 One tile, two readings. Every tile in shared memory is stored once, K-major
 (``attention_wgmma.kmajor_rows``: hopper.kmajor_index(row, col, R), 16-byte pieces of a row as
@@ -327,9 +327,8 @@ from .attention import first_q_tile, kv_tiles
 from .attention_tc import pack_accumulators, zeros
 from .attention_tc_backward import clear_padded, ds_rows_steps, ds_transposed_steps, \
     lane_row_stats, lane_rows, padded_keys, write_rows
-from .attention_wgmma import BUILT, WARPGROUP, kmajor_rows, ring_slot, row_words, uniform_u32, \
-    warpgroup_of
-from .attention_wgmma_tf32 import reg_cap
+from .attention_wgmma import BUILT, WARPGROUP, block_reg_cap, kmajor_rows, ring_slot, row_words, \
+    uniform_u32, warpgroup_of
 from .hopper import SW128_ALIGN, WGMMA, WGMMA_RS_TB, WGMMA_TB, bar_sync, cp_async_mbar_arrive, \
     fence_mbarrier_init, fence_proxy_async, kmajor_desc, kmajor_index, mbar_arrive, mbar_init, \
     mbar_try_wait_parity, nmajor_desc, sem_release_add, sem_wait_geq, shared_addr, to_1024, \
@@ -749,11 +748,11 @@ def wgmma_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD, BF16, SWIZZLE=False, AH
     write = write_rows(D // 8, BF16)
     clear_acc = zeros(OH)
     # d = 64: two blocks an SM (their shared memory fits) only at ≤ 65536 / 2T registers a
-    # thread (attention_wgmma_tf32.reg_cap of both blocks' threads). ptxas gives the causal
+    # thread (attention_wgmma.block_reg_cap of both blocks' threads). ptxas gives the causal
     # kernel 132 without a cap (its mask tests on their own path, ds_rows_steps), 125 with it
     # and no spills (CUDA 13.0, sm_90a). Not with AHEAD (139: one block, menu), nor at d = 128
     # (one block: shared memory)
-    two_blocks = gpu_options(max_registers=reg_cap(2 * T)) if D == 64 and not AHEAD else {}
+    two_blocks = gpu_options(max_registers=block_reg_cap(2 * T)) if D == 64 and not AHEAD else {}
 
     @cuda.jit(device=True)
     def issue(k, v, smem, at0, bars, i, tid, bh, n_k, kpm, b_idx):

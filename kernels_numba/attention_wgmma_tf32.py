@@ -77,23 +77,22 @@ The defaults (tc_methods.default_wgmma_tf32_config), two stages and tiles of 32 
 two consumer warpgroups, 128 KB; d = 128 one, 192 KB. Barriers: FULL[s] (count 1: the
 producer's expect_tx, then the bytes), EMPTY[s] (count: the consumer threads), QFULL (count 1).
 
-Registers (``reg_cap``): one consumer warpgroup and the producer warp are 5 warps, 255
-registers each — d = 128, Bc = 32: 223–231, no spills (ptxas 13.5 offline); d = 64, Bc = 64:
-247–255 and no spills offline, 255 and 72–80 bytes of local memory as compiled on the H200
-(numba-cuda's own toolchain there; 1.05–1.09× slower than the default). Two consumer warpgroups
-are 9 warps, and an SM's registers are four sub-partitions' 16384 with a block's warps dealt
-out among them: 168 each (at 224, which 65536 / 288 would allow, the H200 refused the launch);
-d = 64, Bc = 32 fits them (166–167, no spills), Bc = 64 spilled 380 bytes and is refused
-(WgmmaTf32Config.check).
+Registers (``attention_wgmma.block_reg_cap``): one consumer warpgroup and the producer warp are
+5 warps, 255 registers each — d = 128, Bc = 32: 223–231, no spills (ptxas 13.5 offline); d = 64,
+Bc = 64: 247–255 and no spills offline, 255 and 72–80 bytes of local memory as compiled on the
+H200 (numba-cuda's own toolchain there; 1.05–1.09× slower than the default). Two consumer
+warpgroups are 9 warps, and an SM's registers are four sub-partitions' 16384 with a block's
+warps dealt out among them: 168 each (at 224, which 65536 / 288 would allow, the H200 refused
+the launch); d = 64, Bc = 32 fits them (166–167, no spills), Bc = 64 spilled 380 bytes and is
+refused (WgmmaTf32Config.check).
 
-Limits: float32, d = D = 64 or 128; Bc = 32 or 64 (a multiple of 32: O's parts); CWG = 1 or
-2 (2 with Bc = 32); sm_90a. No dropout, no varlen, no backward (float32 gradients: method
-'flash_tc'). Masked keys: scores −inf by select, K and V rows zero in the packed tiles
-(past Nk, PAD), so a padded key's NaN never reaches an mma; causal-hidden keys as flash_tc
-(module attention_tc, "Documented limit"). A row with no key: O = 0, LSE = −inf. The packed
-copies take 2× Q, K and V's memory (plus the K/V tile padding) while the call runs. The
-simulator computes each wgmma at issue (sim/hopper.py); its tf32 sums round as the tensor
-core's model does.
+Limits: float32, d = D = 64 or 128; Bc = 32 or 64 (a multiple of 32: O's parts); CWG = 1 or 2 (2
+with Bc = 32); sm_90a. No dropout, no varlen; the backward is attention_wgmma_tf32_backward's.
+Masked keys: scores −inf by select, K and V rows zero in the packed tiles (past Nk, PAD), so a
+padded key's NaN never reaches an mma; causal-hidden keys as flash_tc (module attention_tc,
+"Documented limit"). A row with no key: O = 0, LSE = −inf. The packed copies take 2× Q, K and
+V's memory (plus the K/V tile padding) while the call runs. The simulator computes each wgmma at
+issue (sim/hopper.py); its tf32 sums round as the tensor core's model does.
 
 How to run: ``attention(q32, k32, v32, method="flash_wgmma")`` (float32 on Hopper),
 ``pytest tests/test_attention_tc.py -k wgmma_tf32``, on the H200 ``python3 scripts/
@@ -107,7 +106,7 @@ from numba import cuda, float32, uint32, uint64
 from .attention import block_tile, kv_tiles
 from .attention_tc import LOG2E, finish_rows, fold_scale, mask_scores_tc, online_softmax_tc, \
     split_keys_fragment, store_floats, zeros
-from .attention_wgmma import WARPGROUP, SM_REGS, ring_slot, uniform_u32
+from .attention_wgmma import WARPGROUP, block_reg_cap, ring_slot, uniform_u32
 from .hopper import WGMMA_TF32, WGMMA_TF32_RS, bulk_copy_g2s, fence_mbarrier_init, kmajor_desc, \
     mbar_arrive, mbar_arrive_expect_tx, mbar_init, mbar_try_wait_parity, shared_addr, \
     wgmma_commit_group, wgmma_fence, wgmma_fence_operand, wgmma_wait_group
@@ -119,17 +118,6 @@ BUILT = {}                  # (factory, *arguments) → kernel, for resource rep
 PERM = (0, 2, 4, 6, 1, 3, 5, 7)     # Vᵀ column kk % 8 → key within its 8 (P's k order)
 PART = 32                   # k of one staged sum (4 k8 steps)
 STEPS = PART // 8           # k8 steps in a part
-
-
-def reg_cap(T):
-    """max_registers of a block of T threads: an SM's 65536 registers are four sub-partitions'
-    16384, and a block's warps are dealt out among the four, so the sub-partition that gets
-    ⌈warps / 4⌉ of them must hold their registers: 255 for 5 warps (CWG = 1 and the producer),
-    168 for 9 (CWG = 2: at 224, which 65536 / 288 allows, the H200 refused the launch with
-    CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES; attention_wgmma.reg_cap's 168 for its 12 warps is the
-    same rule)."""
-    per_lane = SM_REGS // (WARPGROUP * -(-T // WARPGROUP))
-    return min(255, per_lane // 8 * 8)
 
 
 def tf32_smem_bytes(D, Bc, CWG, STAGES=2):
@@ -301,7 +289,7 @@ def flash_wgmma_tf32_kernel(D, Bc, CWG, CAUSAL, PAD, FOLD=True, STAGES=2):
     sum_s, add_o = summed(SH, SP), added(OH, OP)
     clear_acc = zeros(OH)
     finish = finish_rows(NBO, store_floats)
-    cap = reg_cap(T)
+    cap = block_reg_cap(T)
 
     @cuda.jit(device=True)
     def s_part(acc, qb, qs, kb, ksm, p):

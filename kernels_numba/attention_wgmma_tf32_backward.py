@@ -145,7 +145,7 @@ Shared memory (dynamic, ``tf32_bwd_smem_bytes``; float32 words)::
             (dK) or dOᵀ big | dOᵀ small (dV) | LSE_i | D_i]
 
 The defaults (d = 64, tiles of 32, two stages): the dK/dV kernel one warpgroup, 193 KB; the dQ
-kernel two, 224 KB (one: 160 KB). Registers (``attention_wgmma_tf32.reg_cap``; ptxas 13.5
+kernel two, 224 KB (one: 160 KB). Registers (``attention_wgmma.block_reg_cap``; ptxas 13.5
 offline): the dK/dV kernel 224–226 of 255, the dQ kernel 186–193 with one warpgroup, 168 with
 two and 84–108 bytes of spills offline — but 122–126 registers and no local memory as compiled
 on the H200 (numba-cuda's toolchain there; the dK/dV kernel 224–226 there too); the dK/dV
@@ -156,12 +156,13 @@ and 255 with 200 bytes of spills). Barriers: FULL[s] (count 1: the producer's ex
 then the bytes), EMPTY[s] (count: the consumer threads), OWN (count 1: the block's own rows).
 
 Limits: float32, d = 64 or 128; Bq, Bk = 16 or 32 (``tc_methods.default_wgmma_tf32_bwd_config``:
-32 at d = 64, 16 at d = 128); CWG = 1 or 2 (d = 128: 1, ``WgmmaTf32BwdConfig.check``); sm_90a. No dropout, no varlen. Deterministic
-(no atomics; every sum in a fixed order). Masks as attention_tc_backward's: padded keys and
-keys past Nk are zero rows in every packed K, V, Kᵀ, so a masked key's NaN never reaches a
-product, and dk = dv = 0 for padded keys; the documented causal exception of flash_tc (a
-causal-hidden key's NaN on a diagonal tile). The packed copies take 3.5× q, k, v and dO's
-memory while the call runs. The simulator computes each wgmma at issue (sim/hopper.py).
+32 at d = 64, 16 at d = 128); CWG = 1 or 2 (d = 128: 1, ``WgmmaTf32BwdConfig.check``); sm_90a.
+No dropout, no varlen. Deterministic (no atomics; every sum in a fixed order). Masks as
+attention_tc_backward's: padded keys and keys past Nk are zero rows in every packed K, V, Kᵀ, so
+a masked key's NaN never reaches a product, and dk = dv = 0 for padded keys; the documented
+causal exception of flash_tc (a causal-hidden key's NaN on a diagonal tile). The packed copies
+take 3.5× q, k, v and dO's memory while the call runs. The simulator computes each wgmma at
+issue (sim/hopper.py).
 
 How to run: ``attention_backward(do32, q32, k32, v32, o32, lse, method="flash_wgmma")``,
 ``pytest tests/test_attention_wgmma_tf32_backward.py``, on the H200 ``python3
@@ -177,9 +178,8 @@ from .attention_backward import d_row
 from .attention_tc import split_keys_fragment, zeros
 from .attention_tc_backward import clear_padded, ds_rows_steps, ds_transposed_steps, \
     lane_row_stats, lane_rows, padded_keys, write_rows
-from .attention_wgmma import WARPGROUP, ring_slot, uniform_u32
-from .attention_wgmma_tf32 import BUILT, PART, STEPS, added, fence_all, key_product, reg_cap, \
-    summed
+from .attention_wgmma import WARPGROUP, block_reg_cap, ring_slot, uniform_u32
+from .attention_wgmma_tf32 import BUILT, PART, STEPS, added, fence_all, key_product, summed
 from .hopper import SWIZZLE_NONE, WGMMA_TF32, bulk_copy_g2s, \
     fence_mbarrier_init, kmajor_desc, mbar_arrive, mbar_arrive_expect_tx, mbar_init, \
     mbar_try_wait_parity, shared_addr, wgmma_commit_group, wgmma_desc, wgmma_fence, \
@@ -208,13 +208,17 @@ def dkdv_roles(D):
     return D == 128
 
 
+def stage_words(D, B, KEYS):
+    """float32 words of one stage of B tokens: KEYS, the dK/dV kernel's eight tile parts and
+    LSE_i, D_i (at d = 128, a block computing dK or dV: six parts and LSE_i, D_i); the dQ
+    kernel's six parts (module menu, "Shared memory")."""
+    return ((6 if dkdv_roles(D) else 8) * B * D + 2 * B) if KEYS else 6 * B * D
+
+
 def tf32_bwd_smem_bytes(D, B, CWG, STAGES, KEYS):
     """Dynamic shared memory of one kernel: the block's own rows (four parts of 64·CWG rows)
-    and STAGES stages of B tokens (KEYS, the dK/dV kernel: eight tile parts and LSE_i, D_i,
-    at d = 128 (a block computing dK or dV) six parts and LSE_i, D_i; the dQ kernel: six
-    parts), float32."""
-    stage = ((6 if dkdv_roles(D) else 8) * B * D + 2 * B) if KEYS else 6 * B * D
-    return 4 * (4 * 64 * CWG * D + STAGES * stage)
+    and STAGES stages (stage_words), float32."""
+    return 4 * (4 * 64 * CWG * D + STAGES * stage_words(D, B, KEYS))
 
 
 @lru_cache(maxsize=None)
@@ -450,7 +454,7 @@ def wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD):
     Bk = 64 * CWG                           # keys a block
     T = NC + 32                             # the consumers, then the producer warp
     RING = 4 * OWN                          # stage s at RING + STAGE·s (words)
-    STAGE = (6 if ROLES else 8) * TW + 2 * Bq   # (ROLES, a dV block: Qi at 0, dOiᵀ at 4·TW)
+    STAGE = stage_words(D, Bq, True)        # (ROLES, a dV block: Qi at 0, dOiᵀ at 4·TW)
     FL = STAGE - 2 * Bq                     # LSE_i, D_i: words into a stage
     FULL, EMPTY, KFULL = 0, STAGES, 2 * STAGES     # bars: FULL[s], EMPTY[s], the own rows'
     NBARS = 2 * STAGES + 1
@@ -470,7 +474,7 @@ def wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG, STAGES, CAUSAL, PAD):
     unpad = clear_padded(NBO, False)
     write = write_rows(NBO, False, True)
     clear = zeros(OH)
-    cap = reg_cap(T)
+    cap = block_reg_cap(T)
 
     @cuda.jit(**gpu_options(max_registers=cap))
     def dkdv(qside, kside, lse_p, d_p, dk, dv, scale, n_q, n_k, heads, kpm, nq_pad, nk_pad):
@@ -612,7 +616,7 @@ def wgmma_tf32_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD):
     NC, OWN, TW, SP, OP, KS = _geometry(D, Bk, CWG, STAGES)
     Br = 64 * CWG                           # queries a block
     T = NC + 32
-    STAGE = 6 * TW
+    STAGE = stage_words(D, Bk, False)
     FULL, EMPTY, QFULL = 0, STAGES, 2 * STAGES
     NBARS = 2 * STAGES + 1
     SH, OH = Bk // 2, D // 2
@@ -629,7 +633,7 @@ def wgmma_tf32_bwd_dq_kernel(D, Bk, CWG, STAGES, CAUSAL, PAD):
     probs, grads = ds_rows_steps(NBK, CAUSAL, PAD, NAT=True, APART=False)  # (menu)
     write = write_rows(NBO, False, True)
     clear = zeros(OH)
-    cap = reg_cap(T)
+    cap = block_reg_cap(T)
 
     @cuda.jit(**gpu_options(max_registers=cap))
     def dq_kernel(qside, kside, lse_p, d_p, dq, scale, n_q, n_k, heads, kpm, nq_pad, nk_pad):

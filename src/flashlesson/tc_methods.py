@@ -314,12 +314,13 @@ def _row_format(d, tf32):
     return (d // 2, np.uint32) if KT.word_rows(d) else (d, np.uint16)
 
 
-def row_grid(causal, bh, blocks, what, tiles="row blocks"):
+def row_grid(causal, bh, blocks, what, tiles="row blocks", z=1):
     """The grid of a kernel with a block per row tile, as its block_tile / lane_rows reads it:
-    causal (B·H, blocks) — the tiles on the y axis, heaviest first — else (blocks, B·H);
-    refused before any launch where CUDA could not launch it (checks.grid; what names the
-    tiling, tiles what they are called)."""
-    grid = (bh, blocks) if causal else (blocks, bh)
+    causal (B·H, blocks) — the tiles on the y axis, heaviest first — else (blocks, B·H), and
+    z on the z axis where the kernel takes one (the float32 wgmma dK/dV kernel's roles at d =
+    128); refused before any launch where CUDA could not launch it (checks.grid; what names
+    the tiling, tiles what they are called)."""
+    grid = ((bh, blocks) if causal else (blocks, bh)) + ((z,) if z > 1 else ())
     checks.grid(grid, what + (f" (causal: {tiles} on the grid's y axis)" if causal else ""))
     return grid
 
@@ -596,7 +597,7 @@ class WgmmaTf32Config:
             raise ValueError(f"config: CWG must be 1 or 2 consumer warpgroups, got {self.CWG}")
         if self.CWG == 2 and self.Bc != 32:
             raise ValueError(f"config: CWG = 2 takes Bc = 32 (its 288 threads get 168 registers "
-                             f"each, attention_wgmma_tf32.reg_cap; at Bc = 64 they spill 380 "
+                             f"each, attention_wgmma.block_reg_cap; at Bc = 64 they spill 380 "
                              f"bytes), got Bc = {self.Bc}")
         if self.STAGES not in (1, 2, 3):
             raise ValueError(f"config: STAGES must be 1, 2 or 3, got {self.STAGES}")
@@ -612,7 +613,7 @@ class WgmmaTf32Config:
 def default_wgmma_tf32_config(d):
     """The simulator: one warpgroup, tiles of 32 keys (its smallest block). The GPU: at d = 64
     two consumer warpgroups and tiles of 32 keys (128 KB of shared memory, 168 registers a
-    thread: attention_wgmma_tf32.reg_cap), at d = 128 one warpgroup and tiles of 32 keys
+    thread: attention_wgmma.block_reg_cap), at d = 128 one warpgroup and tiles of 32 keys
     (192 KB); two stages — the fastest of ``scripts/gpu_wgmma_tf32.py --sweep`` (H200,
     2026-12-02, docs/logs/gpu_session10_h200.log, run 4: at d = 64 1.05–1.09× one warpgroup
     with tiles of 64 and three stages, 1.21–1.38× one with tiles of 32; at d = 128 1.14–1.42×
@@ -1083,10 +1084,9 @@ def _backward_wgmma_tf32(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, cau
     pad = kpm is not None
     mask = kpm if pad else dummy("mask")
     grids = [row_grid(causal, bh, -(-n // (64 * cwg)),    # (both checked before any launch)
-                      f"q, k: {nq} queries, {nk} keys in row blocks of {64 * cwg}")
-             for n, cwg in ((nk, 1), (nq, cfg.Q_CWG))]
-    grids[0] = (*grids[0], 2 if KWFB.dkdv_roles(d) else 1)    # (grid z: a dK/dV block's
-                                                    #  role, dK or dV; checks.grid: z ≤ 65535)
+                      f"q, k: {nq} queries, {nk} keys in row blocks of {64 * cwg}", z=z)
+             for n, cwg, z in ((nk, 1, 2 if KWFB.dkdv_roles(d) else 1),    # (z: dK or dV)
+                               (nq, cfg.Q_CWG, 1))]
     qside, kside, nq_pad, nk_pad = pack_backward_operands(q3, k3, v3, do3, H, d, kpm)
     lse_p = empty((bh, nq_pad), np.float32)
     d_p = empty((bh, nq_pad), np.float32)
