@@ -3,8 +3,9 @@
 Menu
 | kernel                                               | what                                    |
 |------------------------------------------------------|-----------------------------------------|
-| ``tc_bwd_preprocess(BF16, LSE2, CLEAR)``             | D_i = Σ_c dO_ic·O_ic (one thread a row) |
-|                                                      | (LSE2: and LSE_i·log2e, for wgmma)      |
+| ``tc_bwd_preprocess(BF16, LSE2, CLEAR, VEC)``        | D_i = Σ_c dO_ic·O_ic (one thread a row) |
+|                                                      | (LSE2: and LSE_i·log2e, for wgmma; VEC: |
+|                                                      | 16-byte loads)                          |
 | ``flash_tc_bwd_dkdv_kernel(D, Bq, WARPS, CAUSAL,     | one block per 16·WARPS keys, Q tiles    |
 |   PAD, BF16, ASYNC)``                                | streamed: dV += Pᵀ dO, dK += dSᵀ Q       |
 | ``flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL,       | one block per 16·WARPS queries, K/V     |
@@ -18,20 +19,31 @@ call, ``--write`` puts its numbers here; a step without one is historical (no lo
 the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
-| 0    | the lesson kernels of §30 on CUDA cores, on  | H200, 2026-12-01: 5.67 ms,   | tier='lesson'                  |
-|      | float32 inputs of the same shape (there is   | 7.58 TFLOP/s                 |                                |
+| 0    | the lesson kernels of §30 on CUDA cores, on  | H200, 2026-12-02: 5.67 ms,   | tier='lesson'                  |
+|      | float32 inputs of the same shape (there is   | 7.57 TFLOP/s                 |                                |
 |      | no lesson tensor-core backward) (float32)    |                              |                                |
-| 1    | D, dK/dV on the transposed problem, dQ, all  | H200, 2026-12-01: 0.462 ms,  | config=TcBwdConfig(Bq=64,      |
-|      | on ``mma.sync``, tiles through registers, 4  | 92.9 TFLOP/s, 12.26× lesson  | KV_WARPS=4, Bk=64, Q_WARPS=4,  |
+| 1    | D, dK/dV on the transposed problem, dQ, all  | H200, 2026-12-02: 0.44 ms,   | config=TcBwdConfig(Bq=64,      |
+|      | on ``mma.sync``, tiles through registers, 4  | 97.7 TFLOP/s, 12.90× lesson  | KV_WARPS=4, Bk=64, Q_WARPS=4,  |
 |      | warps (git 04ac8dc; before: 0.32× / 0.29×    |                              | KV_ASYNC=False, Q_ASYNC=False) |
 |      | SDPA flash backward, README)                 |                              |                                |
-| 2    | ASYNC loads (cp.async stages, ldmatrix), 8   | H200, 2026-12-01: 0.311 ms,  | the defaults                   |
-|      | warps: the default (before: 0.62–0.84× SDPA  | 138 TFLOP/s, 18.20× lesson   |                                |
-|      | flash backward, git a4b5d17; 166.9 TFLOP/s   |                              |                                |
+| 2    | ASYNC loads (cp.async stages, ldmatrix), 8   | historical: H200,            | the defaults (then flash_tc)   |
+|      | warps: the default (before: 0.62–0.84× SDPA  | 2026-12-01: 0.311 ms, 138    | before step 3                  |
+|      | flash backward, git a4b5d17; 166.9 TFLOP/s   | TFLOP/s, 18.20× lesson       |                                |
 |      | at B2 H16 N4096 d64, 0.63×,                  |                              |                                |
 |      | docs/bench_attention_tc_backward_h200.json). |                              |                                |
 |      | Base-2 exponentials (``mma.ex2``) in both    |                              |                                |
 |      | steps as run today                           |                              |                                |
+| 3    | the backward's first launch (D_i = Σ_c       | H200, 2026-12-02: 0.284 ms,  | method='flash_tc'              |
+|      | dO_ic·O_ic, a thread a row) reads its rows   | 151 TFLOP/s, 19.97× lesson   |                                |
+|      | 16 bytes a load instead of a word (VEC; the  |                              |                                |
+|      | same sums in the same order, the same bits): |                              |                                |
+|      | 0.020 → 0.007 ms at this shape on the wgmma  |                              |                                |
+|      | backward's form of it                        |                              |                                |
+|      | (scripts/diag15_drows.py, docs/results.md    |                              |                                |
+|      | session 15): the method's default (since     |                              |                                |
+|      | session 9 the default method on Hopper is    |                              |                                |
+|      | ``flash_wgmma``; this file's steps name      |                              |                                |
+|      | theirs)                                      |                              |                                |
 
 The same three kernels as the CUDA-core backward (kernels_numba/attention_backward.py): S and P
 recomputed from Q, K and the forward's LSE (nothing N × N stored), no atomics (every gradient
@@ -97,7 +109,7 @@ from .attention_tc import BUILT, LOG2E, head_io, kv_loader_tc, ldsm_products_a, 
 from .jit import pure_device
 from .mma import ex2, pack_bf16, pack_f16, unpack_bf16, unpack_f16
 from .reductions import NEG_INF, ZERO
-from .vector import cp_async4, cp_async_wait_all, load1
+from .vector import cp_async4, cp_async_wait_all, load1, load4
 
 
 def tc_bwd_smem_bytes(D, B, WARPS, ASYNC=False):
@@ -112,25 +124,43 @@ def tc_bwd_smem_bytes(D, B, WARPS, ASYNC=False):
 
 
 @lru_cache(maxsize=None)
-def tc_bwd_preprocess(BF16, LSE2=False, CLEAR=False):
+def tc_bwd_preprocess(BF16, LSE2=False, CLEAR=False, VEC=False):
     """D[r] = Σ_c dO[r, c]·O[r, c] over rows r of o, do [R, d/2] (words) or [R, d] (uint16
     halves: d % 8 ≠ 0, attention_tc.head_io), d [R] float32. LSE2 (the wgmma backward,
     attention_wgmma_backward.py): also lse2[r] = lse2_of(lse[r]) (lse, lse2 [R] float32), the
     base-2 offset its kernels read, converted once a row here instead of once a tile there.
     CLEAR (with LSE2: the wgmma backward with dQ fused): also acc[:] = 0 and sem[:] = 0 (flat
-    float32 and int32 arrays: its dQ accumulator and its turns), in the same launch."""
+    float32 and int32 arrays: its dQ accumulator and its turns), in the same launch.
+
+    One thread a row, so a warp's load touches 32 rows: 32 separate pieces of memory a load.
+    VEC (words, a row a multiple of four words on a 16-byte boundary): four words (eight
+    halves) a load, a quarter of the loads for the same bytes, the words summed in the same
+    order (the same bits): 0.095 → 0.030 ms at B1 H16 N8192 d128, 0.020 → 0.007 at B4 H16 N1024
+    d64 (H200, 2026-12-02, docs/results.md session 15)."""
     assert LSE2 or not CLEAR
     unpack = unpack_bf16 if BF16 else unpack_f16
+
+    @cuda.jit(device=True)
+    def add_word(total, ow, gw):
+        o0, o1 = unpack(uint32(ow))         # (a half as a word: its high half 0)
+        g0, g1 = unpack(uint32(gw))
+        return total + (g0 * o0 + g1 * o1)      # D_i = Σ_c dO_ic O_ic
 
     @cuda.jit(device=True)
     def rows(o, do, dvec, lse, lse2):
         row = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
         while row < o.shape[0]:
             total = ZERO
-            for c in range(o.shape[1]):         # (a half as a word: its high half 0)
-                o0, o1 = unpack(uint32(o[row, c]))
-                g0, g1 = unpack(uint32(do[row, c]))
-                total += g0 * o0 + g1 * o1          # D_i = Σ_c dO_ic O_ic
+            if VEC:                             # (the same words, in the same order)
+                base = row * o.shape[1]
+                for c in range(0, o.shape[1], 4):
+                    o0, o1, o2, o3 = load4(o, base + c)
+                    g0, g1, g2, g3 = load4(do, base + c)
+                    total = add_word(add_word(add_word(add_word(total, o0, g0), o1, g1),
+                                              o2, g2), o3, g3)
+            else:
+                for c in range(o.shape[1]):
+                    total = add_word(total, o[row, c], do[row, c])
             dvec[row] = total
             if LSE2:
                 lse2[row] = lse2_of(lse[row], True)     # LSE·log2e, +inf for −inf

@@ -7,7 +7,8 @@ Menu
 | kernel                                            | what                                      |
 |---------------------------------------------------|-------------------------------------------|
 | ``attention_tc_backward.tc_bwd_preprocess(BF16,  | D_i = Σ_c dO_ic·O_ic and LSE_i·log2e     |
-|   LSE2=True)``                                    | (+inf for −inf), a thread a row           |
+|   LSE2=True, VEC)``                               | (+inf for −inf), a thread a row (VEC: 16  |
+|                                                   | bytes a load)                             |
 | ``wgmma_bwd_dkdv_kernel(D, Bq, CWG, STAGES,       | one block per 64·CWG keys (a consumer     |
 |   CAUSAL, PAD, BF16)``                            | warpgroup per 64), Q/dO tiles of Bq       |
 |                                                   | streamed: Sᵀ = K Qᵀ, dPᵀ = V dOᵀ (SS),    |
@@ -37,38 +38,48 @@ timed call, ``--write`` puts its numbers here; a step without one is historical 
 in the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
-| 0    | the lesson kernels of §30 on CUDA cores, on  | H200, 2026-12-02: 824 ms,    | tier='lesson'                  |
-|      | float32 inputs of the same shape (there is   | 1.67 TFLOP/s                 |                                |
+| 0    | the lesson kernels of §30 on CUDA cores, on  | H200, 2026-12-02: 832 ms,    | tier='lesson'                  |
+|      | float32 inputs of the same shape (there is   | 1.65 TFLOP/s                 |                                |
 |      | no lesson tensor-core backward) (float32)    |                              |                                |
-| 1    | the mma.sync backward                        | H200, 2026-12-02: 7.38 ms,   | method='flash_tc'              |
-|      | (``attention_tc_backward.py``, the fp16/bf16 | 186 TFLOP/s, 111.57× lesson  |                                |
+| 1    | the mma.sync backward                        | H200, 2026-12-02: 7.27 ms,   | method='flash_tc'              |
+|      | (``attention_tc_backward.py``, the fp16/bf16 | 189 TFLOP/s, 114.47× lesson  |                                |
 |      | default off Hopper and at other head dims):  |                              |                                |
 |      | where this file starts                       |                              |                                |
-| 2    | every product on wgmma (Sᵀ, dPᵀ / S, dP from | H200, 2026-12-02: 6.59 ms,   | method='flash_wgmma',          |
-|      | shared memory; dV, dK / dQ with Pᵀ, dSᵀ / dS | 209 TFLOP/s, 125.04× lesson  | config=WgmmaBwdConfig(Bq=64,   |
+| 2    | every product on wgmma (Sᵀ, dPᵀ / S, dP from | H200, 2026-12-02: 6.32 ms,   | method='flash_wgmma',          |
+|      | shared memory; dV, dK / dQ with Pᵀ, dSᵀ / dS | 217 TFLOP/s, 131.66× lesson  | config=WgmmaBwdConfig(Bq=64,   |
 |      | in registers and B N-major), 2 consumer      |                              | Bk=64, CWG=2, STAGES=1,        |
 |      | warpgroups, tiles of 64 through one stage on |                              | FUSED=False, SWIZZLE=False,    |
 |      | mbarriers: load, wait, compute (STAGES = 1)  |                              | AHEAD=None)                    |
-| 3    | two stages: the next tile's cp.async copies  | H200, 2026-12-02: 5.47 ms,   | method='flash_wgmma',          |
-|      | in flight during this tile's wgmmas. Steps 2 | 251 TFLOP/s, 150.59× lesson  | config=WgmmaBwdConfig(Bq=64,   |
+| 3    | two stages: the next tile's cp.async copies  | H200, 2026-12-02: 5.31 ms,   | method='flash_wgmma',          |
+|      | in flight during this tile's wgmmas. Steps 2 | 259 TFLOP/s, 156.68× lesson  | config=WgmmaBwdConfig(Bq=64,   |
 |      | and 3 run the leaner loop and the softmax    |                              | Bk=64, CWG=2, STAGES=2,        |
 |      | under the second product (menu, session 8);  |                              | FUSED=False, SWIZZLE=False,    |
 |      | with the lean loop alone 6.62 and 5.63 ms,   |                              | AHEAD=False)                   |
 |      | before it 7.41 and 6.4 ms (2026-12-01)       |                              |                                |
-| 4    | AHEAD: the next tile's Sᵀ, dPᵀ (S, dP)       | H200, 2026-12-02: 4.83 ms,   | method='flash_wgmma',          |
-|      | issued behind this tile's dV, dK (dQ), so    | 285 TFLOP/s, 170.68× lesson  | config=WgmmaBwdConfig(Bq=64,   |
+| 4    | AHEAD: the next tile's Sᵀ, dPᵀ (S, dP)       | H200, 2026-12-02: 4.65 ms,   | method='flash_wgmma',          |
+|      | issued behind this tile's dV, dK (dQ), so    | 296 TFLOP/s, 179.06× lesson  | config=WgmmaBwdConfig(Bq=64,   |
 |      | the tensor cores have the next products      |                              | Bk=64, CWG=2, STAGES=2,        |
 |      | queued while the warpgroup waits, arrives    |                              | FUSED=False, SWIZZLE=False,    |
 |      | and copies (menu, session 9; the dQ kernel   |                              | AHEAD=None)                    |
 |      | ahead at d = 128 only)                       |                              |                                |
-| 5    | three stages: with AHEAD a tile's FULL wait  | H200, 2026-12-02: 4.51 ms,   | method='flash_wgmma',          |
-|      | comes at the end of the tile before, and two | 305 TFLOP/s, 182.65× lesson  | config=WgmmaBwdConfig(Bq=64,   |
-|      | stages had issued its copies only at that    |                              | Bk=64, CWG=2, STAGES=3,        |
-|      | tile's start; three issue them a tile        |                              | FUSED=False, SWIZZLE=False,    |
-|      | earlier. The method's default                |                              | AHEAD=None)                    |
+| 5    | three stages: with AHEAD a tile's FULL wait  | historical: H200,            | method='flash_wgmma',          |
+|      | comes at the end of the tile before, and two | 2026-12-02: 4.51 ms, 305     | config=WgmmaBwdConfig() before |
+|      | stages had issued its copies only at that    | TFLOP/s, 182.65× lesson      | step 6                         |
+|      | tile's start; three issue them a tile        |                              |                                |
+|      | earlier. The method's default                |                              |                                |
 |      | (``WgmmaBwdConfig()``), and the default      |                              |                                |
 |      | method for fp16/bf16 on Hopper at d = 64 and |                              |                                |
 |      | 128                                          |                              |                                |
+| 6    | the first launch (D_i = Σ_c dO_ic·O_ic and   | H200, 2026-12-02: 4.36 ms,   | method='flash_wgmma',          |
+|      | LSE_i·log2e, a thread a row) reads its rows  | 315 TFLOP/s, 190.79× lesson  | config=WgmmaBwdConfig(Bq=64,   |
+|      | 16 bytes a load instead of a word (VEC; the  |                              | Bk=64, CWG=2, STAGES=3,        |
+|      | same sums in the same order, the same bits): |                              | FUSED=False, SWIZZLE=False,    |
+|      | 0.095 → 0.030 ms here, the backward 1.00×    |                              | AHEAD=None)                    |
+|      | the word form at this shape and 1.06× at B4  |                              |                                |
+|      | H16 N1024 d64, where that launch was 9 % of  |                              |                                |
+|      | the call (scripts/diag15_drows.py,           |                              |                                |
+|      | docs/results.md session 15). The method's    |                              |                                |
+|      | default                                      |                              |                                |
 
 FUSED (``WgmmaBwdConfig(FUSED=True)``): the two kernels compute S and dP twice — seven
 products a tile pair where FlashAttention-2 and -3 do five, adding dQ from the dK/dV kernel

@@ -10,8 +10,9 @@ Menu
 |                                               | packed operands (below), big and small, one   |
 |                                               | launch (its z axis: the operand); zeros past  |
 |                                               | n and (PAD) for padded keys                   |
-| ``stats_kernel``                              | D_i = Σ_c dO_ic·O_ic and LSE_i into rows      |
-|                                               | padded to ``pad_rows(n)`` (0 past Nq)         |
+| ``stats_kernel(VEC)``                         | D_i = Σ_c dO_ic·O_ic and LSE_i into rows      |
+|                                               | padded to ``pad_rows(n)`` (0 past Nq); VEC:   |
+|                                               | 16-byte loads                                 |
 | ``wgmma_tf32_bwd_dkdv_kernel(D, Bq, CWG,      | one block per 64·CWG keys, Q/dO tiles of Bq   |
 |   STAGES, CAUSAL, PAD)``                      | last to first: Sᵀ = K Qᵀ, dPᵀ = V dOᵀ (SS     |
 |                                               | m64n{Bq}k8), dV += Pᵀ dO, dK += dSᵀ Q (RS     |
@@ -30,28 +31,28 @@ timed call, ``--write`` puts its numbers here; a step without one is historical 
 in the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
-| 0    | the lesson kernels of §30 on CUDA cores      | H200, 2026-12-02: 43.8 ms,   | tier='lesson'                  |
-|      | (``lesson/backward.py``)                     | 7.85 TFLOP/s                 |                                |
-| 1    | 3xTF32 on mma.sync                           | H200, 2026-12-02: 14.8 ms,   | method='flash_tc'              |
-|      | (``attention_tf32x3_backward.py``): every    | 23.2 TFLOP/s, 2.96× lesson   |                                |
+| 0    | the lesson kernels of §30 on CUDA cores      | H200, 2026-12-02: 44.3 ms,   | tier='lesson'                  |
+|      | (``lesson/backward.py``)                     | 7.75 TFLOP/s                 |                                |
+| 1    | 3xTF32 on mma.sync                           | H200, 2026-12-02: 14.9 ms,   | method='flash_tc'              |
+|      | (``attention_tf32x3_backward.py``): every    | 23.1 TFLOP/s, 2.98× lesson   |                                |
 |      | warp splits its operands again each k8 step  |                              |                                |
-| 2    | this file: Q, K, V, dO split once by one     | H200, 2026-12-02: 9.84 ms,   | method='flash_wgmma',          |
-|      | packing launch into the layouts shared       | 34.9 TFLOP/s, 4.45× lesson   | config=WgmmaTf32BwdConfig(Q_CWG=1, |
+| 2    | this file: Q, K, V, dO split once by one     | H200, 2026-12-02: 9.79 ms,   | method='flash_wgmma',          |
+|      | packing launch into the layouts shared       | 35.1 TFLOP/s, 4.53× lesson   | config=WgmmaTf32BwdConfig(Q_CWG=1, |
 |      | memory holds, every product on wgmma (three  |                              | STAGES=1, Bq=32, Bk=32)        |
 |      | a k8 step, summed every 32 of k), a producer |                              |                                |
 |      | warp's bulk copies, one consumer warpgroup a |                              |                                |
 |      | kernel, one stage: load, wait, compute       |                              |                                |
-| 3    | §42: two stages, the next tile's bulk copies | H200, 2026-12-02: 6.9 ms,    | method='flash_wgmma',          |
-|      | in flight during this tile's wgmmas          | 49.8 TFLOP/s, 6.34× lesson   | config=WgmmaTf32BwdConfig(Q_CWG=1, |
+| 3    | §42: two stages, the next tile's bulk copies | H200, 2026-12-02: 6.88 ms,   | method='flash_wgmma',          |
+|      | in flight during this tile's wgmmas          | 50 TFLOP/s, 6.45× lesson     | config=WgmmaTf32BwdConfig(Q_CWG=1, |
 |      |                                              |                              | STAGES=2, Bq=32, Bk=32)        |
 | 4    | two consumer warpgroups in the dQ kernel (at | historical: H200,            | method='flash_wgmma' before    |
 |      | most 168 registers a thread; 122–126 on the  | 2026-12-02: 6.5 ms, 52.9     | step 5                         |
 |      | H200, no local memory),                      | TFLOP/s, 6.74× lesson (with  |                                |
 |      | ``tc_methods.default_wgmma_tf32_bwd_config`` | the packing of one word a    |                                |
 |      |                                              | thread)                      |                                |
-| 5    | the packing launch four words a thread (a    | H200, 2026-12-02: 6.06 ms,   | method='flash_wgmma'           |
-|      | 16-byte load of four columns, or four tokens | 56.7 TFLOP/s, 7.23× lesson   |                                |
-|      | of one column, and 16-byte stores of both    |                              |                                |
+| 5    | the packing launch four words a thread (a    | historical: H200,            | method='flash_wgmma' before    |
+|      | 16-byte load of four columns, or four tokens | 2026-12-02: 6.06 ms, 56.7    | step 6                         |
+|      | of one column, and 16-byte stores of both    | TFLOP/s, 7.23× lesson        |                                |
 |      | parts; before: 0.550 ms at this shape, about |                              |                                |
 |      | 1.3 TB/s of its reads and writes, now 0.175  |                              |                                |
 |      | ms, scripts/diag13_streams.py,               |                              |                                |
@@ -59,6 +60,15 @@ in the code) and keeps the TFLOP/s recorded then.
 |      | Steps 2 and 3, timed the same day, have it   |                              |                                |
 |      | too (with one word a thread: 10.3 and 7.47   |                              |                                |
 |      | ms)                                          |                              |                                |
+| 6    | the D and LSE launch (``stats_kernel``, a    | H200, 2026-12-02: 6.01 ms,   | method='flash_wgmma'           |
+|      | thread a row) reads its rows 16 bytes a load | 57.2 TFLOP/s, 7.37× lesson   |                                |
+|      | instead of a float (VEC; the same float64    |                              |                                |
+|      | sums in the same order, the same bits):      |                              |                                |
+|      | 0.094 → 0.038 ms at this shape, 0.22 → 0.073 |                              |                                |
+|      | ms at B1 H16 N8192 d128                      |                              |                                |
+|      | (scripts/diag15_drows.py, docs/results.md    |                              |                                |
+|      | session 15): the default. Steps 2 and 3,     |                              |                                |
+|      | timed since, have it too                     |                              |                                |
 
 Against torch with the packing of step 5 (H200, 2026-12-02, session 13, scripts/
 diag13_streams.py: the public call's launches replayed, kernel-only, × torch SDPA efficient's
@@ -112,7 +122,10 @@ its rows see: S = Q Kjᵀ and dP = dO Vjᵀ the same way (two groups), P under d
 dQ += part; dQ ·= scale. The masks are tested element by element (ds_rows_steps' APART off):
 the fp16 dQ kernel's separate mask path (attention_wgmma_backward's menu) made this one 1.12×
 slower not causal and 1.02× causal (H200, 2026-12-02), though ptxas then gave it 134 registers
-and no spills, against 168 and 84–112 bytes of spills.
+and no spills, against 168 and 84–112 bytes of spills (d = 64). At d = 128 (tiles of 16 keys,
+P unmasked) it measured 1.045 → 1.033× torch efficient not causal and 1.011 → 1.016× causal,
+the same bits (H200, 2026-12-02, session 15, scripts/diag15_apart.py; 168 → 172 registers):
+within a run's noise causal, a loss not causal, so neither head dim takes it.
 
 d = 128: roles. One warpgroup's dK and dV at d = 128, with the parts they are summed from,
 would take 256 registers a thread before Sᵀ and dPᵀ, so there the dK/dV kernel gives each
@@ -174,7 +187,7 @@ from functools import lru_cache
 from numba import cuda, float32, uint32, uint64
 
 from .attention import first_q_tile, kv_tiles
-from .attention_backward import d_row
+from .attention_backward import d_row, d_row4
 from .attention_tc import split_keys_fragment, zeros
 from .attention_tc_backward import clear_padded, ds_rows_steps, ds_transposed_steps, \
     lane_row_stats, lane_rows, padded_keys, write_rows
@@ -291,21 +304,28 @@ def pack_kernel(D, PAD, VEC=True):
     return pack
 
 
-@cuda.jit
-def stats_kernel(o, do, lse, lse_p, d_p, n_q):
+@lru_cache(maxsize=None)
+def stats_kernel(VEC):
     """Row i < pad_rows(Nq) of head bh (grid: rows, BH): d_p[bh, i] = D_i (§30,
-    attention_backward.d_row: o, do are [BH·Nq, D] rows), lse_p[bh, i] = LSE_i; 0 past Nq."""
-    i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-    bh = cuda.blockIdx.y
-    if i >= lse_p.shape[1]:
-        return
-    dv = ZERO
-    lv = ZERO
-    if i < n_q:
-        dv = d_row(o, do, bh * n_q + i)
-        lv = lse[bh, i]
-    d_p[bh, i] = dv
-    lse_p[bh, i] = lv
+    attention_backward.d_row: o, do are [BH·Nq, D] rows), lse_p[bh, i] = LSE_i; 0 past Nq.
+    VEC: rows on 16-byte boundaries, read 16 bytes a load (``d_row4``: the same bits; 0.22 →
+    0.073 ms at B1 H16 N8192 d128, H200, 2026-12-02, docs/results.md session 15)."""
+    row_sum = d_row4 if VEC else d_row
+
+    @cuda.jit
+    def stats_kernel(o, do, lse, lse_p, d_p, n_q):
+        i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        bh = cuda.blockIdx.y
+        if i >= lse_p.shape[1]:
+            return
+        dv = ZERO
+        lv = ZERO
+        if i < n_q:
+            dv = row_sum(o, do, bh * n_q + i)
+            lv = lse[bh, i]
+        d_p[bh, i] = dv
+        lse_p[bh, i] = lv
+    return stats_kernel
 
 
 @cuda.jit(device=True)

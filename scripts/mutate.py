@@ -216,6 +216,11 @@ MUTANTS = [
     M("bwd-preprocess", KN + "attention_backward.py",
       "total += float64(do[row, c]) * float64(o[row, c])",
       "total += float64(do[row, c]) * float64(do[row, c])", BWD, "D = rowsum(dO∘dO) (d_row)"),
+    M("bwd-d-row4", KN + "attention_backward.py",
+      "total += float64(g3) * float64(o3)", "total += float64(g3) * float64(o2)",
+      ["tests/test_attention_wgmma_tf32_backward.py::test_stats_sixteen_bytes_a_load"],
+      "d_row4 (the 3xTF32 wgmma backward's D, 16 bytes a load): the fourth float's O is "
+      "the third's"),
     M("bwd-ds-dropout", KN + "attention_backward.py",
       "dp[i, jj] = p * (dp[i, jj] * z[e] - dc[jj])", "dp[i, jj] = p * (dp[i, jj] - dc[jj])",
       BWD, "dS without Z (dropout)"),
@@ -271,6 +276,11 @@ MUTANTS = [
       ["tests/test_tf32x3_accuracy.py::test_3xtf32_product_is_staged"],
       "3xTF32: a k8 step's three mmas straight into the accumulator (issue 16's bug)"),
     # ---- kernels_numba/attention_wgmma_backward.py, attention_wgmma.py (Hopper, issue 16) ----
+    M("wgb-d-vec", KN + "attention_tc_backward.py",
+      "total = add_word(add_word(add_word(add_word(total, o0, g0), o1, g1),",
+      "total = add_word(add_word(add_word(add_word(total, o0, g0), o1, g0),",
+      ["tests/test_attention_tc_backward.py::test_d_rows_sixteen_bytes_a_load"],
+      "the preprocess's 16-byte form: word 1 of four with dO's word 0 (VEC)"),
     M("wgb-lse2", KN + "attention_tc_backward.py", "lse2[row] = lse2_of(lse[row], True)",
       "lse2[row] = lse[row]", WGMMA_BWD, "the preprocess's LSE without the log2e"),
     M("wgb-wait-dp", KN + "attention_wgmma_backward.py",

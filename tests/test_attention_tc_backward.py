@@ -113,6 +113,43 @@ def test_bitwise_identical_runs(rng):
             np.testing.assert_array_equal(a.view(np.uint16), b.copy_to_host().view(np.uint16))
 
 
+@pytest.mark.parametrize("bf16", [False, True], ids=["f16", "bf16"])
+@pytest.mark.parametrize("words", [4, 36, 64])
+def test_d_rows_sixteen_bytes_a_load(rng, bf16, words):
+    """The backward's first launch (attention_tc_backward.tc_bwd_preprocess with LSE2, as the
+    wgmma backward runs it) with VEC on and off: D the same bits (the same words in the same
+    order, only the loads wider; d = 2·words halves), within the float32 sum's bound of the
+    float64 one (products of two halves are exact in float32, so only the d − 1 additions
+    round: |error| ≤ (d − 1)·2^-24·Σ_c |dO_ic·O_ic|), and LSE·log2e, +inf for −inf. R rows
+    not a multiple of the grid's threads, so threads take several rows; outputs NaN before."""
+    from flashlesson.launch import stride_grid
+    from kernels_numba.attention_tc_backward import tc_bwd_preprocess
+    R = by_device(37, 4099)
+    halves = rng.standard_normal((2, R, 2 * words)).astype(np.float32)
+    if bf16:
+        bits = (halves.view(np.uint32) >> 16).astype(np.uint16)
+        h64 = (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    else:
+        bits = halves.astype(np.float16).view(np.uint16)
+        h64 = bits.view(np.float16).astype(np.float64)
+    o, do = (cuda.to_device(np.ascontiguousarray(b).view(np.uint32)) for b in bits)
+    lse = rng.standard_normal(R).astype(np.float32)
+    lse[::5] = -np.inf
+    prod = h64[0] * h64[1]
+    got = {}
+    for vec in (False, True):
+        dvec, lse2 = (cuda.to_device(np.full(R, np.nan, np.float32)) for _ in range(2))
+        tc_bwd_preprocess(bf16, LSE2=True, VEC=vec)[stride_grid(R)](
+            o, do, dvec, cuda.to_device(lse), lse2)
+        got[vec] = dvec.copy_to_host(), lse2.copy_to_host()
+    np.testing.assert_array_equal(got[True][0].view(np.uint32), got[False][0].view(np.uint32))
+    np.testing.assert_array_equal(got[True][1], got[False][1])
+    bound = (2 * words - 1) * 2.0 ** -24 * np.abs(prod).sum(axis=1)
+    assert np.all(np.abs(got[True][0] - prod.sum(axis=1)) <= bound)
+    want = np.where(np.isinf(lse), np.inf, lse.astype(np.float64) * np.log2(np.e))
+    np.testing.assert_allclose(got[True][1], want, rtol=2.0 ** -22)
+
+
 @pytest.mark.parametrize("limit_kb", [227, 99])
 def test_default_configs_fit_the_device(monkeypatch, limit_kb):
     """The GPU defaults (tc_methods) are the H200's (227 KB of shared memory a block); on a GPU

@@ -131,6 +131,35 @@ def test_packing_follows_the_menu(rng, monkeypatch, vec):
                                              2.0 ** -21 * np.abs(want) + 1e-45)
 
 
+def test_stats_sixteen_bytes_a_load(rng):
+    """The D and LSE launch (stats_kernel) with VEC on and off: D the same bits (attention_
+    backward.d_row4: the same float64 sum in the same order, only the loads wider), D within
+    one float32 rounding of the float64 sum (plus d·2^-53 of Σ|dO·O| for the float64 sum's own
+    roundings), LSE copied, both 0 in the rows past Nq up to pad_rows(Nq); outputs NaN before.
+    Two heads of Nq = 77 rows (not a multiple of 8) at d = 64."""
+    from numba import cuda
+    from kernels_numba.attention_wgmma_tf32_backward import pad_rows, stats_kernel
+    bh, nq, d = 2, 77, 64
+    o, do = (rng.standard_normal((bh * nq, d)).astype(np.float32) for _ in range(2))
+    lse = rng.standard_normal((bh, nq)).astype(np.float32)
+    lse[0, 3] = -np.inf
+    pad = pad_rows(nq)
+    got = {}
+    for vec in (False, True):
+        lse_p, d_p = (cuda.to_device(np.full((bh, pad), np.nan, np.float32)) for _ in range(2))
+        stats_kernel(vec)[(pad // 128, bh), 128](cuda.to_device(o), cuda.to_device(do),
+                                                   cuda.to_device(lse), lse_p, d_p, nq)
+        got[vec] = d_p.copy_to_host(), lse_p.copy_to_host()
+    np.testing.assert_array_equal(got[True][0].view(np.uint32), got[False][0].view(np.uint32))
+    np.testing.assert_array_equal(got[True][1], got[False][1])
+    prod = (o.astype(np.float64) * do).reshape(bh, nq, d)
+    want = prod.sum(axis=2)
+    bound = 2.0 ** -24 * np.abs(want) + d * 2.0 ** -53 * np.abs(prod).sum(axis=2)
+    assert np.all(np.abs(got[True][0][:, :nq] - want) <= bound)
+    np.testing.assert_array_equal(got[True][1][:, :nq], lse)
+    assert np.all(got[True][0][:, nq:] == 0) and np.all(got[True][1][:, nq:] == 0)
+
+
 @pytest.mark.skipif(not GPU, reason="ten runs of a large case: the GPU")
 def test_bitwise_identical_runs(rng):
     """No atomics, a fixed order of every sum: ten calls give the same bits."""

@@ -85,21 +85,26 @@ def time_gpu(fn, samples=SAMPLES, inner=INNER, warmup=WARMUP, defer=True):
 time_gpu.host_ms = float("nan")     # the last call's host time per fn() call, in ms
 
 
-def time_end_to_end(fn, calls=INNER, warmup=WARMUP):
+def time_end_to_end(fn, calls=INNER, warmup=WARMUP, samples=5):
     """Milliseconds per call of ``fn`` as a user sees it: ``calls`` calls back to back (host
     time, allocations and launches included, nothing sleeping in front), CUDA events around
-    them, one synchronisation at the end. Beside ``time_gpu``'s kernel-only figure it shows
-    what the launch layer costs: end to end ≈ kernel-only when the host keeps ahead."""
+    them, one synchronisation at the end; the median of ``samples`` such runs, as the
+    kernel-only figure is a median (until 2026-12-02 one run was the figure). Beside
+    ``time_gpu``'s kernel-only figure it shows what the launch layer costs: end to end ≈
+    kernel-only when the host keeps ahead."""
     for _ in range(warmup):
         fn()
     cuda.synchronize()
     start, stop = cuda.event(timing=True), cuda.event(timing=True)
-    start.record()
-    for _ in range(calls):
-        fn()
-    stop.record()
-    stop.synchronize()
-    return cuda.event_elapsed_time(start, stop) / calls
+    times = []
+    for _ in range(samples):
+        start.record()
+        for _ in range(calls):
+            fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cuda.event_elapsed_time(start, stop) / calls)
+    return statistics.median(times)
 
 
 def cuda_torch():

@@ -255,7 +255,15 @@ LADDERS = (
         Step("2", "ASYNC loads (cp.async stages, ldmatrix), 8 warps: the default (before: "
              "0.62–0.84× SDPA flash backward, git a4b5d17; 166.9 TFLOP/s at B2 H16 N4096 d64, "
              "0.63×, docs/bench_attention_tc_backward_h200.json). Base-2 exponentials "
-             "(``mma.ex2``) in both steps as run today", {}),
+             "(``mma.ex2``) in both steps as run today",
+             recorded="H200, 2026-12-01: 0.311 ms, 138 TFLOP/s, 18.20× lesson",
+             call="the defaults (then flash_tc) before step 3"),
+        Step("3", "the backward's first launch (D_i = Σ_c dO_ic·O_ic, a thread a row) reads "
+             "its rows 16 bytes a load instead of a word (VEC; the same sums in the same "
+             "order, the same bits): 0.020 → 0.007 ms at this shape on the wgmma backward's "
+             "form of it (scripts/diag15_drows.py, docs/results.md session 15): the "
+             "method's default (since session 9 the default method on Hopper is "
+             "``flash_wgmma``; this file's steps name theirs)", {"method": "flash_tc"}),
     )),
     Ladder("attention_wgmma_backward", BACKWARD, (1, 16, 8192, 128), "float16", (
         Step("0", "the lesson kernels of §30 on CUDA cores, on float32 inputs of the same shape "
@@ -279,7 +287,14 @@ LADDERS = (
              "before, and two stages had issued its copies only at that tile's start; three "
              "issue them a tile earlier. The method's default (``WgmmaBwdConfig()``), and the "
              "default method for fp16/bf16 on Hopper at d = 64 and 128",
-             {"method": "flash_wgmma", "config": WgmmaBwdConfig()}),
+             recorded="H200, 2026-12-02: 4.51 ms, 305 TFLOP/s, 182.65× lesson",
+             call="method='flash_wgmma', config=WgmmaBwdConfig() before step 6"),
+        Step("6", "the first launch (D_i = Σ_c dO_ic·O_ic and LSE_i·log2e, a thread a row) "
+             "reads its rows 16 bytes a load instead of a word (VEC; the same sums in the "
+             "same order, the same bits): 0.095 → 0.030 ms here, the backward 1.00× the "
+             "word form at this shape and 1.06× at B4 H16 N1024 d64, where that launch was "
+             "9 % of the call (scripts/diag15_drows.py, docs/results.md session 15). The "
+             "method's default", {"method": "flash_wgmma", "config": WgmmaBwdConfig()}),
     )),
     Ladder("attention_tf32x3_backward", BACKWARD, DEFAULT_FP32, "float32", (
         Step("0", "the lesson kernels of §30 on CUDA cores (``lesson/backward.py``)", LESSON),
@@ -312,6 +327,13 @@ LADDERS = (
              "scripts/diag13_streams.py, docs/results.md session 13): the default. Steps 2 "
              "and 3, timed the same day, have it too (with one word a thread: 10.3 and "
              "7.47 ms)",
+             recorded="H200, 2026-12-02: 6.06 ms, 56.7 TFLOP/s, 7.23× lesson",
+             call="method='flash_wgmma' before step 6"),
+        Step("6", "the D and LSE launch (``stats_kernel``, a thread a row) reads its rows 16 "
+             "bytes a load instead of a float (VEC; the same float64 sums in the same order, "
+             "the same bits): 0.094 → 0.038 ms at this shape, 0.22 → 0.073 ms at B1 H16 "
+             "N8192 d128 (scripts/diag15_drows.py, docs/results.md session 15): the default. "
+             "Steps 2 and 3, timed since, have it too",
              {"method": "flash_wgmma"}),
     )),
     Ladder("attention_fa1", FORWARD, (2, 16, 2048, 64), "float32", (
