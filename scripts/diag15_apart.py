@@ -12,71 +12,54 @@ process; both forms' gradients against each other (max |difference|: the same su
 expected) and the dQ kernels' registers and local memory. The table comes last.
 """
 
-import json
-
 import flashlesson
 from flashlesson import calls
-from flashlesson.bench import cuda_torch, picked_shapes, script_parser, time_end_to_end, \
-    time_gpu_adaptive
+from flashlesson.bench import backward_cases, gpu_torch, save_rows, script_parser, \
+    time_end_to_end, time_gpu_adaptive, torch_sdpa_backward
 from flashlesson.launch import kernel_resources
 from kernels_numba import attention_wgmma_tf32_backward as KWFB
 
-SHAPES = [(1, 16, 8192, 128)]
+SHAPES = [(1, 16, 8192, 128, "fp32")]
 
 
 def main():
     args = script_parser(budget=False).parse_args()
-    torch = cuda_torch()
-    if torch is None or flashlesson.SIMULATOR:
-        raise SystemExit("diag15_apart.py needs a CUDA GPU and torch")
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    sdpa = torch.nn.functional.scaled_dot_product_attention
+    torch = gpu_torch("diag15_apart.py")
     steps, factory = KWFB.ds_rows_steps, KWFB.wgmma_tf32_bwd_dq_kernel
     rows = []
-    for B, H, N, d in picked_shapes(SHAPES, args.shapes):
-        for causal in (False, True):
-            q, k, v, do = (torch.randn(B, H, N, d, device="cuda") for _ in range(4))
-            o, lse = flashlesson.attention(q, k, v, causal=causal, return_lse=True,
-                                           method="flash_wgmma")
-            row = {"shape": f"B{B} H{H} N{N} d{d}", "causal": causal}
-            grads = {}
-            for apart in (False, True):
-                calls.forget()
-                factory.cache_clear()
-                KWFB.ds_rows_steps = lambda *a, apart=apart, **kw: steps(
-                    *a, **{**kw, "APART": apart})
-                try:
-                    def call():
-                        return flashlesson.attention_backward(do, q, k, v, o, lse,
-                                                              causal=causal,
-                                                              method="flash_wgmma")
-                    grads[apart] = [g.clone() for g in call()]
-                    row[f"apart={apart} ms"] = time_gpu_adaptive(call)
-                    row[f"apart={apart} e2e ms"] = time_end_to_end(call)
-                    row[f"apart={apart} dq kernel"] = [
-                        kernel_resources(kern) for key, kern in KWFB.BUILT.items()
-                        if key[0] == "wgmma_tf32_bwd_dq_kernel" and key[1] == d
-                        and key[5] == causal]
-                finally:
-                    KWFB.ds_rows_steps = steps
+    for B, H, N, d, _, causal, (q, k, v, do), (o, lse) in backward_cases(torch, SHAPES,
+                                                                           args.shapes):
+        row = {"shape": f"B{B} H{H} N{N} d{d}", "causal": causal}
+        grads = {}
+        for apart in (False, True):
+            calls.forget()
             factory.cache_clear()
-            row["max diff"] = max(float((a - b).abs().max())
-                                  for a, b in zip(grads[False], grads[True]))
-            with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
-                xs = [x.detach().requires_grad_(True) for x in (q, k, v)]
-                out = sdpa(*xs, is_causal=causal)
-
-                def back():
-                    return torch.autograd.grad(out, xs, do, retain_graph=True)
-                row["torch ms"] = time_gpu_adaptive(back)
-                row["torch e2e ms"] = time_end_to_end(back)
-            rows.append(row)
-            print(row, flush=True)
-            del grads, out, xs
-            torch.cuda.empty_cache()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1, default=str)
+            KWFB.ds_rows_steps = lambda *a, apart=apart, **kw: steps(
+                *a, **{**kw, "APART": apart})
+            try:
+                def call():
+                    return flashlesson.attention_backward(do, q, k, v, o, lse,
+                                                          causal=causal,
+                                                          method="flash_wgmma")
+                grads[apart] = [g.clone() for g in call()]
+                row[f"apart={apart} ms"] = time_gpu_adaptive(call)
+                row[f"apart={apart} e2e ms"] = time_end_to_end(call)
+                row[f"apart={apart} dq kernel"] = [
+                    kernel_resources(kern) for key, kern in KWFB.BUILT.items()
+                    if key[0] == "wgmma_tf32_bwd_dq_kernel" and key[1] == d
+                    and key[5] == causal]
+            finally:
+                KWFB.ds_rows_steps = steps
+        factory.cache_clear()
+        row["max diff"] = max(float((a - b).abs().max())
+                              for a, b in zip(grads[False], grads[True]))
+        back = torch_sdpa_backward(torch, "efficient", q, k, v, do, causal)
+        row["torch ms"] = time_gpu_adaptive(back)
+        row["torch e2e ms"] = time_end_to_end(back)
+        rows.append(row)
+        print(row, flush=True)
+        del grads, back          # (the cases' inputs go next: backward_cases)
+    save_rows(args.json, rows)
     print()
     print(f"{'shape':18} {'c':1} {'torch':>7} {'tests per element':>18} {'apart':>7}  "
           f"× torch: per element → apart (e2e)      max diff")

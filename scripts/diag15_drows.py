@@ -13,18 +13,16 @@ plans on) with the factory's VEC forced off and as it is, kernel-only and end to
 in the same process, ours checked bitwise off against on. The table comes last.
 """
 
-import json
-
 import numpy as np
-from numba import cuda
 
-import flashlesson
+import flashlesson  # noqa: I001 - first: it picks the device before numba.cuda is imported
 from flashlesson import calls
-from flashlesson.bench import cuda_torch, picked_shapes, script_parser, time_end_to_end, \
-    time_gpu_adaptive
+from flashlesson.bench import backward_cases, gpu_torch, save_rows, script_parser, \
+    time_end_to_end, time_gpu_adaptive, torch_sdpa_backward
 from flashlesson.launch import stride_grid
 from kernels_numba import attention_tc_backward as KB
 from kernels_numba import attention_wgmma_tf32_backward as KWFB
+from numba import cuda
 from reference.attention_backward import attention_backward_flops
 
 CASES = [(4, 16, 1024, 64, "fp16"), (2, 16, 4096, 64, "fp16"), (1, 16, 8192, 128, "fp16"),
@@ -71,57 +69,42 @@ def d_kernels(torch, B, H, N, d, fmt, o, do, lse):
 
 def main():
     args = script_parser(budget=False).parse_args()      # --json, --shapes (into CASES)
-    torch = cuda_torch()
-    if torch is None or flashlesson.SIMULATOR:
-        raise SystemExit("diag15_drows.py needs a CUDA GPU and torch")
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    sdpa = torch.nn.functional.scaled_dot_product_attention
+    torch = gpu_torch("diag15_drows.py")
     pre, stats = KB.tc_bwd_preprocess, KWFB.stats_kernel
     rows = []
-    for B, H, N, d, fmt in picked_shapes(CASES, args.shapes):
-        dt = torch.float16 if fmt == "fp16" else torch.float32
-        for causal in (False, True):
-            q, k, v, do = (torch.randn(B, H, N, d, device="cuda", dtype=dt) for _ in range(4))
-            o, lse = flashlesson.attention(q, k, v, causal=causal, return_lse=True)
-            t_d, gbs, same_d = d_kernels(torch, B, H, N, d, fmt, o, do, lse)
-            t, grads = {}, {}
-            for vec in (False, True):
-                calls.forget()          # (a plan recorded with the other form is not replayed)
-                if not vec:             # the factories' VEC forced off
-                    KB.tc_bwd_preprocess = lambda *a, **kw: pre(*a, **{**kw, "VEC": False})
-                    KWFB.stats_kernel = lambda vec_: stats(False)
-                try:
-                    def call():
-                        return flashlesson.attention_backward(do, q, k, v, o, lse,
-                                                              causal=causal)
-                    grads[vec] = [g.clone() for g in call()]
-                    t[vec] = (time_gpu_adaptive(call), time_end_to_end(call))
-                finally:
-                    KB.tc_bwd_preprocess, KWFB.stats_kernel = pre, stats
-            same = all(torch.equal(a, b) for a, b in zip(grads[False], grads[True]))
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION if fmt == "fp16"
-                             else SDPBackend.EFFICIENT_ATTENTION):
-                xs = [x.detach().requires_grad_(True) for x in (q, k, v)]
-                out = sdpa(*xs, is_causal=causal)
-
-                def back():
-                    return torch.autograd.grad(out, xs, do, retain_graph=True)
-                t_torch = (time_gpu_adaptive(back), time_end_to_end(back))
-            flops = attention_backward_flops(B, H, N, N, d, causal)
-            row = {"shape": f"B{B} H{H} N{N} d{d} {fmt}", "causal": causal,
-                   "D ms word": t_d[False], "D ms 16B": t_d[True], "D GB/s word": gbs[False],
-                   "D GB/s 16B": gbs[True], "D bitwise": same_d,
-                   "torch ms": t_torch[0], "torch e2e ms": t_torch[1],
-                   "word ms": t[False][0], "word e2e ms": t[False][1],
-                   "16B ms": t[True][0], "16B e2e ms": t[True][1], "grads bitwise": same,
-                   "16B TFLOP/s": flops / t[True][0] / 1e9}
-            rows.append(row)
-            print(row, flush=True)
-            del grads, out, xs
-            torch.cuda.empty_cache()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    for B, H, N, d, fmt, causal, (q, k, v, do), (o, lse) in backward_cases(torch, CASES,
+                                                                             args.shapes):
+        t_d, gbs, same_d = d_kernels(torch, B, H, N, d, fmt, o, do, lse)
+        t, grads = {}, {}
+        for vec in (False, True):
+            calls.forget()          # (a plan recorded with the other form is not replayed)
+            if not vec:             # the factories' VEC forced off
+                KB.tc_bwd_preprocess = lambda *a, **kw: pre(*a, **{**kw, "VEC": False})
+                KWFB.stats_kernel = lambda vec_: stats(False)
+            try:
+                def call():
+                    return flashlesson.attention_backward(do, q, k, v, o, lse,
+                                                          causal=causal)
+                grads[vec] = [g.clone() for g in call()]
+                t[vec] = (time_gpu_adaptive(call), time_end_to_end(call))
+            finally:
+                KB.tc_bwd_preprocess, KWFB.stats_kernel = pre, stats
+        same = all(torch.equal(a, b) for a, b in zip(grads[False], grads[True]))
+        back = torch_sdpa_backward(torch, "flash" if fmt == "fp16" else "efficient",
+                                   q, k, v, do, causal)
+        t_torch = (time_gpu_adaptive(back), time_end_to_end(back))
+        flops = attention_backward_flops(B, H, N, N, d, causal)
+        row = {"shape": f"B{B} H{H} N{N} d{d} {fmt}", "causal": causal,
+               "D ms word": t_d[False], "D ms 16B": t_d[True], "D GB/s word": gbs[False],
+               "D GB/s 16B": gbs[True], "D bitwise": same_d,
+               "torch ms": t_torch[0], "torch e2e ms": t_torch[1],
+               "word ms": t[False][0], "word e2e ms": t[False][1],
+               "16B ms": t[True][0], "16B e2e ms": t[True][1], "grads bitwise": same,
+               "16B TFLOP/s": flops / t[True][0] / 1e9}
+        rows.append(row)
+        print(row, flush=True)
+        del grads, back
+    save_rows(args.json, rows)
     print()
     print(f"{'shape':24} {'c':1} {'D word':>7} {'D 16B':>7} {'GB/s':>11} {'same':>5}  "
           f"{'torch':>7} {'word':>7} {'16B':>7}  × torch word → 16B (e2e)        grads same")

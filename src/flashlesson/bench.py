@@ -12,6 +12,7 @@ Method, as the lesson's claims need it (§4: softmax is bound by memory, not by 
 """
 
 import contextlib
+import json
 import math
 import statistics
 import sys
@@ -766,6 +767,52 @@ def script_parser(budget=True):
     ap.add_argument("--shapes", default=None, help="indices into the script's shapes (its "
                     "SHAPES or CASES), e.g. 0,1")
     return ap
+
+
+def gpu_torch(script):
+    """torch for a GPU script (``scripts/diag15_*.py``), or SystemExit naming the script where
+    there is no CUDA GPU or no torch."""
+    torch = cuda_torch()
+    if torch is None or device.SIMULATOR:
+        raise SystemExit(f"{script} needs a CUDA GPU and torch")
+    return torch
+
+
+def torch_sdpa_backward(torch, backend, q, k, v, do, causal):
+    """A callable that runs torch SDPA's backward on one backend ("flash", "efficient") for
+    these torch tensors: the forward once under that backend, its graph kept, then each call
+    ``autograd.grad`` of it with dO (the diagnostic scripts' torch column)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    chosen = {"flash": SDPBackend.FLASH_ATTENTION,
+              "efficient": SDPBackend.EFFICIENT_ATTENTION}[backend]
+    xs = [x.detach().requires_grad_(True) for x in (q, k, v)]
+    with sdpa_kernel(chosen):
+        out = torch.nn.functional.scaled_dot_product_attention(*xs, is_causal=causal)
+    return lambda: torch.autograd.grad(out, xs, do, retain_graph=True)
+
+
+def backward_cases(torch, cases, picks):
+    """The backward diagnostics' cases (``scripts/diag15_*.py``): for each (B, H, N, d, fmt) of
+    ``cases`` picked by ``picks`` (``picked_shapes``), not causal then causal, yields (B, H, N,
+    d, fmt, causal, (q, k, v, do), (o, lse)) — fresh ``torch.randn`` inputs, fp16 for "fp16"
+    else float32, o and lse from ``flashlesson.attention`` (the default method) — and empties
+    torch's cache after each."""
+    import flashlesson
+    for B, H, N, d, fmt in picked_shapes(cases, picks):
+        dt = torch.float16 if fmt == "fp16" else torch.float32
+        for causal in (False, True):
+            ins = tuple(torch.randn(B, H, N, d, device="cuda", dtype=dt) for _ in range(4))
+            yield B, H, N, d, fmt, causal, ins, flashlesson.attention(*ins[:3], causal=causal,
+                                                                      return_lse=True)
+            del ins
+            torch.cuda.empty_cache()
+
+
+def save_rows(path, rows):
+    """The scripts' --json: their rows as JSON (None: nothing written)."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(rows, f, indent=1, default=str)
 
 
 def picked_shapes(shapes, picks):
