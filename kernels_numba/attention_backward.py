@@ -198,7 +198,7 @@ def d_row4(o, do, row):
     for c in range(0, o.shape[1], 4):
         o0, o1, o2, o3 = load4(o, base + c)
         g0, g1, g2, g3 = load4(do, base + c)
-        total += float64(g0) * float64(o0)
+        total += float64(g0) * float64(o0)     # D_i = Σ_c dO_ic O_ic, columns c … c + 3
         total += float64(g1) * float64(o1)
         total += float64(g2) * float64(o2)
         total += float64(g3) * float64(o3)

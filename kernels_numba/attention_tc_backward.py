@@ -151,7 +151,7 @@ def tc_bwd_preprocess(BF16, LSE2=False, CLEAR=False, VEC=False):
         row = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
         while row < o.shape[0]:
             total = ZERO
-            if VEC:                             # (the same words, in the same order)
+            if VEC:                             # (compile time; the same words, in order)
                 base = row * o.shape[1]
                 for c in range(0, o.shape[1], 4):
                     o0, o1, o2, o3 = load4(o, base + c)

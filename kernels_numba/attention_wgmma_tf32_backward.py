@@ -314,6 +314,7 @@ def stats_kernel(VEC):
 
     @cuda.jit
     def stats_kernel(o, do, lse, lse_p, d_p, n_q):
+        """o, do [BH·Nq, D] float32; lse [BH, Nq]; lse_p, d_p [BH, pad_rows(Nq)]."""
         i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
         bh = cuda.blockIdx.y
         if i >= lse_p.shape[1]:

@@ -9,7 +9,8 @@ negative-index fix-up (for index arithmetic in unrolled tensor-core loops). ``i`
 N-D array: the row-major offset). The caller guarantees that i is a multiple of 4 and that the
 array's data is 16-byte aligned (shared arrays are; for global arrays the launcher checks the
 pointer). Works on shared and global arrays alike. In the simulator: four plain accesses
-(the twins in ``kernels_numba/sim/vector.py``).
+(the twins in ``kernels_numba/sim/vector.py``), refusing what the GPU's would: other element
+types, an index not a multiple of 4.
 
 Asynchronous copies, global → shared (``cp.async``, sm_80+), so a tile's next K/V rows travel
 while the tensor cores work on this one, with no registers held for them (§42 without the

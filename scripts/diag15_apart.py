@@ -58,7 +58,7 @@ def main():
         row["torch e2e ms"] = time_end_to_end(back)
         rows.append(row)
         print(row, flush=True)
-        del grads, back          # (the cases' inputs go next: backward_cases)
+        del grads, back
     save_rows(args.json, rows)
     print()
     print(f"{'shape':18} {'c':1} {'torch':>7} {'tests per element':>18} {'apart':>7}  "

@@ -7,8 +7,9 @@ Per case — fp16: ``attention_tc_backward.tc_bwd_preprocess(LSE2=True)``, the w
 first launch; float32: ``attention_wgmma_tf32_backward.stats_kernel``, the 3xTF32 wgmma
 backward's D and LSE launch — each form alone, kernel-only (``bench.time_gpu_adaptive``), with
 its bytes per second (O and dO read once, D and the LSE column written) and whether both forms
-write the same bits. Then the public backward (the default method, torch tensors in, call
-plans on) with the factory's VEC forced off and as it is, kernel-only and end to end
+write the same bits. Then the public backward (the default method for fp16, "flash_wgmma"
+for float32 — run 3 of session 15 ran float32's default, the CUDA-core flash, whose D launch
+is another; torch tensors in, call plans on) with the factory's VEC forced off and as it is, kernel-only and end to end
 (``bench.time_end_to_end``), beside torch SDPA's backward (flash for fp16, efficient for float32)
 in the same process, ours checked bitwise off against on. The table comes last.
 """
@@ -76,15 +77,16 @@ def main():
                                                                              args.shapes):
         t_d, gbs, same_d = d_kernels(torch, B, H, N, d, fmt, o, do, lse)
         t, grads = {}, {}
+        method = {"method": "flash_wgmma"} if fmt == "fp32" else {}
         for vec in (False, True):
             calls.forget()          # (a plan recorded with the other form is not replayed)
             if not vec:             # the factories' VEC forced off
                 KB.tc_bwd_preprocess = lambda *a, **kw: pre(*a, **{**kw, "VEC": False})
                 KWFB.stats_kernel = lambda vec_: stats(False)
             try:
-                def call():
-                    return flashlesson.attention_backward(do, q, k, v, o, lse,
-                                                          causal=causal)
+                def call():             # (float32: the 3xTF32 wgmma backward, whose D
+                    return flashlesson.attention_backward(   # launch is stats_kernel)
+                        do, q, k, v, o, lse, causal=causal, **method)
                 grads[vec] = [g.clone() for g in call()]
                 t[vec] = (time_gpu_adaptive(call), time_end_to_end(call))
             finally:

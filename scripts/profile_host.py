@@ -588,6 +588,16 @@ def check_cases():
                     cases[f"attention_backward {dt} d={d} flash_wgmma unaligned"] = \
                         lambda a=(do, qu, k, v, o, lse): fl.attention_backward(
                             *a, method="flash_wgmma")
+        if dt == torch.float16:     # the key holds each input's address mod 16: LSE off its
+            q, k, v, do = (_tensor((1, 2, 64, 64), dt) for _ in range(4))    # boundary, then O
+            o, lse = fl.attention(q, k, v, return_lse=True)     # (the D launch's 16-byte loads
+            lse_u = torch.Tensor((1, 2, 64), torch.float32,       # read o and dO: under an OR
+                                 ptr=_tensor((1, 2, 68), torch.float32).data_ptr() + 4)
+            o_u = torch.Tensor((1, 2, 64, 64), dt, ptr=_tensor((1, 2, 66, 64), dt).data_ptr() + 4)
+            cases[f"attention_backward {dt} lse unaligned, then o unaligned"] = \
+                lambda a=(do, q, k, v), b=(o, lse_u), c=(o_u, lse): (   # of all the bits the
+                    fl.attention_backward(*a, *b), fl.attention_backward(*a, *c))[1]  # second
+                                                            # replayed the first's plan)
     tq, tk, tv, tdo = (_tensor((1, 2, 128, 64), torch.float32, grad=True) for _ in range(4))
 
     def torch_step():                           # flashlesson.torch: forward, then backward

@@ -44,8 +44,9 @@ def test_matches_oracle(rng, shape, causal, fmt):
 ODD_HEAD_DIMS = by_device(
     [("f16", 1, True, (1, 2, 9, 13), TcBwdConfig(16, 1, 16, 1, False, True)),
      ("f16", 40, False, (1, 1, 11, 20), TcBwdConfig(16, 1, 16, 1, True, True)),
-     ("f16", 59, True, (1, 1, 13, 7), TcBwdConfig(16, 1, 16, 1, True, False))],
-    [(fmt, d, causal, shape, None) for fmt in ("f16", "bf16") for d in (40, 59, 111, 200)
+     ("f16", 59, True, (1, 1, 13, 7), TcBwdConfig(16, 1, 16, 1, True, False)),
+     ("bf16", 20, False, (1, 1, 9, 12), TcBwdConfig(16, 1, 16, 1, True, True))],
+    [(fmt, d, causal, shape, None) for fmt in ("f16", "bf16") for d in (40, 59, 100, 111, 200)
      for causal in (False, True) for shape in ((2, 3, 113, 203), (1, 2, 1024, 1024))])
 
 
@@ -54,7 +55,10 @@ ODD_HEAD_DIMS = by_device(
                          str(x) if not isinstance(x, TcBwdConfig) else "cfg")
 def test_head_dims_not_a_multiple_of_16(rng, fmt, d, causal, shape, config):
     """dq, dk, dv against the oracle (and 2× torch's error on the GPU), each poisoned first:
-    a column < d not written is NaN, a write past d lands in the next row."""
+    a column < d not written is NaN, a write past d lands in the next row. d = 20 and 100 (d %
+    8 = 4): rows of uint16 halves whose count is a multiple of four, which the D launch must
+    still read a half at a time (its 16-byte loads take words only; the simulator's load4
+    refuses other elements as the GPU's typing does)."""
     (q, k, v, do), (q64, k64, v64, do64) = tc_inputs(rng, *shape, d, fmt)
     o, lse = attention(q, k, v, causal=causal, return_lse=True)
     grads = attention_backward(do, q, k, v, o, lse, causal=causal, config=config)
@@ -120,8 +124,9 @@ def test_d_rows_sixteen_bytes_a_load(rng, bf16, words):
     wgmma backward runs it) with VEC on and off: D the same bits (the same words in the same
     order, only the loads wider; d = 2·words halves), within the float32 sum's bound of the
     float64 one (products of two halves are exact in float32, so only the d − 1 additions
-    round: |error| ≤ (d − 1)·2^-24·Σ_c |dO_ic·O_ic|), and LSE·log2e, +inf for −inf. R rows
-    not a multiple of the grid's threads, so threads take several rows; outputs NaN before."""
+    round: |error| ≤ (d − 1)·2^-24·Σ_c |dO_ic·O_ic| to first order), and LSE·log2e, +inf for
+    −inf. R rows not a multiple of the grid's threads (in the simulator a thread takes
+    several); outputs NaN before."""
     from flashlesson.launch import stride_grid
     from kernels_numba.attention_tc_backward import tc_bwd_preprocess
     R = by_device(37, 4099)
@@ -148,6 +153,21 @@ def test_d_rows_sixteen_bytes_a_load(rng, bf16, words):
     assert np.all(np.abs(got[True][0] - prod.sum(axis=1)) <= bound)
     want = np.where(np.isinf(lse), np.inf, lse.astype(np.float64) * np.log2(np.e))
     np.testing.assert_allclose(got[True][1], want, rtol=2.0 ** -22)
+
+
+def test_unaligned_rows_take_the_word_loads(rng, monkeypatch):
+    """The launcher's answer for o, dO not on 16 bytes (``tc_methods.aligned16`` False: the
+    simulator's is always yes): the backward's D launch a word a load — gradients bitwise
+    those of the 16-byte form."""
+    from flashlesson import tc_methods
+    (q, k, v, do), _ = tc_inputs(rng, 1, 1, 21, 35, 32, "f16")
+    o, lse = attention(q, k, v, causal=True, return_lse=True)
+    grads = {}
+    for vec in (True, False):
+        monkeypatch.setattr(tc_methods, "aligned16", lambda *arrays, vec=vec: vec)
+        grads[vec] = attention_backward(do, q, k, v, o, lse, causal=True, method="flash_tc")
+    for a, b in zip(grads[True], grads[False]):
+        np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16))
 
 
 @pytest.mark.parametrize("limit_kb", [227, 99])

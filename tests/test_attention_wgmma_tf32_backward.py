@@ -133,10 +133,11 @@ def test_packing_follows_the_menu(rng, monkeypatch, vec):
 
 def test_stats_sixteen_bytes_a_load(rng):
     """The D and LSE launch (stats_kernel) with VEC on and off: D the same bits (attention_
-    backward.d_row4: the same float64 sum in the same order, only the loads wider), D within
-    one float32 rounding of the float64 sum (plus d·2^-53 of Σ|dO·O| for the float64 sum's own
-    roundings), LSE copied, both 0 in the rows past Nq up to pad_rows(Nq); outputs NaN before.
-    Two heads of Nq = 77 rows (not a multiple of 8) at d = 64."""
+    backward.d_row4, only the loads wider: a float64 sum rounded once, so a change of its
+    order would hide in that rounding — this checks the bits, not the order), D within one
+    float32 rounding of the float64 sum (plus d·2^-53 of Σ|dO·O| for the float64 sums' own
+    roundings, to first order), LSE copied, both 0 in the rows past Nq up to pad_rows(Nq);
+    outputs NaN before. Two heads of Nq = 77 rows (not a multiple of 8) at d = 64."""
     from numba import cuda
     from kernels_numba.attention_wgmma_tf32_backward import pad_rows, stats_kernel
     bh, nq, d = 2, 77, 64

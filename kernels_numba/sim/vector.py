@@ -9,15 +9,28 @@ GPU helper of the same name when the simulator is on.
 
 import threading
 
+import numpy as np
+
+
+def _vector_at(a, i, what):
+    """The GPU form's conditions, refused here as there: float32 or uint32 elements (its typing
+    takes no other) and i a multiple of four (16 bytes on a 16-byte boundary, the array's data
+    on one: the launcher's ``aligned16``)."""
+    if a.dtype not in (np.float32, np.uint32) or i % 4:
+        raise ValueError(f"{what}: a 16-byte access takes float32 or uint32 elements at a "
+                         f"multiple of 4, got {a.dtype} at {i}")
+
 
 def load4(a, i):
     """(a[i], a[i+1], a[i+2], a[i+3]) of the flattened array."""
+    _vector_at(a, i, "load4")
     flat = a.reshape(-1) if a.ndim > 1 else a
     return flat[i], flat[i + 1], flat[i + 2], flat[i + 3]
 
 
 def store4(a, i, x0, x1, x2, x3):
     """a[i], a[i+1], a[i+2], a[i+3] = x0, x1, x2, x3 (flattened array)."""
+    _vector_at(a, i, "store4")
     flat = a.reshape(-1) if a.ndim > 1 else a
     flat[i], flat[i + 1], flat[i + 2], flat[i + 3] = x0, x1, x2, x3
 

@@ -796,7 +796,8 @@ def backward_cases(torch, cases, picks):
     ``cases`` picked by ``picks`` (``picked_shapes``), not causal then causal, yields (B, H, N,
     d, fmt, causal, (q, k, v, do), (o, lse)) — fresh ``torch.randn`` inputs, fp16 for "fp16"
     else float32, o and lse from ``flashlesson.attention`` (the default method) — and empties
-    torch's cache after each."""
+    torch's cache after each (what the caller still holds of a case stays: two cases at most
+    are alive)."""
     import flashlesson
     for B, H, N, d, fmt in picked_shapes(cases, picks):
         dt = torch.float16 if fmt == "fp16" else torch.float32
@@ -804,7 +805,6 @@ def backward_cases(torch, cases, picks):
             ins = tuple(torch.randn(B, H, N, d, device="cuda", dtype=dt) for _ in range(4))
             yield B, H, N, d, fmt, causal, ins, flashlesson.attention(*ins[:3], causal=causal,
                                                                       return_lse=True)
-            del ins
             torch.cuda.empty_cache()
 
 

@@ -8,7 +8,10 @@ finding the launch plans. All of it is decided by the call's *key*:
 
     the function; per tensor argument its shape, dtype, device index and contiguity;
     each option's value and type (``causal=1`` is not ``causal=True``: the first is refused);
-    the low 4 bits of the inputs' addresses OR-ed together (16-byte loads need aligned rows)
+    each input's address modulo 16 (16-byte loads need aligned rows, and which tensor is
+    off its boundary decides which launch keeps them: the backward's D launch reads o and dO
+    16 bytes at a time even where q is misaligned; an OR of all of them, the key until
+    2026-12-02, let a call with only o misaligned replay the plan of one with only LSE so)
 
 The first call with a key takes the full path — every check — while a recorder notes each
 ``torch.empty`` result allocated through ``arrays.empty`` and each launch made through
@@ -73,25 +76,23 @@ def no_dropout(p):
 
 def tensor_facts(tensors):
     """(facts, pointers) of torch CUDA tensors for a call key — per tensor (shape, dtype,
-    device index), then the OR of the pointers' low 4 bits — or (None, None) when one is not
+    device index, address modulo 16) — or (None, None) when one is not
     exactly a contiguous CUDA ``torch.Tensor`` (a subclass, a CPU, sparse or strided one: those
     calls take the full path, which accepts or names them)."""
     torch = sys.modules.get("torch")
     if torch is None or not ENABLED or device.SIMULATOR:
         return None, None
     tensor = torch.Tensor
-    facts, ptrs, bits = [], [], 0
+    facts, ptrs = [], []
     try:
         for t in tensors:
             if type(t) is not tensor or not t.is_cuda or not t.is_contiguous():
                 return None, None
             p = t.data_ptr()
             ptrs.append(p)
-            bits |= p
-            facts += (t.shape, t.dtype, t.get_device())
+            facts += (t.shape, t.dtype, t.get_device(), p & 15)
     except (RuntimeError, NotImplementedError):     # (is_contiguous of a sparse tensor)
         return None, None
-    facts.append(bits & 15)
     return tuple(facts), ptrs
 
 
