@@ -529,7 +529,9 @@ def _logged(fn):
 
 def check_cases():
     """name → call, over the paths of softmax, attention and attention_backward on (fake)
-    torch tensors: methods, tiers, dtypes, masks, options, an unaligned view."""
+    torch tensors: methods, tiers, dtypes, masks, options, an unaligned view, the float32
+    wgmma backward at d = 128 (its z grid), and two calls told apart by which input is off a
+    16-byte boundary."""
     cases = {}
     for dt in (torch.float32, torch.float16):
         for n in (32, 300, 1000):
@@ -588,6 +590,13 @@ def check_cases():
                     cases[f"attention_backward {dt} d={d} flash_wgmma unaligned"] = \
                         lambda a=(do, qu, k, v, o, lse): fl.attention_backward(
                             *a, method="flash_wgmma")
+        if dt == torch.float32:     # 3xTF32 on wgmma at d = 128: its dK/dV grid's z axis
+            q, k, v, do = (_tensor((1, 2, n, 128), dt) for n in (70, 90, 90, 70))  # (dK or dV
+            o, lse = fl.attention(q, k, v, return_lse=True)                         #  blocks)
+            for causal in (False, True):
+                cases[f"attention_backward {dt} d=128 flash_wgmma causal={causal}"] = \
+                    lambda a=(do, q, k, v, o, lse), c=causal: fl.attention_backward(
+                        *a, causal=c, method="flash_wgmma")
         if dt == torch.float16:     # the key holds each input's address mod 16: LSE off its
             q, k, v, do = (_tensor((1, 2, 64, 64), dt) for _ in range(4))    # boundary, then O
             o, lse = fl.attention(q, k, v, return_lse=True)     # (the D launch's 16-byte loads
