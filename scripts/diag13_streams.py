@@ -22,7 +22,8 @@ import json
 
 import flashlesson
 from flashlesson import arrays, calls, launch
-from flashlesson.bench import cuda_torch, picked_shapes, script_parser, time_gpu_adaptive
+from flashlesson.bench import cuda_torch, picked_shapes, script_parser, time_gpu_adaptive, \
+    torch_sdpa_backward
 from reference.attention_backward import attention_backward_flops
 
 CASES = [(4, 16, 1024, 64, "fp16"), (2, 16, 4096, 64, "fp16"), (1, 16, 8192, 128, "fp16"),
@@ -33,8 +34,6 @@ def main():
     args = script_parser(budget=False).parse_args()      # --json, --shapes (into CASES)
     torch = cuda_torch()
     calls.ENABLED = False
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    sdpa = torch.nn.functional.scaled_dot_product_attention
     rows = []
     for B, H, N, d, fmt in picked_shapes(CASES, args.shapes):
         dt = torch.float16 if fmt == "fp16" else torch.float32
@@ -81,12 +80,8 @@ def main():
             fork(a, b)()
             torch.cuda.synchronize()
             same = all(torch.equal(g, r) for g, r in zip(grads, ref))
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION if fmt == "fp16"
-                             else SDPBackend.EFFICIENT_ATTENTION):
-                xs = [x.detach().requires_grad_(True) for x in (q, k, v)]
-                out = sdpa(*xs, is_causal=causal)
-            t_torch = time_gpu_adaptive(lambda: torch.autograd.grad(out, xs, do,
-                                                                    retain_graph=True))
+            t_torch = time_gpu_adaptive(torch_sdpa_backward(
+                torch, "flash" if fmt == "fp16" else "efficient", q, k, v, do, causal))
             t = {"seq": time_gpu_adaptive(seq), "fork": time_gpu_adaptive(fork(a, b)),
                  "fork dq first": time_gpu_adaptive(fork(b, a)),
                  "pre+dkdv": time_gpu_adaptive(alone(a)), "pre+dq": time_gpu_adaptive(alone(b)),

@@ -34,7 +34,7 @@ import traceback
 import flashlesson
 from flashlesson import WgmmaBwdConfig
 from flashlesson.bench import budget_cases, check_and_time, cuda_torch, picked_shapes, \
-    print_built, script_parser, versus_table
+    print_built, script_parser, torch_sdpa_backward, versus_table
 from reference.attention_backward import attention_backward_flops
 
 SHAPES = ((1, 16, 8192, 128), (2, 16, 4096, 64), (4, 16, 1024, 64))    # (the ladder's first)
@@ -60,14 +60,8 @@ SWIZZLE = {                   # --swizzle: every tile in the 128-byte swizzle (0
 
 
 def methods(torch, ladder=False, fused=False, sweep=False, swizzle=False, ahead=False):
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-
     def torch_flash(q, k, v, do, o, lse, causal):
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            xs = [x.detach().requires_grad_(True) for x in (q, k, v)]
-            out = sdpa(*xs, is_causal=causal)
-        return lambda: torch.autograd.grad(out, xs, do, retain_graph=True)
+        return torch_sdpa_backward(torch, "flash", q, k, v, do, causal)
 
     def ours(method, config=None):
         def prepare(q, k, v, do, o, lse, causal):

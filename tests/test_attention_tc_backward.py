@@ -156,7 +156,7 @@ def test_d_rows_sixteen_bytes_a_load(rng, bf16, words):
 
 
 def test_unaligned_rows_take_the_word_loads(rng, monkeypatch):
-    """The launcher's answer for o, dO not on 16 bytes (``tc_methods.aligned16`` False: the
+    """The launcher's answer for o, dO not on 16 bytes (``launch.rows16`` False: the
     simulator's is always yes): the backward's D launch a word a load — gradients bitwise
     those of the 16-byte form."""
     from flashlesson import tc_methods
@@ -164,7 +164,7 @@ def test_unaligned_rows_take_the_word_loads(rng, monkeypatch):
     o, lse = attention(q, k, v, causal=True, return_lse=True)
     grads = {}
     for vec in (True, False):
-        monkeypatch.setattr(tc_methods, "aligned16", lambda *arrays, vec=vec: vec)
+        monkeypatch.setattr(tc_methods, "rows16", lambda width, *arrays, vec=vec: vec)
         grads[vec] = attention_backward(do, q, k, v, o, lse, causal=True, method="flash_tc")
     for a, b in zip(grads[True], grads[False]):
         np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16))

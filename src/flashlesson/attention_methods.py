@@ -18,7 +18,7 @@ from .arrays import Operand, empty, result, using
 from .configs import GEMM_TILES, MAX_HEAD_DIM, FlashConfig, LessonConfig, default_config, \
     default_lesson_config
 from .dropout import dropout_args
-from .launch import aligned16, dummy, launch, stride_grid
+from .launch import dummy, launch, rows16, stride_grid
 from .softmax_methods import softmax as _softmax
 
 
@@ -126,7 +126,7 @@ def _flash(q, k, v, o, lse, *, d, n_q, n_k, heads, grid_bh, max_q, causal, scale
     if not isinstance(cfg, FlashConfig):
         raise TypeError(f"config: expected a FlashConfig, got {type(cfg).__name__}")
     cfg.check(d)
-    kernel = forward_kernel(cfg, d, causal, d % 4 == 0 and aligned16(q, k, v), kpm is not None,
+    kernel = forward_kernel(cfg, d, causal, rows16(d, q, k, v), kpm is not None,
                             dropout is not None, cu is not None)
     seed_lo, seed_hi, threshold, inv_keep = dropout or (np.uint32(0), np.uint32(0),
                                                         np.uint32(0), np.float32(1))

@@ -25,7 +25,7 @@ from .arrays import Operand, empty, result, using
 from .attention_methods import AttentionMethod, gemm, operands, varlen_operands
 from .configs import NAIVE_GEMM_TILES, BwdConfig, bwd_default_config
 from .dropout import dropout_args
-from .launch import aligned16, dummy, launch, stride_grid
+from .launch import dummy, launch, rows16, stride_grid
 
 
 METHODS = {m.name: m for m in [
@@ -365,7 +365,7 @@ def _flash(qf, kf, vf, dof, lsef, dvecf, dqf, dkf, dvf, *, d, n_q, n_k, heads, g
     """§30: the dK/dV kernel, then the dQ kernel, on flat arrays (layouts: the forward's
     ``attention_geometry``; ``cu`` = (cu_q, cu_k) selects VARLEN, the grids then sized by the
     longest sequences max_q, max_k). D = rowsum(dO∘O) must already be in dvecf."""
-    vec = d % 4 == 0 and aligned16(qf, kf, vf, dof)
+    vec = rows16(d, qf, kf, vf, dof)
     cu_q, cu_k = cu or (dummy("cu"), dummy("cu"))
     args = (np.float32(scale), d, n_q, n_k, heads, cu_q, cu_k,
             dummy("mask") if kpm is None else kpm) + \

@@ -69,21 +69,27 @@ def time_gpu(fn, samples=SAMPLES, inner=INNER, warmup=WARMUP, defer=True):
         cuda.synchronize()
     sleep_us = int(max(1000, 1.5e6 * inner * min(host) + 500))
     time_gpu.host_ms = 1e3 * min(host)
-    start, stop = cuda.event(timing=True), cuda.event(timing=True)
     times = []
     for _ in range(samples):
         with (cuda.defer_cleanup() if defer else contextlib.nullcontext()):
             gpu_sleep[1, 1](sleep_us)
-            start.record()
-            for _ in range(inner):
-                fn()
-            stop.record()
-            stop.synchronize()
-        times.append(cuda.event_elapsed_time(start, stop) / inner)
+            times.append(_events_ms(fn, inner))
     return statistics.median(times)
 
 
 time_gpu.host_ms = float("nan")     # the last call's host time per fn() call, in ms
+
+
+def _events_ms(fn, calls):
+    """One sample of time_gpu / time_end_to_end: CUDA events around ``calls`` calls of fn,
+    synchronised on the second; milliseconds per call."""
+    start, stop = cuda.event(timing=True), cuda.event(timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    stop.record()
+    stop.synchronize()
+    return cuda.event_elapsed_time(start, stop) / calls
 
 
 def time_end_to_end(fn, calls=INNER, warmup=WARMUP, samples=5):
@@ -96,16 +102,7 @@ def time_end_to_end(fn, calls=INNER, warmup=WARMUP, samples=5):
     for _ in range(warmup):
         fn()
     cuda.synchronize()
-    start, stop = cuda.event(timing=True), cuda.event(timing=True)
-    times = []
-    for _ in range(samples):
-        start.record()
-        for _ in range(calls):
-            fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cuda.event_elapsed_time(start, stop) / calls)
-    return statistics.median(times)
+    return statistics.median(_events_ms(fn, calls) for _ in range(samples))
 
 
 def cuda_torch():

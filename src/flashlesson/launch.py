@@ -750,3 +750,11 @@ def aligned16(*arrays):
         return True
     return all((a.ptr if type(a) is DevArray else a.__cuda_array_interface__["data"][0]) % 16
                == 0 for a in arrays)
+
+
+def rows16(width, *arrays):
+    """Whether rows of ``width`` 4-byte elements (float32, or uint32 pairs of halves) of these
+    C-contiguous arrays can be read 16 bytes at a time (the kernels' VEC): width % 4 == 0, so
+    every row starts on a multiple of four elements, and the data on a 16-byte boundary
+    (``aligned16``)."""
+    return width % 4 == 0 and aligned16(*arrays)

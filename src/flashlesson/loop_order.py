@@ -36,7 +36,7 @@ from .configs import FlashConfig, LessonConfig, default_config, default_lesson_c
 from .io_model import Access, attention_traffic as _attention_traffic, \
     flash_attention_traffic
 from .launch import aligned16 as _aligned16, compute_capability, dummy, launch, \
-    max_shared_bytes
+    max_shared_bytes, rows16
 
 FA1 = "flash_fa1"
 DB = "flash_db"
@@ -97,7 +97,7 @@ def launch_fa1(q, k, v, o, lse, *, d, n_q, n_k, heads, bh, causal, scale, config
         raise ValueError(f"q_blocks: expected an int from 1 to ⌈Nq/Br⌉ = {n_qt}, got "
                          f"{q_blocks!r}")
     kernel = KF1.flash_fa1_kernel(cfg.head_dim(d), cfg.Br, cfg.Bc, cfg.TR, cfg.TC,
-                                  bool(causal), d % 4 == 0 and _aligned16(q, k, v), cfg.KU,
+                                  bool(causal), rows16(d, q, k, v), cfg.KU,
                                   kpm is not None, dropout is not None)
     m = empty(bh * n_q, np.float32)             # Algorithm 1's m and l, in HBM
     l = empty(bh * n_q, np.float32)             # noqa: E741 - the lesson's name
@@ -115,7 +115,7 @@ def launch_db(q, k, v, o, lse, *, d, n_q, n_k, heads, bh, causal, scale, config=
         raise ValueError(f"producers: expected an int ≥ 0, got {producers!r}")
     check_config(DB, cfg, d, producers)
     kernel = KDB.flash_db_kernel(cfg.head_dim(d), cfg.Br, cfg.Bc, cfg.TR, cfg.TC,
-                                 bool(causal), d % 4 == 0 and _aligned16(q, k, v), cfg.KU,
+                                 bool(causal), rows16(d, q, k, v), cfg.KU,
                                  kpm is not None, dropout is not None, int(producers))
     tiles = -(-n_q // cfg.Br)
     launch(kernel, (bh, tiles) if causal else (tiles, bh), cfg.threads + 32 * int(producers),

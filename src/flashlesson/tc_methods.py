@@ -46,7 +46,7 @@ from . import checks, device
 from .arrays import Operand, empty, is_device_array, result, using
 from .configs import MAX_HEAD_DIM
 from .launch import aligned16, compute_capability, dummy, launch, launch_beside, max_shared_bytes, \
-    stride_grid
+    rows16, stride_grid
 
 
 @dataclass(frozen=True)
@@ -323,13 +323,6 @@ def row_grid(causal, bh, blocks, what, tiles="row blocks", z=1):
     grid = ((bh, blocks) if causal else (blocks, bh)) + ((z,) if z > 1 else ())
     checks.grid(grid, what + (f" (causal: {tiles} on the grid's y axis)" if causal else ""))
     return grid
-
-
-def _rows_of_16_bytes(w, word, *arrays):
-    """Whether rows of w 4-byte words (uint32 pairs of halves, or float32) of these [R, w]
-    arrays can be read 16 bytes at a time (the backward's D kernels, VEC): w % 4 == 0 and
-    the data on a 16-byte boundary (a view into a bigger tensor may not be)."""
-    return word in (np.uint32, np.float32) and w % 4 == 0 and aligned16(*arrays)
 
 
 def _words(op, shape, word):
@@ -813,7 +806,7 @@ def _backward_tc(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, sca
     dvec = empty((bh, nq), np.float32)
     rows = bh * nq
     pre = KBF.bwd_preprocess if tf32 else \
-        KB.tc_bwd_preprocess(fmt == "bf16", VEC=_rows_of_16_bytes(w, word, o3, do3))
+        KB.tc_bwd_preprocess(fmt == "bf16", VEC=word is np.uint32 and rows16(w, o3, do3))
     launch(pre, *stride_grid(rows), (o3.reshape((rows, w)), do3.reshape((rows, w)),
                                      dvec.reshape(rows)))
     grads = [empty((bh, n, d), np.float32) if tf32 else
@@ -991,7 +984,7 @@ def _backward_wgmma(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, 
     grids = [row_grid(causal, bh, blocks,   # (every grid checked before any launch)
                       f"q, k: {nq} queries, {nk} keys in row blocks of {rows_a_block}")
              for _, blocks, _, _ in launches]
-    vec = _rows_of_16_bytes(d // 2, word, o3, do3)
+    vec = rows16(d // 2, o3, do3)
     if cfg.FUSED:
         launch(KB.tc_bwd_preprocess(fmt == "bf16", LSE2=True, CLEAR=True, VEC=vec),
                *stride_grid(rows), (*pre_args, dqa.reshape(rows * d), sem))
@@ -1100,7 +1093,7 @@ def _backward_wgmma_tf32(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, cau
     qside, kside, nq_pad, nk_pad = pack_backward_operands(q3, k3, v3, do3, H, d, kpm)
     lse_p = empty((bh, nq_pad), np.float32)
     d_p = empty((bh, nq_pad), np.float32)
-    stats = KWFB.stats_kernel(_rows_of_16_bytes(d, np.float32, o3, do3))
+    stats = KWFB.stats_kernel(rows16(d, o3, do3))
     launch(stats, (nq_pad // 128, bh), 128,
            (o3.reshape((bh * nq, d)), do3.reshape((bh * nq, d)), lse, lse_p, d_p, nq))
     dq, dk, dv = (empty((bh, n, d), np.float32) for n in (nq, nk, nk))
