@@ -12,7 +12,8 @@ import pytest
 
 import flashlesson  # noqa: F401 - must come before numba.cuda: it picks the device
 import flashlesson.arrays
-from flashlesson.tolerance import AttentionTol, attention_tol, backward_tol
+import reference
+from flashlesson.tolerance import AttentionTol, attention_tol, backward_tol, rounded_o_tol
 from flashlesson.tc_methods import BFloat16
 
 # Every result array the library allocates starts full of NaN (or 0xAB bytes): an element a
@@ -188,17 +189,26 @@ def torch_grad_errors(q64, k64, v64, do64, causal, refs, fmt):
     return errs, slack
 
 
-def check_tc_grads(grads, refs, fmt, q64, k64, torch_errs=None):
+def check_tc_grads(grads, refs, fmt, q64, k64, torch_errs=None, *, v64, do64, causal=False,
+                   key_padding_mask=None):
     """The tensor-core backward's bar (tests/test_attention_tc_backward.py's menu): relative to
-    each gradient's largest value, flashlesson.tolerance.backward_tol of fmt; no NaN; on the
-    GPU also 2× torch SDPA's own error plus its rounding slack (torch_errs)."""
+    each gradient's largest value, flashlesson.tolerance.backward_tol of fmt, plus, element by
+    element, rounded_o_tol (D read from an O rounded to 16 bits: from the oracle's P and O for
+    these inputs, causal and key_padding_mask); no NaN; on the GPU also 2× torch SDPA's own
+    error plus its rounding slack (torch_errs)."""
     bound = backward_tol(q64, k64, dtype=fmt)
     floors = grad_floors(refs, q64, k64)      # a gradient that vanishes: not measured against ~0
+    clean = [np.where(np.isfinite(x), x, 0.0) for x in (k64, v64)]    # NaN in padded keys
+    ref = reference.attention_backward_intermediates(do64, q64, *clean, causal=causal,
+                                                     key_padding_mask=key_padding_mask)
+    extra = (*rounded_o_tol(ref["P"], ref["O"], q64, clean[0], do64, dtype=fmt), 0.0)
     for name, g, r, i in zip(("dq", "dk", "dv"), grads, refs, range(3)):
         g = as_f64(g)
         assert g.shape == r.shape and not np.isnan(g).any(), f"{name}: NaN (unwritten?)"
         err = np.max(np.abs(g - r))
-        rel = err / max(np.max(np.abs(r)), floors[i], 1e-30)
+        # |g − r| ≤ bound·max(max|r|, floor) + extra, as one relative error against that scale
+        top = max(np.max(np.abs(r)), floors[i], 1e-30) + extra[i] / bound
+        rel = np.max(np.abs(g - r) / top)
         assert rel <= bound, f"{name}: relative error {rel:.2e} > the model's {bound:.1e}"
         if torch_errs is not None:
             # flash-attn's rule: 2× torch's own error in the same dtype, plus its rounding slack

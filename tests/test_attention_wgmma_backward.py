@@ -2,8 +2,8 @@
 oracle (kernels_numba/attention_wgmma_backward.py).
 
 The error model is flash_tc's backward (tests/test_attention_tc_backward.py: conftest's
-check_tc_grads — flashlesson.tolerance.backward_tol of each gradient's largest value; on the
-GPU also 2× torch SDPA's own backward error plus its rounding slack). O and LSE come from the
+check_tc_grads — flashlesson.tolerance.backward_tol of each gradient's largest value plus
+rounded_o_tol element by element; on the GPU also 2× torch SDPA's own backward error plus its rounding slack). O and LSE come from the
 float64 oracle's forward, O rounded to the inputs' format (the backward only reads them: D =
 rowsum(dO∘O) and P = exp(S − LSE)); that keeps the simulator from running a forward kernel a
 case. Outputs are poisoned (NaN) before the kernels run, so an element not written fails.
@@ -63,7 +63,8 @@ def _run(rng, shape, fmt, causal=False, config=None):
     assert all(g.shape == x.shape for g, x in zip(grads, (q, k, v)))
     refs = ref_backward(do64, q64, k64, v64, causal=causal)
     check_tc_grads(grads, refs, fmt, q64, k64,
-                   torch_grad_errors(q64, k64, v64, do64, causal, refs, fmt))
+                   torch_grad_errors(q64, k64, v64, do64, causal, refs, fmt),
+                   v64=v64, do64=do64, causal=causal)
     return grads
 
 
@@ -147,7 +148,7 @@ def test_padding_with_nan_in_masked_rows(rng):
     dq, dk, dv = attention_backward(do, q, k_bad, v_bad, o, lse, key_padding_mask=kpm,
                                     method="flash_wgmma")
     refs = ref_backward(do64, q64, k64, v64, key_padding_mask=kpm)
-    check_tc_grads((dq, dk, dv), refs, "f16", q64, k64)
+    check_tc_grads((dq, dk, dv), refs, "f16", q64, k64, v64=v64, do64=do64, key_padding_mask=kpm)
     assert np.all(dq[0] == 0)
     assert np.all(dk.swapaxes(1, 2)[~kpm] == 0) and np.all(dv.swapaxes(1, 2)[~kpm] == 0)
 
