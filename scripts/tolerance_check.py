@@ -236,12 +236,11 @@ def attention_case(rng, b, h, nq, nk, d, causal, Bc, half=None, boost=4.0):
 
 
 def grad_ratios(grads, refs, tol, extra=(0.0, 0.0, 0.0)):
-    """max |g − ref| / (tol·max |ref| + extra) per gradient, as tests/conftest's checks measure
-    (a gradient that vanishes analytically against 1e-3 of the problem's largest; extra: the
+    """error / bound per gradient, as tests/conftest's checks measure (tolerance.backward_errors;
+    a gradient that vanishes analytically against 1e-3 of the problem's largest; extra: the
     16-bit backward's rounded_o_tol, element by element)."""
     floor = 1e-3 * max(np.max(np.abs(r)) for r in refs)
-    return [float(np.max(np.abs(g - r) / (tol * max(np.max(np.abs(r)), floor) + e)))
-            for g, r, e in zip(grads, refs, extra)]
+    return [e / tol for e in tolerance.backward_errors(grads, refs, tol, extra, (floor,) * 3)]
 
 
 def backward_case(rng, b, h, nq, nk, d, causal, Bc, half=None, outliers=0, scale=None):

@@ -13,7 +13,8 @@ import pytest
 import flashlesson  # noqa: F401 - must come before numba.cuda: it picks the device
 import flashlesson.arrays
 import reference
-from flashlesson.tolerance import AttentionTol, attention_tol, backward_tol, rounded_o_tol
+from flashlesson.tolerance import (AttentionTol, attention_tol, backward_errors, backward_tol,
+                                  rounded_o_tol)
 from flashlesson.tc_methods import BFloat16
 
 # Every result array the library allocates starts full of NaN (or 0xAB bytes): an element a
@@ -128,13 +129,11 @@ def check_grads(grads, refs, q, k, *, v=None, do=None, scale=None, dtype="float3
     if rel is None:
         rel = backward_tol(q, k, scale=scale, dtype=dtype)
     floors = grad_floors(refs, q, k, v, do, scale)
-    errs = []
-    for name, g, ref, floor in zip(("dq", "dk", "dv"), grads, refs, floors):
+    for name, g, ref in zip(("dq", "dk", "dv"), grads, refs):
         assert g.shape == ref.shape and g.dtype == np.float32
         assert not np.isnan(g).any(), f"{name}: NaN (unwritten or 0·inf)"
-        top = max(np.max(np.abs(ref), initial=0.0), floor)
-        err = np.max(np.abs(g - ref), initial=0.0) / top if top > 0 else 0.0
-        errs.append(err)
+    errs = backward_errors(grads, refs, rel, floors=floors)
+    for name, err in zip(("dq", "dk", "dv"), errs):
         assert err <= rel, f"{name}: relative error {err:.2e} > {rel:.1e} (the model's bound)"
     print("relative errors dq, dk, dv:", " ".join(f"{e:.1e}" for e in errs), f"bound {rel:.1e}")
     return errs
@@ -202,13 +201,12 @@ def check_tc_grads(grads, refs, fmt, q64, k64, torch_errs=None, *, v64, do64, ca
     ref = reference.attention_backward_intermediates(do64, q64, *clean, causal=causal,
                                                      key_padding_mask=key_padding_mask)
     extra = (*rounded_o_tol(ref["P"], ref["O"], q64, clean[0], do64, dtype=fmt), 0.0)
-    for name, g, r, i in zip(("dq", "dk", "dv"), grads, refs, range(3)):
-        g = as_f64(g)
+    grads = [as_f64(g) for g in grads]
+    for name, g, r in zip(("dq", "dk", "dv"), grads, refs):
         assert g.shape == r.shape and not np.isnan(g).any(), f"{name}: NaN (unwritten?)"
+    rels = backward_errors(grads, refs, bound, extra, floors)
+    for name, g, r, rel, i in zip(("dq", "dk", "dv"), grads, refs, rels, range(3)):
         err = np.max(np.abs(g - r))
-        # |g − r| ≤ bound·max(max|r|, floor) + extra, as one relative error against that scale
-        top = max(np.max(np.abs(r)), floors[i], 1e-30) + extra[i] / bound
-        rel = np.max(np.abs(g - r) / top)
         assert rel <= bound, f"{name}: relative error {rel:.2e} > the model's {bound:.1e}"
         if torch_errs is not None:
             # flash-attn's rule: 2× torch's own error in the same dtype, plus its rounding slack

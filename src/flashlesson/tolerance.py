@@ -356,6 +356,20 @@ def rounded_o_tol(p, o, q, k, do, *, scale=None, dtype="float16"):
     return dq, dk
 
 
+def backward_errors(grads, refs, rel, extra=(0.0, 0.0, 0.0), floors=(0.0, 0.0, 0.0)):
+    """The errors a backward check compares with ``rel`` (``backward_tol``): for each of
+    (dq, dk, dv), max over elements of |g − ref| / (max(max|ref|, floor) + extra/rel) — the
+    error relative to the gradient's largest |value|, with an absolute term of the model
+    added element by element (``rounded_o_tol``'s; 0 where none) and a floor for a gradient
+    that vanishes (the tests' 1e-3 of the largest). An error ≤ rel passes."""
+    out = []
+    for g, r, e, f in zip(grads, refs, extra, floors):
+        r = np.asarray(r, np.float64)
+        top = max(float(np.max(np.abs(r), initial=0.0)), float(f), 1e-30) + np.asarray(e) / rel
+        out.append(float(np.max(np.abs(np.asarray(g, np.float64) - r) / top, initial=0.0)))
+    return out
+
+
 def sum_tol(abs_sum, n, dtype="float32"):
     """Bound on |Σ̂x − Σx| for a float32 sum of n terms in any order (sequential, a tree, a
     butterfly): each of the n − 1 additions rounds once, an error of at most u times its
@@ -501,7 +515,7 @@ def linear_attention_tol(q, k, v, *, causal=False):
 
 __all__ = ["AttentionTol", "HALF", "POSITIVE_SUM", "RANDOM_SUM", "SCORE_STD", "LAMBDA",
            "SAFETY", "TF32X3_BLOCK", "TF32X3_SPLIT_STD", "UNIT_ROUNDOFF",
-           "attention_tol", "backward_tol", "rounded_o_tol", "dtype_name",
+           "attention_tol", "backward_errors", "backward_tol", "rounded_o_tol", "dtype_name",
            "forward_terms", "linear_attention_tol", "merge_l_tol", "merge_tol",
            "score_bound", "softmax_tol", "sum_tol", "tf32x3_dot_tol", "tf32x3_term",
            "unit_roundoff"]
