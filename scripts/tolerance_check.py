@@ -268,8 +268,8 @@ def backward_case(rng, b, h, nq, nk, d, causal, Bc, half=None, outliers=0, scale
     tol = tolerance.backward_tol(q, k, v, do, scale=scale, dtype=half or "float32")
     extra = (0.0, 0.0, 0.0)
     if half:
-        extra = (*tolerance.rounded_o_tol(ref["P"], ref["O"], x64[1], x64[2], x64[0],
-                                          scale=scale, dtype=half), 0.0)
+        extra = tolerance.rounded_o_tol(ref["P"], ref["O"], x64[1], x64[2], x64[0],
+                                        scale=scale, dtype=half)
     return grad_ratios(grads, refs, tol, extra)
 
 

@@ -200,12 +200,12 @@ def check_tc_grads(grads, refs, fmt, q64, k64, torch_errs=None, *, v64, do64, ca
     clean = [np.where(np.isfinite(x), x, 0.0) for x in (k64, v64)]    # NaN in padded keys
     ref = reference.attention_backward_intermediates(do64, q64, *clean, causal=causal,
                                                      key_padding_mask=key_padding_mask)
-    extra = (*rounded_o_tol(ref["P"], ref["O"], q64, clean[0], do64, dtype=fmt), 0.0)
+    extra = rounded_o_tol(ref["P"], ref["O"], q64, clean[0], do64, dtype=fmt)
     grads = [as_f64(g) for g in grads]
     for name, g, r in zip(("dq", "dk", "dv"), grads, refs):
         assert g.shape == r.shape and not np.isnan(g).any(), f"{name}: NaN (unwritten?)"
     rels = backward_errors(grads, refs, bound, extra, floors)
-    for name, g, r, rel, i in zip(("dq", "dk", "dv"), grads, refs, rels, range(3)):
+    for i, (name, g, r, rel) in enumerate(zip(("dq", "dk", "dv"), grads, refs, rels)):
         err = np.max(np.abs(g - r))
         assert rel <= bound, f"{name}: relative error {rel:.2e} > the model's {bound:.1e}"
         if torch_errs is not None:

@@ -3,10 +3,11 @@ oracle (kernels_numba/attention_wgmma_backward.py).
 
 The error model is flash_tc's backward (tests/test_attention_tc_backward.py: conftest's
 check_tc_grads — flashlesson.tolerance.backward_tol of each gradient's largest value plus
-rounded_o_tol element by element; on the GPU also 2× torch SDPA's own backward error plus its rounding slack). O and LSE come from the
-float64 oracle's forward, O rounded to the inputs' format (the backward only reads them: D =
-rowsum(dO∘O) and P = exp(S − LSE)); that keeps the simulator from running a forward kernel a
-case. Outputs are poisoned (NaN) before the kernels run, so an element not written fails.
+rounded_o_tol element by element; on the GPU also 2× torch SDPA's own backward error plus its
+rounding slack). O and LSE come from the float64 oracle's forward, O rounded to the inputs'
+format (the backward only reads them: D = rowsum(dO∘O) and P = exp(S − LSE)); that keeps the
+simulator from running a forward kernel a case. Outputs are poisoned (NaN) before the kernels
+run, so an element not written fails.
 
 Simulator (one to four blocks a kernel, ~20 s in all): N not a multiple of the tile and N <
 tile, N = 1, causal with the last visible key of a row on a tile edge, key padding with NaN in

@@ -333,14 +333,15 @@ def backward_tol(q, k, v=None, do=None, *, scale=None, dtype="float32"):
 
 
 def rounded_o_tol(p, o, q, k, do, *, scale=None, dtype="float16"):
-    """Absolute bounds on dQ [..., Nq, d] and dK [..., Nk, d], element by element, from the
+    """Absolute bounds on (dQ [..., Nq, d], dK [..., Nk, d], dV), element by element, from the
     16-bit rounding of O in D_i = Σ_c dO_ic·O_ic (fp16/bf16 backwards; module docstring,
     "Attention backward"): O_ic·(1 + δ_ic), |δ| ≤ u_h independent, moves D_i by ΔD_i of std
     u_h/√3·‖dO_i∘O_i‖₂, whatever dP − D leaves. dS_ij moves by P_ij·ΔD_i, so
      - dQ_ic = scale·Σ_j dS_ij K_jc by scale·ΔD_i·(P K)_ic (one ΔD_i for the whole row):
        λ·u_h/√3·scale·‖dO_i∘O_i‖₂·|(P K)_ic|;
      - dK_jc = scale·Σ_i dS_ij Q_ic by a sum of independent ΔD_i:
-       λ·u_h/√3·scale·√(Σ_i P_ij²·‖dO_i∘O_i‖₂²·Q_ic²).
+       λ·u_h/√3·scale·√(Σ_i P_ij²·‖dO_i∘O_i‖₂²·Q_ic²);
+     - dV = Pᵀ dO reads no D: 0 (``backward_errors``' ``extra`` as it is).
     p [..., Nq, Nk], o: the oracle's P (0 for a hidden key) and O; q, k, do as the oracle got
     them (a hidden key's row of k may hold NaN: it counts as 0, as P does there)."""
     name = dtype_name(dtype)
@@ -354,7 +355,7 @@ def rounded_o_tol(p, o, q, k, do, *, scale=None, dtype="float16"):
     f = LAMBDA * scale
     dq = f * sigma[..., None] * np.abs(p @ k)
     dk = f * np.sqrt(np.swapaxes(p ** 2 * sigma[..., None] ** 2, -1, -2) @ q ** 2)
-    return dq, dk
+    return dq, dk, 0.0
 
 
 def backward_errors(grads, refs, rel, extra=(0.0, 0.0, 0.0), floors=(0.0, 0.0, 0.0)):
