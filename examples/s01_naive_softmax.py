@@ -11,7 +11,7 @@ largest entry crosses the threshold (entries that did not overflow give finite /
 the overflowing one NaN). The checks pass when the kernel shows the NaN the lesson predicts,
 and agrees with the stable oracle on small inputs, where the naive formula is fine.
 
-Run: ``PYTHONPATH=src:. python3 examples/s01_naive_softmax.py`` (or ``flashlesson section 1``).
+Run: ``python examples/s01_naive_softmax.py`` (or ``flashlesson section 1``).
 """
 
 import warnings
@@ -21,7 +21,7 @@ from tabulate import tabulate
 
 import flashlesson
 from flashlesson.tour import Check, check_close, example_rng
-from reference import softmax_naive, softmax_stable
+from flashlesson.reference import softmax_naive, softmax_stable
 
 SECTIONS = (1,)
 TOPIC = "naive softmax overflows"

@@ -10,7 +10,7 @@ What you will see: for [1000, 999, 998], x − m and e^{x − m} (all in (0, 1],
 float64 oracle and the closed form; then the same on fresh random rows with an outlier row
 shifted by +1000.
 
-Run: ``PYTHONPATH=src:. python3 examples/s02_stable_softmax.py`` (or ``flashlesson section 2``).
+Run: ``python examples/s02_stable_softmax.py`` (or ``flashlesson section 2``).
 """
 
 import math
@@ -20,7 +20,7 @@ from tabulate import tabulate
 
 import flashlesson
 from flashlesson.tour import Check, check_close, example_rng, lesson_rows
-from reference import softmax_stable
+from flashlesson.reference import softmax_stable
 
 SECTIONS = (2,)
 TOPIC = "stable softmax"

@@ -15,7 +15,7 @@ every method of the registry, read from its ``reads`` and ``writes`` (shown as i
 text, "3 reads + 1 write") and turned
 into bytes by the formula below.
 
-Run: ``PYTHONPATH=src:. python3 examples/s03_three_pass.py`` (or ``flashlesson section 3``).
+Run: ``python examples/s03_three_pass.py`` (or ``flashlesson section 3``).
 """
 
 
@@ -24,7 +24,7 @@ from tabulate import tabulate
 
 import flashlesson
 from flashlesson.tour import Check, check_close, example_rng, lesson_rows, softmax_tiers
-from reference import softmax_stable, softmax_three_pass
+from flashlesson.reference import softmax_stable, softmax_three_pass
 
 SECTIONS = (3,)
 TOPIC = "three passes"

@@ -13,7 +13,7 @@ GPU, ``auto`` is then timed on that tensor (``flashlesson.bench.time_gpu``) and 
 GB/s next to a device-to-device copy (the ceiling) and ``torch.softmax`` (if torch is
 installed). In the simulator the timing is skipped: it would measure Python, not memory.
 
-Run: ``PYTHONPATH=src:. python3 examples/s04_memory_bound.py`` (or ``flashlesson section 4``).
+Run: ``python examples/s04_memory_bound.py`` (or ``flashlesson section 4``).
 """
 
 import datetime
@@ -23,7 +23,7 @@ from tabulate import tabulate
 import flashlesson
 from flashlesson.bench import softmax_bytes, time_gpu
 from flashlesson.tour import Check, check_close, example_rng, lesson_rows
-from reference import softmax_stable
+from flashlesson.reference import softmax_stable
 
 SECTIONS = (4,)
 TOPIC = "memory-bound"

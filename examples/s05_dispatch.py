@@ -11,7 +11,7 @@ each limit), the rule that matched, the method ``auto`` runs, its launch shape, 
 that ``auto`` gives bit for bit what the chosen method gives on the same data, and that both
 match the float64 oracle.
 
-Run: ``PYTHONPATH=src:. python3 examples/s05_dispatch.py`` (or ``flashlesson section 5``).
+Run: ``python examples/s05_dispatch.py`` (or ``flashlesson section 5``).
 """
 
 import numpy as np
@@ -20,7 +20,7 @@ from tabulate import tabulate
 import flashlesson
 from flashlesson.softmax_methods import AUTO_RULES, block_shape, warp_multi_shape
 from flashlesson.tour import Check, check_close, example_rng, lesson_rows
-from reference import softmax_stable
+from flashlesson.reference import softmax_stable
 
 SECTIONS = (5,)
 TOPIC = "dispatch by N"

@@ -14,7 +14,7 @@ then the kernel's source, step by step, and a check of §7 read from the source 
 function the kernel calls declares shared memory or waits at a barrier (on a GPU, also the
 compiled kernel's shared memory: 0 bytes). ``block`` (§9–10) is shown for contrast.
 
-Run: ``PYTHONPATH=src:. python3 examples/s06_s07_warp_softmax.py`` (or ``flashlesson section 6``).
+Run: ``python examples/s06_s07_warp_softmax.py`` (or ``flashlesson section 6``).
 """
 
 import ast
@@ -24,9 +24,9 @@ import numpy as np
 from tabulate import tabulate
 
 import flashlesson
-import kernels_numba.softmax as K
+from flashlesson.kernels_numba import softmax as K
 from flashlesson.tour import Check, check_close, example_rng, lesson_rows, softmax_tiers
-from reference import softmax_stable
+from flashlesson.reference import softmax_stable
 
 SECTIONS = (6, 7)
 TOPIC = "warp softmax"
@@ -104,7 +104,7 @@ def _functions(*modules):
 def reached(kernel_name):
     """[(function name, file, shuffles, shared memory?, barrier?)] for every function the
     kernel calls, transitively, among the project's kernel files."""
-    from kernels_numba import reductions
+    from flashlesson.kernels_numba import reductions
     funcs = _functions(K, reductions)
     out, todo, seen = [], [kernel_name], set()
     while todo:

@@ -15,7 +15,7 @@ layout and in the one the launcher picks; the local maxima m_t and the warp's ma
 (K, R, G) the launcher picks for several N; and ``warp_multi`` against the oracle for
 N = 33, 100, 128, 1000 (row counts that leave the last warp partly empty).
 
-Run: ``PYTHONPATH=src:. python3 examples/s08_warp_multi.py`` (or ``flashlesson section 8``).
+Run: ``python examples/s08_warp_multi.py`` (or ``flashlesson section 8``).
 """
 
 import numpy as np
@@ -24,7 +24,7 @@ from tabulate import tabulate
 import flashlesson
 from flashlesson.softmax_methods import warp_multi_shape
 from flashlesson.tour import Check, check_close, example_rng, lesson_rows, softmax_tiers
-from reference import softmax_stable
+from flashlesson.reference import softmax_stable
 
 SECTIONS = (8,)
 TOPIC = "warp, N > 32"

@@ -16,7 +16,7 @@ thread); the two-level reduction of one row in NumPy (thread-local values, one p
 warp, the final value); and the kernel against the oracle on that shape and on an N that is
 not a multiple of the block size.
 
-Run: ``PYTHONPATH=src:. python3 examples/s09_s10_block_softmax.py`` (or ``flashlesson section 9``).
+Run: ``python examples/s09_s10_block_softmax.py`` (or ``flashlesson section 9``).
 """
 
 import numpy as np
@@ -25,7 +25,7 @@ from tabulate import tabulate
 import flashlesson
 from flashlesson.softmax_methods import block_shape
 from flashlesson.tour import Check, check_close, example_rng, lesson_rows, softmax_tiers
-from reference import softmax_stable
+from flashlesson.reference import softmax_stable
 
 SECTIONS = (9, 10)
 TOPIC = "block softmax"
@@ -109,7 +109,7 @@ def main(verbose=True):
                         [f"[{x2.shape[0]}, {n2}]", checks[-1].max_err, checks[-1].passed]],
                        headers=["shape", "max |error|", "pass"], floatfmt=".2e"))
         if not flashlesson.SIMULATOR:
-            import kernels_numba.softmax as K
+            from flashlesson.kernels_numba import softmax as K
             smem = K.block_kernel(k, t).get_shared_mem_per_block()     # {signature: bytes}
             smem = ", ".join(map(str, sorted(set(smem.values())))) if isinstance(smem, dict) \
                 else smem

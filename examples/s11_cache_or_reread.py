@@ -17,7 +17,7 @@ and shared memory can hold (N = 40000), which ``block`` and ``block_smem`` refus
 ``block_reread`` and ``online`` take. On a GPU, each is then timed (``time_gpu``) on a
 2^26-element tensor and reported in GB/s; in the simulator the timing is skipped.
 
-Run: ``PYTHONPATH=src:. python3 examples/s11_cache_or_reread.py`` (or ``flashlesson section 11``).
+Run: ``python examples/s11_cache_or_reread.py`` (or ``flashlesson section 11``).
 """
 
 
@@ -26,7 +26,7 @@ from tabulate import tabulate
 
 import flashlesson
 from flashlesson.tour import Check, check_close, example_rng, lesson_rows, softmax_tiers
-from reference import softmax_stable
+from flashlesson.reference import softmax_stable
 
 SECTIONS = (11,)
 TOPIC = "cache or re-read"
@@ -107,7 +107,7 @@ def _timed(rng, verbose):
     from numba import cuda
 
     from flashlesson.bench import softmax_bytes, time_gpu
-    import kernels_numba.softmax as K
+    from flashlesson.kernels_numba import softmax as K
     from flashlesson.softmax_methods import block_shape
 
     reg = flashlesson.SOFTMAX_METHODS

@@ -14,7 +14,7 @@ the steps by hand, the whole-matrix oracle ``reference.attention``, the per-quer
 (log Σ_j e^{s_ij}) as well. Last, §13's "every query sees every key": changing the last value
 vector alone changes every row of O.
 
-Run: ``PYTHONPATH=src:. python3 examples/s12_s13_attention_formula.py`` (or
+Run: ``python examples/s12_s13_attention_formula.py`` (or
 ``flashlesson section 12``).
 """
 
@@ -25,7 +25,7 @@ import flashlesson
 from flashlesson.attention_methods import FLOAT32_METHODS
 from flashlesson.tolerance import attention_tol
 from flashlesson.tour import Check, check_close, example_rng
-from reference import attention, attention_per_query, softmax_stable
+from flashlesson.reference import attention, attention_per_query, softmax_stable
 
 SECTIONS = (12, 13)
 TOPIC = "attention formula"

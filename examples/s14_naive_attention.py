@@ -20,7 +20,7 @@ its lesson tier first (issue 13: the same GEMMs with the lesson's softmax kernel
 on a GPU the measured difference of the two tiers. Q and K have different lengths on purpose
 (Nq ≠ Nk, d not a multiple of the GEMM tile) so that the edge guards run.
 
-Run: ``PYTHONPATH=src:. python3 examples/s14_naive_attention.py`` (or ``flashlesson section 14``).
+Run: ``python examples/s14_naive_attention.py`` (or ``flashlesson section 14``).
 """
 
 import math
@@ -34,8 +34,8 @@ from flashlesson.configs import GEMM_TILES
 from flashlesson.tolerance import attention_tol
 from flashlesson.tour import Check, RTOL, attention_check, attention_inputs, check_close, \
     example_rng, tier_timing
-from kernels_numba import gemm as KG
-from reference import attention, naive_attention_bytes
+from flashlesson.kernels_numba import gemm as KG
+from flashlesson.reference import attention, naive_attention_bytes
 
 SECTIONS = (14,)
 TOPIC = "naive attention"

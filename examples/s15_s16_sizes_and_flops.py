@@ -17,7 +17,7 @@ the device memory each ``flashlesson.attention`` method holds at its peak, for a
 compares it with S + P (naive) and O + LSE (flash); in the simulator that measurement is
 skipped (it has no device memory to measure).
 
-Run: ``PYTHONPATH=src:. python3 examples/s15_s16_sizes_and_flops.py`` (or
+Run: ``python examples/s15_s16_sizes_and_flops.py`` (or
 ``flashlesson section 15``).
 """
 
@@ -29,7 +29,7 @@ from tabulate import tabulate
 import flashlesson
 from flashlesson.configs import GPU_CONFIGS
 from flashlesson.tour import Check, example_rng
-from reference import attention, attention_flops, flash_attention_bytes, naive_attention_bytes
+from flashlesson.reference import attention, attention_flops, flash_attention_bytes, naive_attention_bytes
 
 SECTIONS = (15, 16)
 TOPIC = "N×N sizes, FLOPs vs bytes"

@@ -16,7 +16,7 @@ built on it gives (each tile normalized alone, Σ_tiles softmax(S_tile) V_tile) 
 oracle's O, and the flash kernel — the same tiles, with the running (m, l, acc) and the
 correction of §18–22 — against the same O.
 
-Run: ``PYTHONPATH=src:. python3 examples/s17_tile_softmax_is_wrong.py`` (or
+Run: ``python examples/s17_tile_softmax_is_wrong.py`` (or
 ``flashlesson section 17``).
 """
 
@@ -29,7 +29,7 @@ import flashlesson
 from flashlesson.configs import default_config
 from flashlesson.tolerance import attention_tol
 from flashlesson.tour import Check, attention_inputs, check_close, example_rng
-from reference import attention, softmax_of_first_tile_only, softmax_stable
+from flashlesson.reference import attention, softmax_of_first_tile_only, softmax_stable
 
 SECTIONS = (17,)
 TOPIC = "tile softmax is wrong"

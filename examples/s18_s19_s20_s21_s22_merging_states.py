@@ -20,7 +20,7 @@ one state each (``attention_state`` with a key mask), folded with ``reference.me
 attention over all the keys; plus a part that saw no key (LSE = −inf, O = NaN garbage), which
 must change nothing.
 
-Run: ``PYTHONPATH=src:. python3 examples/s18_s19_s20_s21_s22_merging_states.py`` (or
+Run: ``python examples/s18_s19_s20_s21_s22_merging_states.py`` (or
 ``flashlesson section 18``).
 """
 
@@ -32,7 +32,7 @@ from tabulate import tabulate
 import flashlesson
 from flashlesson.tolerance import attention_tol
 from flashlesson.tour import Check, attention_inputs, check_close, example_rng, lesson_rows, softmax_tiers
-from reference import (attention, attention_state, merge_attention, merge_ml, merge_states,
+from flashlesson.reference import (attention, attention_state, merge_attention, merge_ml, merge_states,
                        online_softmax_state, softmax_stable)
 
 SECTIONS = (18, 19, 20, 21, 22)

@@ -16,7 +16,7 @@ against that pseudocode and the oracle; then the HBM bytes of both data flows, f
 (4 bytes per element), with the K/V traffic recounted from the trace, and the difference
 between the two shown to be exactly the four N×N transfers of S and P.
 
-Run: ``PYTHONPATH=src:. python3 examples/s23_s24_s25_flash_data_flow.py`` (or
+Run: ``python examples/s23_s24_s25_flash_data_flow.py`` (or
 ``flashlesson section 23``).
 """
 
@@ -26,7 +26,7 @@ import flashlesson
 from flashlesson.configs import GPU_CONFIGS, default_config
 from flashlesson.tolerance import attention_tol
 from flashlesson.tour import Check, attention_inputs, attention_tiers, check_close, example_rng
-from reference import (attention, flash_attention_bytes, flash_attention_tiled,
+from flashlesson.reference import (attention, flash_attention_bytes, flash_attention_tiled,
                        naive_attention_bytes)
 
 SECTIONS = (23, 24, 25)

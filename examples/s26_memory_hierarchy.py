@@ -16,13 +16,13 @@ example then measures them with CUDA events (``flashlesson.hierarchy.measure``, 
 memory and L2 > HBM, with GB/s from the byte formulas in ``flashlesson.hierarchy``. In the
 simulator the timing is skipped: a time there measures Python.
 
-Run: ``PYTHONPATH=src:. python3 examples/s26_memory_hierarchy.py`` (or ``flashlesson section 26``).
+Run: ``python examples/s26_memory_hierarchy.py`` (or ``flashlesson section 26``).
 """
 
 import numpy as np
-from numba import cuda
 
-import flashlesson
+import flashlesson  # before numba.cuda: it chooses the GPU or the simulator
+from numba import cuda
 from flashlesson import hierarchy as HY
 from flashlesson.tour import Check, example_rng, max_abs_err
 

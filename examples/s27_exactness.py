@@ -16,7 +16,7 @@ inputs' magnitudes: float32 rounding, nothing else), and the table gives the err
 For contrast, an approximation that really is one: keep only the 8 largest scores of each row
 (top-k attention) — its error is orders of magnitude above that bound.
 
-Run: ``PYTHONPATH=src:. python3 examples/s27_exactness.py`` (or ``flashlesson section 27``).
+Run: ``python examples/s27_exactness.py`` (or ``flashlesson section 27``).
 """
 
 import numpy as np
@@ -25,7 +25,7 @@ from tabulate import tabulate
 import flashlesson
 from flashlesson.tolerance import attention_tol
 from flashlesson.tour import Check, attention_check, example_rng
-from reference import attention
+from flashlesson.reference import attention
 
 SECTIONS = (27,)
 TOPIC = "exact, not approximate"

@@ -15,7 +15,7 @@ method holds at its peak (what this process allocates, frees deferred), whose gr
 is ≈ 4× for naive and ≈ 2× for flash. In the simulator the measurements are skipped: a time
 there measures Python, and there is no device memory.
 
-Run: ``PYTHONPATH=src:. python3 examples/s28_s29_time_and_memory.py`` (or
+Run: ``python examples/s28_s29_time_and_memory.py`` (or
 ``flashlesson section 28``).
 """
 
@@ -29,7 +29,7 @@ import flashlesson
 from flashlesson.configs import default_config
 from flashlesson.tolerance import attention_tol
 from flashlesson.tour import Check, check_close, example_rng
-from reference import attention, attention_flops, flash_attention_tiled
+from flashlesson.reference import attention, attention_flops, flash_attention_tiled
 
 SECTIONS = (28, 29)
 TOPIC = "time ∝ N², memory ∝ N"

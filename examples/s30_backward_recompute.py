@@ -27,7 +27,7 @@ atomics: one kernel sums dK and dV per K/V tile, a second sums dQ per Q tile, ev
 element by one thread in a fixed order — the price is recomputing S and dP a second time, in
 the dQ kernel.
 
-Run: ``PYTHONPATH=src:. python3 examples/s30_backward_recompute.py`` (or
+Run: ``python examples/s30_backward_recompute.py`` (or
 ``flashlesson section 30``).
 """
 
@@ -37,7 +37,7 @@ from tabulate import tabulate
 import flashlesson
 from flashlesson.tolerance import backward_tol
 from flashlesson.tour import Check, attention_inputs, check_close, example_rng, tier_timing
-from reference import attention, attention_backward, attention_backward_intermediates, \
+from flashlesson.reference import attention, attention_backward, attention_backward_intermediates, \
     causal_mask
 
 SECTIONS = (30,)

@@ -26,7 +26,7 @@ and dP twice: 7 matmuls, no atomics). On a GPU it then measures both at B1 H16 d
 the memory the naive method holds grows ×4 per doubling of N, the flash method's ×2. In the
 simulator those measurements are skipped.
 
-Run: ``PYTHONPATH=src:. python3 examples/s31_recompute_vs_store.py`` (or
+Run: ``python examples/s31_recompute_vs_store.py`` (or
 ``flashlesson section 31``).
 """
 
@@ -39,7 +39,7 @@ from tabulate import tabulate
 import flashlesson
 from flashlesson.tolerance import backward_tol
 from flashlesson.tour import Check, attention_inputs, check_close, example_rng
-from reference import attention_backward, attention_backward_flops, attention_flops, \
+from flashlesson.reference import attention_backward, attention_backward_flops, attention_flops, \
     naive_attention_bytes
 
 SECTIONS = (31,)

@@ -27,7 +27,7 @@ same input with the kernel's own tile sizes (Br, Bc from ``default_config``), pl
 their O and their LSE (the kernel writes LSE = m + log l; the pseudocode's final m and l are
 taken from its trace), and both against the oracle ``reference.attention``.
 
-Run: ``PYTHONPATH=src:. python3 examples/s32_pseudocode_and_kernel.py`` (or
+Run: ``python examples/s32_pseudocode_and_kernel.py`` (or
 ``flashlesson section 32``).
 """
 
@@ -43,9 +43,9 @@ import flashlesson
 from flashlesson.configs import default_config
 from flashlesson.tolerance import attention_tol
 from flashlesson.tour import Check, attention_inputs, attention_tiers, check_close, example_rng
-from kernels_numba import attention as KA
-from kernels_numba.lesson import attention as LA
-from reference import attention, flash_attention_tiled
+from flashlesson.kernels_numba import attention as KA
+from flashlesson.kernels_numba.lesson import attention as LA
+from flashlesson.reference import attention, flash_attention_tiled
 
 SECTIONS = (32,)
 TOPIC = "pseudocode and kernel"

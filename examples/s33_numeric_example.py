@@ -16,21 +16,21 @@ exactly; values v = the 4×4 identity, so the output row O is the row of probabi
 itself. The fast kernel (its own, wider tiles) is checked on the same row. Bars: the error
 model of ``flashlesson.tolerance`` (m exact: the scores are exact in float32).
 
-Run: ``PYTHONPATH=src:. python3 examples/s33_numeric_example.py`` (or ``flashlesson section 33``).
+Run: ``python examples/s33_numeric_example.py`` (or ``flashlesson section 33``).
 """
 
 import math
 
 import numpy as np
-from numba import cuda
 from tabulate import tabulate
 
-import flashlesson
+import flashlesson  # before numba.cuda: it chooses the GPU or the simulator
+from numba import cuda
 from flashlesson import LessonConfig
 from flashlesson.attention_methods import attention_trace
 from flashlesson.tolerance import attention_tol
 from flashlesson.tour import Check, check_close, tier_timing
-from reference import flash_attention_tiled, softmax_stable
+from flashlesson.reference import flash_attention_tiled, softmax_stable
 
 SECTIONS = (33,)
 TOPIC = "numeric example"

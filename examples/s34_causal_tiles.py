@@ -23,7 +23,7 @@ and the causal kernel against the oracle on those shapes — rows that see no ke
 O = 0 and LSE = −inf. On a GPU, causal and full attention are then timed on the same input:
 the skipped tiles show as time saved. In the simulator that timing is skipped.
 
-Run: ``PYTHONPATH=src:. python3 examples/s34_causal_tiles.py`` (or ``flashlesson section 34``).
+Run: ``python examples/s34_causal_tiles.py`` (or ``flashlesson section 34``).
 """
 
 import datetime
@@ -35,7 +35,7 @@ import flashlesson
 from flashlesson.configs import default_config
 from flashlesson.tolerance import attention_tol
 from flashlesson.tour import Check, attention_inputs, attention_tiers, check_close, example_rng
-from reference import attention, causal_mask, flash_attention_tiled
+from flashlesson.reference import attention, causal_mask, flash_attention_tiled
 
 SECTIONS = (34,)
 TOPIC = "causal tiles"

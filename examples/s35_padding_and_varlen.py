@@ -20,7 +20,7 @@ varlen kernel only the tiles of each sequence, and its blocks past a sequence's 
 once) — and for a batch of 256 lengths drawn uniformly from 1 … 2048, the padded layout wastes
 about two thirds of its work. On a GPU the two layouts are then timed on such a batch.
 
-Run: ``PYTHONPATH=src:. python3 examples/s35_padding_and_varlen.py`` (or
+Run: ``python examples/s35_padding_and_varlen.py`` (or
 ``flashlesson section 35``).
 """
 
@@ -33,7 +33,7 @@ import flashlesson
 from flashlesson.configs import default_config
 from flashlesson.tolerance import attention_tol
 from flashlesson.tour import Check, attention_tiers, check_close, example_rng
-from reference import attention, cu_seqlens, pack, packed_to_padded, varlen_attention
+from flashlesson.reference import attention, cu_seqlens, pack, packed_to_padded, varlen_attention
 
 SECTIONS = (35,)
 TOPIC = "padding and varlen"

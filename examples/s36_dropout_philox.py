@@ -19,7 +19,7 @@ mask — it regenerated the forward's mask, and a backward given another seed do
 Last, what was not stored: the mask's size against the 8-byte seed (the counter is the
 element's own position, so no offset needs saving either).
 
-Run: ``PYTHONPATH=src:. python3 examples/s36_dropout_philox.py`` (or
+Run: ``python examples/s36_dropout_philox.py`` (or
 ``flashlesson section 36``).
 """
 
@@ -31,11 +31,11 @@ from tabulate import tabulate
 import flashlesson
 from flashlesson.tolerance import attention_tol, backward_tol
 from flashlesson.tour import Check, attention_inputs, check_close, example_rng, tier_timing
-from kernels_numba import philox as KP
+from flashlesson.kernels_numba import philox as KP
 from numba import cuda  # (after flashlesson, which picks the GPU or the simulator)
-from reference import attention, attention_backward, philox4x32_10
-from reference import dropout_keep_mask as twin_keep_mask
-from reference.philox import KNOWN_ANSWERS
+from flashlesson.reference import attention, attention_backward, philox4x32_10
+from flashlesson.reference import dropout_keep_mask as twin_keep_mask
+from flashlesson.reference.philox import KNOWN_ANSWERS
 
 SECTIONS = (36,)
 TOPIC = "dropout by Philox"

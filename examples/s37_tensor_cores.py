@@ -20,7 +20,7 @@ What you will see:
    compiled SASS (HMMA vs MUFU.EX2 vs FFMA/FMUL/FADD) and timed against the fp32 CUDA-core
    kernel on the same input.
 
-Run: ``PYTHONPATH=src:. python3 examples/s37_tensor_cores.py`` (or ``flashlesson section 37``).
+Run: ``python examples/s37_tensor_cores.py`` (or ``flashlesson section 37``).
 """
 
 import numpy as np
@@ -29,7 +29,7 @@ from tabulate import tabulate
 import flashlesson
 from flashlesson import BFloat16, attention
 from flashlesson.tour import Check, attention_check, example_rng, tier_timing
-from kernels_numba import mma
+from flashlesson.kernels_numba import mma
 
 SECTIONS = (37,)
 TOPIC = "tensor cores"
@@ -165,7 +165,7 @@ def lesson_and_fast(rng, verbose):
 
 def _gpu_shares(rng, verbose):
     """SASS instruction mix of the compiled fp16 kernel, and time vs the fp32 CUDA-core flash."""
-    from kernels_numba import attention_tc as KT
+    from flashlesson.kernels_numba import attention_tc as KT
 
     from flashlesson.bench import attention_flops, time_gpu_adaptive
     from numba import cuda

@@ -17,7 +17,7 @@ On a GPU the same configurations are timed at B2 H16 N4096 d64 with their regist
 memory (spills) from Numba's queries, and the occupancy redone with the real registers; in the
 simulator those columns need a GPU (``python3 scripts/bench_sweeps.py tiles`` there).
 
-Run: ``PYTHONPATH=src:. python3 examples/s38_tile_size.py`` (or ``flashlesson section 38``).
+Run: ``python examples/s38_tile_size.py`` (or ``flashlesson section 38``).
 """
 
 import datetime

@@ -15,7 +15,7 @@ math and efficient backends timed in the same run on the same tensors, and the r
 and local memory (spills) Numba reports; in the simulator those need a GPU
 (``python3 scripts/bench_sweeps.py headdim`` there).
 
-Run: ``PYTHONPATH=src:. python3 examples/s39_head_dim.py`` (or ``flashlesson section 39``).
+Run: ``python examples/s39_head_dim.py`` (or ``flashlesson section 39``).
 """
 
 import datetime

@@ -15,7 +15,7 @@ flash and torch SDPA (math, efficient) at every N — GPU time by CUDA events, a
 time per call — and reports where flash stops beating naive and torch, from those numbers; in
 the simulator that needs a GPU (``python3 scripts/bench_sweeps.py crossover`` there).
 
-Run: ``PYTHONPATH=src:. python3 examples/s40_crossover.py`` (or ``flashlesson section 40``).
+Run: ``python examples/s40_crossover.py`` (or ``flashlesson section 40``).
 """
 
 import datetime

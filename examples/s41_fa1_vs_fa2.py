@@ -21,7 +21,7 @@ sizes (N up to 16384) with the GPU's tiles; both kernels against the float64 ora
 both timed, plus FA1 with one Q tile per block (FA2's grid, FA1's traffic), which splits the gap
 into what the HBM round trips cost and what the lost parallelism costs.
 
-Run: ``PYTHONPATH=src:. python3 examples/s41_fa1_vs_fa2.py`` (or ``flashlesson section 41``).
+Run: ``python examples/s41_fa1_vs_fa2.py`` (or ``flashlesson section 41``).
 """
 
 import datetime

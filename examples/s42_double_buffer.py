@@ -29,7 +29,7 @@ input — printed as measurements, none a pass/fail: their margins are below 2×
 (lesson 16.2 ms, flash_db 7.25 ms, flash 4.37 ms on the H200, 2026-12-01), so a shared GPU's
 noise or a tile choice could flip a claim; the tour's pass/fail timings need a 2× margin.
 
-Run: ``PYTHONPATH=src:. python3 examples/s42_double_buffer.py`` (or ``flashlesson section 42``).
+Run: ``python examples/s42_double_buffer.py`` (or ``flashlesson section 42``).
 """
 
 import ast
@@ -46,10 +46,10 @@ from flashlesson.sweeps import inputs
 from flashlesson.tour import Check, attention_check, attention_inputs, attention_tiers, \
     example_rng, in_simulator
 from flashlesson.traffic import compare, count_attention
-from kernels_numba import attention as KA
-from kernels_numba import attention_async as KAS
-from kernels_numba import attention_db as KDB
-from kernels_numba.lesson import loop_order as LL
+from flashlesson.kernels_numba import attention as KA
+from flashlesson.kernels_numba import attention_async as KAS
+from flashlesson.kernels_numba import attention_db as KDB
+from flashlesson.kernels_numba.lesson import loop_order as LL
 
 SECTIONS = (42,)
 TOPIC = "double-buffered K/V"

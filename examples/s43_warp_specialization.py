@@ -36,7 +36,7 @@ warpgroup against the lesson's §43 kernel, at least 2× faster (36.1 ms for the
 the H200, 2026-12-01, against 6.06 ms for flash_db's producer warp: a margin far above 2×);
 the others are measurements (margins below 2×).
 
-Run: ``PYTHONPATH=src:. python3 examples/s43_warp_specialization.py`` (or ``flashlesson
+Run: ``python examples/s43_warp_specialization.py`` (or ``flashlesson
 section 43``).
 """
 
@@ -44,10 +44,10 @@ import datetime
 import os
 
 import numpy as np
-from numba import cuda
 from tabulate import tabulate
 
-import flashlesson
+import flashlesson  # before numba.cuda: it chooses the GPU or the simulator
+from numba import cuda
 from flashlesson import loop_order
 from flashlesson.arrays import empty
 from flashlesson.configs import GPU_CONFIGS, default_config
@@ -219,7 +219,7 @@ def main(verbose=True):
             bill.append([dd, f"{cfg.Br}×{cfg.Bc}, {cfg.threads} consumers", p, t,
                          f"{32 * p / t:.0%}"])
     if verbose:
-        from kernels_numba.attention_async import register_split
+        from flashlesson.kernels_numba.attention_async import register_split
         pregs, cregs, cap = register_split(128)
         print("\nthe producers' bill in flash_db (their registers are the consumers' size: "
               "no setmaxnreg); flash_async's producer warpgroup is 128 threads, of which one "
@@ -267,8 +267,8 @@ def _timed(rng, verbose):
     the lesson's §43 kernel: time and registers; one pass/fail (the docstring says which)."""
     from flashlesson.bench import attention_flops, time_gpu_adaptive
     from flashlesson.launch import kernel_resources
-    from kernels_numba import attention_async as KAS
-    from kernels_numba import attention_db as KDB
+    from flashlesson.kernels_numba import attention_async as KAS
+    from flashlesson.kernels_numba import attention_db as KDB
     b, h, n, d = 2, 16, 4096, 64
     (q, k, v), _ = inputs(rng, b, h, n, d)
     o, lse = empty(b * h * n * d, np.float32), empty(b * h * n, np.float32)

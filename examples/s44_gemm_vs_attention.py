@@ -22,17 +22,17 @@ halves combined by their LSE), and the flash kernel against the oracle. Last, th
 counted: in how many (row, tile) steps the correction was < 1, i.e. the already accumulated
 output had to be rescaled; in the GEMM that number is zero by construction.
 
-Run: ``PYTHONPATH=src:. python3 examples/s44_gemm_vs_attention.py`` (or ``flashlesson section 44``).
+Run: ``python examples/s44_gemm_vs_attention.py`` (or ``flashlesson section 44``).
 """
 
 import numpy as np
-from numba import cuda
 
-import flashlesson
+import flashlesson  # before numba.cuda: it chooses the GPU or the simulator
+from numba import cuda
 from flashlesson.attention_methods import gemm
 from flashlesson.configs import GEMM_TILES, default_config
 from flashlesson.tour import RTOL, Check, attention_inputs, check_close, example_rng
-from reference import attention, flash_attention_tiled, merge_attention
+from flashlesson.reference import attention, flash_attention_tiled, merge_attention
 
 SECTIONS = (44,)
 TOPIC = "GEMM vs attention"

@@ -16,7 +16,7 @@ checked to be large (it is not a rounding difference). On a GPU the example also
 at growing N: linear ∝ N, flash ∝ N², and linear faster at long sequences (checked on the
 growth from N = 4096 to 16384: flash's time must grow ≥ 2× more than linear's, ~4× expected).
 
-Run: ``PYTHONPATH=src:. python3 examples/s45_linear_attention.py`` (or ``flashlesson section 45``).
+Run: ``python examples/s45_linear_attention.py`` (or ``flashlesson section 45``).
 """
 
 import numpy as np
@@ -24,7 +24,7 @@ from tabulate import tabulate
 
 import flashlesson
 from flashlesson.tour import RTOL, Check, attention_inputs, check_close, example_rng
-from reference import (attention, attention_flops, linear_attention, linear_attention_flops,
+from flashlesson.reference import (attention, attention_flops, linear_attention, linear_attention_flops,
                        linear_attention_quadratic)
 
 SECTIONS = (45,)

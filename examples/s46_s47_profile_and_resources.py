@@ -21,7 +21,7 @@ The hardware numbers — DRAM bytes read and written per kernel, duration, achie
 measured next to this model — come from ``python3 scripts/profile_io.py --out DIR`` on a GPU
 with Nsight Compute (README, "IO model, plots and profile").
 
-Run: ``PYTHONPATH=src:. python3 examples/s46_s47_profile_and_resources.py`` (or
+Run: ``python examples/s46_s47_profile_and_resources.py`` (or
 ``flashlesson section 46``).
 """
 

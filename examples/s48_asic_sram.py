@@ -16,7 +16,7 @@ on (tiles of d/2 rows: below that, re-reading K and V costs more than S and P ro
 and the sweep's formula for this project's order is the counted kernel's: run in the
 simulator with tiles Br = 32, the kernel's global reads and writes, counted, equal it.
 
-Run: ``PYTHONPATH=src:. python3 examples/s48_asic_sram.py`` (or ``flashlesson section 48``);
+Run: ``python examples/s48_asic_sram.py`` (or ``flashlesson section 48``);
 the table alone: ``flashlesson traffic sram --shape 4096 64 [--plot sram.png]``.
 """
 

@@ -12,7 +12,7 @@ registers); and the claim checked on data: the state (m, l, acc) of ``reference.
 alone gives O = acc / l and LSE = m + ln l, and the flash kernel, which keeps only that state,
 returns the same O and LSE.
 
-Run: ``PYTHONPATH=src:. python3 examples/s49_state_size.py`` (or ``flashlesson section 49``).
+Run: ``python examples/s49_state_size.py`` (or ``flashlesson section 49``).
 """
 
 import numpy as np
@@ -21,7 +21,7 @@ from tabulate import tabulate
 import flashlesson
 from flashlesson.configs import default_config
 from flashlesson.tour import Check, RTOL, attention_inputs, check_close, example_rng
-from reference import attention_state, attention_state_sizes
+from flashlesson.reference import attention_state, attention_state_sizes
 
 SECTIONS = (49,)
 TOPIC = "per-row state"

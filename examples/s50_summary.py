@@ -15,7 +15,7 @@ writes — the IO model (``flashlesson.traffic``) at N = 4096, d = 64: naive wri
 (N² each), flash only O and the LSE. Last, the three together in the flash kernel, checked
 against the oracle.
 
-Run: ``PYTHONPATH=src:. python3 examples/s50_summary.py`` (or ``flashlesson section 50``).
+Run: ``python examples/s50_summary.py`` (or ``flashlesson section 50``).
 """
 
 import numpy as np
@@ -25,7 +25,7 @@ import flashlesson
 from flashlesson import traffic
 from flashlesson.tour import (LESSON_SECTIONS, RTOL, Check, attention_inputs, check_close,
                               declared_sections, example_rng, lesson_rows)
-from reference import attention, flash_attention_tiled, softmax_online, softmax_stable
+from flashlesson.reference import attention, flash_attention_tiled, softmax_online, softmax_stable
 
 SECTIONS = (50,)
 TOPIC = "summary"

@@ -22,7 +22,7 @@ softmax(QKᵀ/√d)V, or against SDPA with 3e-6 relative noise added to its outp
 stayed within ~1e-6 over the 50 steps. (With lr 1e-2 they did not: the same 1e-6 noise grew to
 1e-2, so the learning rate is part of this comparison.)
 
-Run: ``PYTHONPATH=src:. python3 examples/train_tiny_transformer.py``.
+Run: ``python examples/train_tiny_transformer.py``.
 """
 
 import copy

@@ -220,7 +220,7 @@ barriers (it knows syncthreads only).
 
 Tests: ``tests/test_hopper.py`` — each helper alone against NumPy, in the simulator (CI) and on
 the GPU (``FLASHLESSON_DEVICE=gpu``; on the H200:
-``PYTHONPATH=/tmp/site:$PWD/src:$PWD FLASHLESSON_DEVICE=gpu python3 -m pytest -q
+``PYTHONPATH=/tmp/site:$PWD/src FLASHLESSON_DEVICE=gpu python3 -m pytest -q
 tests/test_hopper.py``);
 ``test_ptx_for_sm90a`` compiles the test kernels with ``compile_ptx(cc=(9, 0, "a"))`` and
 assembles them with ptxas where NVVM and ptxas are found (the GPU machine; elsewhere the

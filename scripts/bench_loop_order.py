@@ -62,7 +62,7 @@ def main():
     from flashlesson.arrays import empty
     from flashlesson.configs import default_config
     from flashlesson.bench import attention_flops, time_gpu, time_gpu_adaptive
-    from reference import attention as oracle
+    from flashlesson.reference import attention as oracle
 
     if flashlesson.SIMULATOR and not args.tiny:
         print("bench_loop_order: no GPU here (pass --tiny to run tiny shapes in the simulator)",
@@ -138,9 +138,9 @@ def main():
             for name in VARIANTS[1:]:
                 row[f"{name} vs flash"] = row["flash ms"] / row[f"{name} ms"]
             if not flashlesson.SIMULATOR:
-                from kernels_numba import attention as KA
-                from kernels_numba import attention_db as KDB
-                from kernels_numba import attention_fa1 as KF1
+                from flashlesson.kernels_numba import attention as KA
+                from flashlesson.kernels_numba import attention_db as KDB
+                from flashlesson.kernels_numba import attention_fa1 as KF1
                 D = cfg.head_dim(d)
                 # (the launchers' exact factory arguments: lru_cache keys are positional)
                 tiles = (D, cfg.Br, cfg.Bc, cfg.TR, cfg.TC, causal, True, cfg.KU)
@@ -151,7 +151,7 @@ def main():
                     "flash_db": resources(KDB.flash_db_kernel(*tiles, False, False, 0)),
                     "flash_db (1 producer)": resources(KDB.flash_db_kernel(*tiles, False, False,
                                                                            1))}
-                from kernels_numba import attention_async as KAS
+                from flashlesson.kernels_numba import attention_async as KAS
                 for name, p in (("flash_async", 0), ("flash_async (warpgroup)", 1)):
                     c, st = loop_order.async_config(d, n, b * h, cfg if p == 0 else None, p)
                     row["resources"][name] = resources(KAS.flash_async_kernel(

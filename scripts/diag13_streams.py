@@ -24,7 +24,7 @@ import flashlesson
 from flashlesson import arrays, calls, launch
 from flashlesson.bench import cuda_torch, picked_shapes, script_parser, time_gpu_adaptive, \
     torch_sdpa_backward
-from reference.attention_backward import attention_backward_flops
+from flashlesson.reference.attention_backward import attention_backward_flops
 
 CASES = [(4, 16, 1024, 64, "fp16"), (2, 16, 4096, 64, "fp16"), (1, 16, 8192, 128, "fp16"),
          (4, 16, 1024, 64, "fp32"), (2, 16, 4096, 64, "fp32"), (1, 16, 8192, 128, "fp32")]

@@ -17,7 +17,7 @@ from flashlesson import calls
 from flashlesson.bench import backward_cases, gpu_torch, save_rows, script_parser, \
     time_end_to_end, time_gpu_adaptive, torch_sdpa_backward
 from flashlesson.launch import kernel_resources
-from kernels_numba import attention_wgmma_tf32_backward as KWFB
+from flashlesson.kernels_numba import attention_wgmma_tf32_backward as KWFB
 
 SHAPES = [(1, 16, 8192, 128, "fp32")]
 

@@ -21,10 +21,10 @@ from flashlesson import calls
 from flashlesson.bench import backward_cases, gpu_torch, save_rows, script_parser, \
     time_end_to_end, time_gpu_adaptive, torch_sdpa_backward
 from flashlesson.launch import stride_grid
-from kernels_numba import attention_tc_backward as KB
-from kernels_numba import attention_wgmma_tf32_backward as KWFB
+from flashlesson.kernels_numba import attention_tc_backward as KB
+from flashlesson.kernels_numba import attention_wgmma_tf32_backward as KWFB
 from numba import cuda
-from reference.attention_backward import attention_backward_flops
+from flashlesson.reference.attention_backward import attention_backward_flops
 
 CASES = [(4, 16, 1024, 64, "fp16"), (2, 16, 4096, 64, "fp16"), (1, 16, 8192, 128, "fp16"),
          (4, 16, 1024, 64, "fp32"), (2, 16, 4096, 64, "fp32"), (1, 16, 8192, 128, "fp32")]

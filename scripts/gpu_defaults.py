@@ -20,8 +20,8 @@ import sys
 import flashlesson
 from flashlesson import tc_methods
 from flashlesson.bench import check_and_time, cuda_torch, picked_shapes, script_parser
-from reference.attention import attention_flops
-from reference.attention_backward import attention_backward_flops
+from flashlesson.reference.attention import attention_flops
+from flashlesson.reference.attention_backward import attention_backward_flops
 
 SHAPES = ((4, 16, 1024, 64), (2, 16, 4096, 64), (1, 16, 8192, 128))
 

@@ -4,7 +4,7 @@
 # ``flashlesson info``; ``tests_report`` and ``bench_report`` the closing lines of a pytest log
 # and of a kernel-only benchmark's log.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD/src:$PWD PYTHONUNBUFFERED=1 FLASHLESSON_DEVICE=gpu
+export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 FLASHLESSON_DEVICE=gpu
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 
 gpu_facts() {

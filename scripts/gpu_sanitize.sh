@@ -16,7 +16,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
 fi
-export PYTHONPATH=/tmp/site:$PWD/src:$PWD PYTHONUNBUFFERED=1 FLASHLESSON_DEVICE=gpu
+export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 FLASHLESSON_DEVICE=gpu
 # Numba under the sanitizer: no debug build (NUMBA_CUDA_DEBUGINFO=1 would change the code being
 # checked, and numba-cuda 0.30 has no environment switch for line info: reports name the
 # kernel's mangled Python name, enough to find it); the driver's PTX JIT cache off, so every

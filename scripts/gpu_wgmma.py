@@ -35,7 +35,7 @@ import flashlesson
 from flashlesson import WgmmaConfig
 from flashlesson.bench import budget_cases, check_and_time, cuda_torch, picked_shapes, \
     script_parser, versus_table
-from reference.attention import attention_flops
+from flashlesson.reference.attention import attention_flops
 
 SHAPES = ((4, 16, 1024, 64), (2, 16, 4096, 64), (1, 16, 8192, 128))
 WGMMA = {   # the ladder's steps (flashlesson/ladder.py, attention_wgmma)

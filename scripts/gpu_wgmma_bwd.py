@@ -35,7 +35,7 @@ import flashlesson
 from flashlesson import WgmmaBwdConfig
 from flashlesson.bench import budget_cases, check_and_time, cuda_torch, picked_shapes, \
     print_built, script_parser, torch_sdpa_backward, versus_table
-from reference.attention_backward import attention_backward_flops
+from flashlesson.reference.attention_backward import attention_backward_flops
 
 SHAPES = ((1, 16, 8192, 128), (2, 16, 4096, 64), (4, 16, 1024, 64))    # (the ladder's first)
 LADDER = {"wgmma STAGES=1": WgmmaBwdConfig(Bq=64, Bk=64, CWG=2, STAGES=1)}
@@ -128,7 +128,7 @@ def main():
     fns = methods(torch, args.ladder, args.fused, args.sweep, args.swizzle, args.ahead)
     warm(fns, shapes, torch)
     print(f"compiled in {time.time() - start:.0f} s", flush=True)
-    from kernels_numba.attention_wgmma import BUILT
+    from flashlesson.kernels_numba.attention_wgmma import BUILT
     print_built(BUILT)                      # registers and spills of what ran
     if args.wait_for:
         while not os.path.exists(args.wait_for):

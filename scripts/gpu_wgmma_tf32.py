@@ -26,7 +26,7 @@ import flashlesson
 from flashlesson import WgmmaTf32BwdConfig, WgmmaTf32Config, tc_methods
 from flashlesson.bench import check_and_time, cuda_torch, picked_shapes, print_built, \
     script_parser
-from reference.attention import attention_flops
+from flashlesson.reference.attention import attention_flops
 
 SHAPES = ((4, 16, 1024, 64), (2, 16, 4096, 64), (1, 16, 8192, 128))
 SWEEP = {64: {"wgmma Bc32 CWG2": WgmmaTf32Config(Bc=32, CWG=2),
@@ -98,7 +98,7 @@ def backward_rows(torch, args):
                                        "pass": "backward"}, measure,
                          2.5 * attention_flops(b, h, n, n, d, causal))
             torch.cuda.empty_cache()
-    from kernels_numba.attention_wgmma_tf32 import BUILT
+    from flashlesson.kernels_numba.attention_wgmma_tf32 import BUILT
     print_built(BUILT)
     return rows
 
@@ -143,7 +143,7 @@ def main():
                          measure, attention_flops(b, h, n, n, d, causal))
             torch.cuda.empty_cache()
     if not args.backward:
-        from kernels_numba.attention_wgmma_tf32 import BUILT
+        from flashlesson.kernels_numba.attention_wgmma_tf32 import BUILT
         print_built(BUILT)                  # registers and spills of what ran
     if args.json:
         with open(args.json, "w") as f:

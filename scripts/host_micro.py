@@ -4,7 +4,7 @@ on another output, another stream, a fresh thread), autograd.Function overhead, 
 flashlesson.torch step spends its time (forward and backward bodies against the whole step; the
 same with the GIL's switch interval at 1 µs, and with the garbage collector off).
 
-    FLASHLESSON_DEVICE=gpu PYTHONPATH=src:. python3 scripts/host_micro.py
+    FLASHLESSON_DEVICE=gpu python scripts/host_micro.py
 """
 
 import gc

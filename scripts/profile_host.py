@@ -1,9 +1,9 @@
 """Host (Python) time per public call, with or without a GPU (issue 14).
 
-    PYTHONPATH=src:. python scripts/profile_host.py            # no GPU needed: fake driver
-    PYTHONPATH=src:. python scripts/profile_host.py --real     # on a GPU: real torch, real launches
+    python scripts/profile_host.py            # no GPU needed: fake driver
+    python scripts/profile_host.py --real     # on a GPU: real torch, real launches
     ... --profile [softmax|attention32|attention16|backward32|backward16|torch_step] [--top 40]
-    PYTHONPATH=src:. python scripts/profile_host.py --check    # replayed calls == full path
+    python scripts/profile_host.py --check    # replayed calls == full path
 
 Without ``--real`` the library's **GPU code path** runs (not the simulator's: numba.cuda is
 imported with ``NUMBA_ENABLE_CUDASIM=0`` before flashlesson, so ``device.SIMULATOR`` is False)

@@ -62,8 +62,8 @@ import numpy as np
 sys.path[:0] = [os.path.join(os.path.dirname(__file__), "..", "src"),
                 os.path.join(os.path.dirname(__file__), "..")]
 
-from kernels_numba.sim.mma import tf32_block_fma as mma_tc  # noqa: E402  (Hopper's block FMA)
-from reference import attention, attention_backward  # noqa: E402
+from flashlesson.kernels_numba.sim.mma import tf32_block_fma as mma_tc  # noqa: E402  (Hopper's block FMA)
+from flashlesson.reference import attention, attention_backward  # noqa: E402
 
 F32 = np.float32
 LOG2E = F32(np.log2(np.e))

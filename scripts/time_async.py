@@ -24,7 +24,7 @@ from flashlesson import FlashConfig, loop_order
 from flashlesson.arrays import empty
 from flashlesson.bench import attention_flops, time_gpu_adaptive
 from flashlesson.launch import kernel_resources
-from kernels_numba import attention_async as KAS
+from flashlesson.kernels_numba import attention_async as KAS
 from numba import cuda
 from tabulate import tabulate
 

@@ -31,7 +31,7 @@ sys.path[:0] = [os.path.join(os.path.dirname(__file__), "..", "src"),
                 os.path.join(os.path.dirname(__file__), "..")]
 
 from flashlesson import tolerance  # noqa: E402
-from reference import attention, attention_backward_intermediates, causal_mask, \
+from flashlesson.reference import attention, attention_backward_intermediates, causal_mask, \
     linear_attention, merge_attention, softmax_stable  # noqa: E402
 
 F32 = np.float32

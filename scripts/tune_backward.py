@@ -18,7 +18,7 @@ from flashlesson.attention_methods import attention
 from flashlesson.backward_methods import attention_backward
 from flashlesson.bench import time_gpu_adaptive
 from flashlesson.configs import BwdConfig, bwd_default_config as default_config
-from reference.attention_backward import attention_backward_flops
+from flashlesson.reference.attention_backward import attention_backward_flops
 
 # (Bc, Br, TR, TC) for both kernels
 CANDIDATES = {

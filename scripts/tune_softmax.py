@@ -16,8 +16,8 @@ from tabulate import tabulate
 
 import flashlesson  # noqa: F401 - chooses the device
 from flashlesson.bench import softmax_bytes, time_gpu
-from kernels_numba import softmax as K
-from reference import softmax_stable
+from flashlesson.kernels_numba import softmax as K
+from flashlesson.reference import softmax_stable
 
 
 def resources(kernel, dtype):

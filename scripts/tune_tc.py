@@ -3,7 +3,7 @@
 Each config is checked against torch SDPA's float64 math on one head, then timed (CUDA events,
 medians) next to torch SDPA's flash backend in the same process.
 
-    PYTHONPATH=src:. FLASHLESSON_DEVICE=gpu python3 scripts/tune_tc.py [d64] [d128]
+    PYTHONPATH=src FLASHLESSON_DEVICE=gpu python3 scripts/tune_tc.py [d64] [d128]
 """
 
 import sys
@@ -16,7 +16,7 @@ import flashlesson
 from flashlesson import TcConfig, attention
 from flashlesson.bench import attention_flops, time_gpu_adaptive
 from flashlesson.launch import kernel_resources
-from kernels_numba import attention_tc as KT
+from flashlesson.kernels_numba import attention_tc as KT
 
 SHAPES = [(2, 16, 4096, 64), (1, 16, 8192, 128)]
 A = dict(ASYNC=True)    # cp.async + ldmatrix

@@ -5,7 +5,7 @@ Each kernel is varied with the other at its default, so the change of the total 
 kernel's; every config's gradients are checked against torch's fp16 ones first (max |Δ| printed).
 Then the best of each is timed together.
 
-    PYTHONPATH=src:. FLASHLESSON_DEVICE=gpu python3 scripts/tune_tc_bwd.py [d64] [d128]
+    PYTHONPATH=src FLASHLESSON_DEVICE=gpu python3 scripts/tune_tc_bwd.py [d64] [d128]
 """
 
 import sys
@@ -17,7 +17,7 @@ from flashlesson import TcBwdConfig, attention, attention_backward
 from flashlesson.bench import attention_flops, time_gpu_adaptive
 from flashlesson.launch import kernel_resources
 from flashlesson.tc_methods import default_tc_bwd_config
-from kernels_numba import attention_tc_backward as KB
+from flashlesson.kernels_numba import attention_tc_backward as KB
 
 SHAPES = [(2, 16, 4096, 64), (1, 16, 8192, 128)]
 # (Bq, KV_WARPS, KV_ASYNC) and (Bk, Q_WARPS, Q_ASYNC); the first of each is the default

@@ -1,6 +1,6 @@
 """Rewrite the generated parts of README.md from the registry (run after changing a method):
 
-    PYTHONPATH=src:. python scripts/update_readme.py
+    python scripts/update_readme.py
 
 tests/test_registry.py fails while README.md and the registry disagree.
 """

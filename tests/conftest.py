@@ -12,7 +12,7 @@ import pytest
 
 import flashlesson  # noqa: F401 - must come before numba.cuda: it picks the device
 import flashlesson.arrays
-import reference
+from flashlesson import reference
 from flashlesson.tolerance import (AttentionTol, attention_tol, backward_errors, backward_tol,
                                   rounded_o_tol)
 from flashlesson.tc_methods import BFloat16

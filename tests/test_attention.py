@@ -14,7 +14,7 @@ import flashlesson
 from flashlesson import FlashConfig, LessonConfig, attention, merge_attention
 from flashlesson import attention_methods as attn_module
 from flashlesson.tolerance import attention_tol, merge_tol
-from reference import attention as ref_attention
+from flashlesson.reference import attention as ref_attention
 
 METHODS = list(flashlesson.attention_methods.FP32_METHODS)   # flash_tc: test_attention_tc.py
 # (method, tier): every fast method, and the lesson tier's flash kernel
@@ -112,7 +112,7 @@ def test_lesson_trace_is_the_oracles_trace(rng):
     tile (causal: the tiles a Q tile skips are left NaN); bounds from the error model's LSE
     bound (m and ln l each move by less than it)."""
     from flashlesson.attention_methods import attention_trace
-    from reference import flash_attention_tiled
+    from flashlesson.reference import flash_attention_tiled
     q, k, v = _qkv(rng, 1, 2, 7, 9, 5)
     for causal in (False, True):
         o, lse, trace = attention_trace(q, k, v, config=LessonConfig(3, 2), causal=causal)
@@ -177,7 +177,7 @@ def test_merge_ignores_empty_parts():
 
 
 def test_merge_matches_oracle(rng):
-    from reference import merge_attention as ref_merge
+    from flashlesson.reference import merge_attention as ref_merge
     o_parts = rng.standard_normal((3, 2, 5, 7)).astype(np.float32)
     lse_parts = (rng.standard_normal((3, 2, 5)) * 4).astype(np.float32)
     # the known cancellation: three parts of −ln 3 merge to lse ≈ 0 = M + ln Σ — a sum of

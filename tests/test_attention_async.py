@@ -16,8 +16,8 @@ from numba import cuda
 from flashlesson import FlashConfig, attention, checks, loop_order
 from flashlesson.arrays import empty
 from flashlesson.dropout import dropout_args
-from reference import attention as ref_attention
-from reference.philox import dropout_keep_mask
+from flashlesson.reference import attention as ref_attention
+from flashlesson.reference.philox import dropout_keep_mask
 
 ASYNC = loop_order.ASYNC
 # §42: the simulator's default tiles (Br 32, Bc 16, 32 threads); on the GPU small tiles of
@@ -139,7 +139,7 @@ def test_refusals(rng):
 def test_register_split_and_ring_sizes():
     """§43's register budgets conserve the block's pool and fit the SM's 64 K registers; the
     ring's shared memory at d = 64 with flash's tiles."""
-    from kernels_numba.attention_async import async_smem_floats, register_split
+    from flashlesson.kernels_numba.attention_async import async_smem_floats, register_split
     assert register_split(128) == (40, 248, 144) and register_split(256) == (40, 232, 168)
     for consumers, (p, c, cap) in ((128, register_split(128)), (256, register_split(256))):
         assert 128 * p + consumers * c == (128 + consumers) * cap     # the pool is conserved
@@ -160,7 +160,7 @@ class Hopper:                       # device functions compile for the current d
 
 if not cuda.is_available():
     numba.cuda.dispatcher.get_current_device = Hopper
-from kernels_numba import attention_async as KAS
+from flashlesson.kernels_numba import attention_async as KAS
 
 arr = lambda dt, nd=1: types.Array(dt, nd, "C")
 f32, i64, u32 = types.float32, types.int64, types.uint32
@@ -183,7 +183,7 @@ def test_ptx_for_sm90a(tmp_path):
     import sys
     from pathlib import Path
 
-    from kernels_numba.attention_async import register_split
+    from flashlesson.kernels_numba.attention_async import register_split
     try:
         from cuda.pathfinder import load_nvidia_dynamic_lib
         load_nvidia_dynamic_lib("nvrtc")

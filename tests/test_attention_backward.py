@@ -18,7 +18,7 @@ from flashlesson import BwdConfig, attention, attention_backward
 from flashlesson import backward_methods as bwd_module
 from flashlesson.configs import BWD_SIM_CONFIG
 from flashlesson.tolerance import backward_tol
-import reference as R
+from flashlesson import reference as R
 
 METHODS = list(bwd_module.FP32_METHODS)      # (flash_tc: tests/test_attention_tc_backward.py)
 # (method, tier): every fast method, then each lesson kernel (issue 13: the same oracles)

@@ -12,9 +12,9 @@ from conftest import SIM, by_device, check_attention, packed_tol
 import flashlesson
 from flashlesson import attention, varlen_attention
 from flashlesson.tolerance import attention_tol
-import reference
-from reference.philox import dropout_keep_mask as ref_keep_mask
-from reference.varlen import varlen_attention as ref_varlen
+from flashlesson import reference
+from flashlesson.reference.philox import dropout_keep_mask as ref_keep_mask
+from flashlesson.reference.varlen import varlen_attention as ref_varlen
 
 METHODS = list(flashlesson.attention_methods.FP32_METHODS)   # flash_tc: test_attention_tc.py
 # (method, tier): the fast methods and the lesson tier's flash kernel (kernels_numba/lesson/;

@@ -20,7 +20,7 @@ import flashlesson
 from flashlesson import BFloat16, TcConfig, WgmmaConfig, WgmmaTf32Config, attention
 from flashlesson.attention_methods import TC_METHODS
 from flashlesson.tolerance import attention_tol
-from reference import attention as ref_attention
+from flashlesson.reference import attention as ref_attention
 
 # (B, H, Nq, Nk, d): N = 1, N < tile, N not a multiple of 16 or of Bc, Nq ≠ Nk both ways.
 # (Simulator: the second head at 37 × 9, d = 16, where it costs less than at d = 32.)

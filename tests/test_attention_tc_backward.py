@@ -17,7 +17,7 @@ from conftest import by_device, check_grads, check_tc_grads, tc_inputs, torch_gr
 from numba import cuda, float32
 
 from flashlesson import TcBwdConfig, TcConfig, attention, attention_backward
-from reference import attention_backward as ref_backward
+from flashlesson.reference import attention_backward as ref_backward
 
 # Simulator: Nq < Nk (2 Q tiles × 3 K tiles, both partial, causal skips a Q tile for the last
 # K tile) at d = 32 (two k16 steps) with one head; Nq > Nk (rows that see no key) with two
@@ -135,7 +135,7 @@ def test_d_rows_sixteen_bytes_a_load(rng, bf16, words):
     −inf. R rows not a multiple of the grid's threads (in the simulator a thread takes
     several); outputs NaN before."""
     from flashlesson.launch import stride_grid
-    from kernels_numba.attention_tc_backward import tc_bwd_preprocess
+    from flashlesson.kernels_numba.attention_tc_backward import tc_bwd_preprocess
     R = by_device(37, 4099)
     halves = rng.standard_normal((2, R, 2 * words)).astype(np.float32)
     if bf16:
@@ -182,8 +182,8 @@ def test_default_configs_fit_the_device(monkeypatch, limit_kb):
     """The GPU defaults (tc_methods) are the H200's (227 KB of shared memory a block); on a GPU
     allowing 99 KB (sm_86/89) they step down to configs that fit, forward and backward."""
     from flashlesson import tc_methods
-    from kernels_numba.attention_tc import tc_smem_bytes
-    from kernels_numba.attention_tc_backward import tc_bwd_smem_bytes
+    from flashlesson.kernels_numba.attention_tc import tc_smem_bytes
+    from flashlesson.kernels_numba.attention_tc_backward import tc_bwd_smem_bytes
     monkeypatch.setattr(tc_methods.device, "SIMULATOR", False)
     monkeypatch.setattr(tc_methods, "max_shared_bytes", lambda: limit_kb * 1024)
     for d in (64, 80, 128, 256):
@@ -276,8 +276,8 @@ def _two_sums_kernel(NB, KC2):
     """One warp: acc += P·B over tiles two ways — attention_tc.tf32_by_keys into a d-wide
     partial zeroed per tile and then added to acc, and the dK/dV kernel's tf32_by_keys_blocks
     (4 floats a block of 8 columns)."""
-    from kernels_numba.attention_tc import tf32_by_keys
-    from kernels_numba.attention_tf32x3_backward import tf32_by_keys_blocks
+    from flashlesson.kernels_numba.attention_tc import tf32_by_keys
+    from flashlesson.kernels_numba.attention_tf32x3_backward import tf32_by_keys_blocks
     by_keys, by_blocks = tf32_by_keys(NB, KC2), tf32_by_keys_blocks(NB, KC2)
     KS, AO, PN = 8 * NB + 4, 4 * NB, 4 * KC2
 

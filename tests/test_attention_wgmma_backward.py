@@ -20,10 +20,10 @@ import pytest
 from conftest import SIM, by_device, check_tc_grads, tc_inputs, torch_grad_errors
 from numba import cuda
 
-import reference
+from flashlesson import reference
 from flashlesson import BFloat16, TcBwdConfig, WgmmaBwdConfig, attention_backward
 from flashlesson.backward_methods import FLOAT32_METHODS, METHODS
-from reference import attention_backward as ref_backward
+from flashlesson.reference import attention_backward as ref_backward
 
 
 @pytest.mark.parametrize("kind, N", by_device([("bf16", 128)], [("f16", 64), ("bf16", 128)]))
@@ -32,7 +32,7 @@ def test_one_tile_two_readings(rng, kind, N):
     K lie for Sᵀ = K Qᵀ) read N-major by the descriptor LBO = 128 bytes, SBO = 16·rows bytes,
     is the B of dK += dSᵀ Q (hopper.wgmma_ab_kernel's b_rows, A from registers): d = a·b + c
     within float32 accumulation's bound. If this fails on the GPU, every dK, dV, dQ does."""
-    from kernels_numba import hopper as H
+    from flashlesson.kernels_numba import hopper as H
     K = 64
     bits = {"f16": lambda x: x.astype(np.float16).view(np.uint16),
             "bf16": lambda x: BFloat16.from_float32(x).bits}[kind]

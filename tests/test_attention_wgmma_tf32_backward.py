@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from conftest import GPU, by_device, check_grads
 
-import reference
+from flashlesson import reference
 from flashlesson import TcBwdConfig, WgmmaBwdConfig, WgmmaTf32BwdConfig, attention_backward
-from reference import attention_backward as ref_backward
+from flashlesson.reference import attention_backward as ref_backward
 
 CASES = by_device(      # (causal, pad, (B, H, Nq, Nk, d), config)
     [(False, True, (1, 1, 40, 20, 64), None),
@@ -139,7 +139,7 @@ def test_stats_sixteen_bytes_a_load(rng):
     roundings, to first order), LSE copied, both 0 in the rows past Nq up to pad_rows(Nq);
     outputs NaN before. Two heads of Nq = 77 rows (not a multiple of 8) at d = 64."""
     from numba import cuda
-    from kernels_numba.attention_wgmma_tf32_backward import pad_rows, stats_kernel
+    from flashlesson.kernels_numba.attention_wgmma_tf32_backward import pad_rows, stats_kernel
     bh, nq, d = 2, 77, 64
     o, do = (rng.standard_normal((bh * nq, d)).astype(np.float32) for _ in range(2))
     lse = rng.standard_normal((bh, nq)).astype(np.float32)

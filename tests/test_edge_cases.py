@@ -18,7 +18,7 @@ from flashlesson.attention_methods import FLOAT32_METHODS
 from flashlesson import (BwdConfig, FlashConfig, LinearConfig, TcBwdConfig, TcConfig, attention,
                          attention_backward, dropout_keep_mask, linear_attention,
                          merge_attention, softmax, varlen_attention, varlen_attention_backward)
-from reference import attention as ref_attention
+from flashlesson.reference import attention as ref_attention
 
 F32 = np.float32
 

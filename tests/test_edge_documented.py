@@ -17,10 +17,10 @@ from flashlesson import (attention, attention_backward, linear_attention, merge_
                          softmax, varlen_attention, varlen_attention_backward)
 from flashlesson.attention_methods import FLOAT32_METHODS
 from flashlesson.tolerance import softmax_tol
-from reference import attention as ref_attention
-from reference import merge_attention as ref_merge
-from reference.attention_backward import attention_backward as ref_backward
-from reference.softmax import softmax_stable
+from flashlesson.reference import attention as ref_attention
+from flashlesson.reference import merge_attention as ref_merge
+from flashlesson.reference.attention_backward import attention_backward as ref_backward
+from flashlesson.reference.softmax import softmax_stable
 
 F32 = np.float32
 REL = 1e-5          # merge_attention only (a few float32 roundings of each part's O and LSE,

@@ -5,7 +5,7 @@ step, and a K loop of 4 steps in one commit group) in fp16 and bf16. Same tests 
 H200: the real PTX, sm_90a) and in the simulator (the twins of kernels_numba/sim/hopper.py); the
 simulator alone also checks that a wait which can never end is reported, not hung.
 
-On the H200: ``PYTHONPATH=/tmp/site:$PWD/src:$PWD FLASHLESSON_DEVICE=gpu python3 -m pytest -q
+On the H200: ``PYTHONPATH=/tmp/site:$PWD/src FLASHLESSON_DEVICE=gpu python3 -m pytest -q
 tests/test_hopper.py``."""
 
 import os
@@ -23,8 +23,8 @@ import flashlesson  # noqa: F401 - picks the device first
 from flashlesson.tc_methods import BFloat16
 from numba import cuda, float32, uint64
 
-from kernels_numba import hopper as H
-from kernels_numba.hopper import (bar_sync, bulk_copy_g2s, mbar_arrive, mbar_arrive_expect_tx,
+from flashlesson.kernels_numba import hopper as H
+from flashlesson.kernels_numba.hopper import (bar_sync, bulk_copy_g2s, mbar_arrive, mbar_arrive_expect_tx,
                                   mbar_init, mbar_try_wait_parity, setmaxnreg_dec)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +32,7 @@ sim_only = pytest.mark.skipif(not SIM, reason="the simulator's own check (on a G
 
 
 def _sim_error():
-    from kernels_numba.sim.hopper import HopperSimError
+    from flashlesson.kernels_numba.sim.hopper import HopperSimError
     return HopperSimError
 
 
@@ -238,7 +238,7 @@ def test_wgmma_tf32(rng, N, ksteps, rs):
     memory or from registers, B K-major, against float64 on tf32-rounded inputs. Products of
     two tf32 values (11 significant bits) are exact in float32, so the bound is test_wgmma's
     (the tensor core's sums cut toward zero, within it)."""
-    from kernels_numba.sim.mma import tf32 as to_tf32     # (NumPy's cvt.rna.tf32)
+    from flashlesson.kernels_numba.sim.mma import tf32 as to_tf32     # (NumPy's cvt.rna.tf32)
     K = 8 * ksteps
     rnd = np.vectorize(lambda x: to_tf32(np.float32(x)), otypes=[np.float32])
     a = rnd(rng.standard_normal((64, K)))
@@ -400,9 +400,9 @@ PTX_SCRIPT = textwrap.dedent("""
 
     if not cuda.is_available():
         numba.cuda.dispatcher.get_current_device = Hopper
-    from kernels_numba import attention_wgmma as KW
-    from kernels_numba import attention_wgmma_backward as KWB
-    from kernels_numba import hopper as H
+    from flashlesson.kernels_numba import attention_wgmma as KW
+    from flashlesson.kernels_numba import attention_wgmma_backward as KWB
+    from flashlesson.kernels_numba import hopper as H
 
     def arr(dt, nd):
         return types.Array(dt, nd, "C")

@@ -9,7 +9,10 @@ Rules checked over ``src/flashlesson``, ``kernels_numba`` (with ``lesson/``) and
 (b) no ``from X import _private`` across files, nor ``module._private`` read off another
     project module (a name one file shares is public);
 (c) ``reference/`` imports only numpy, the standard library and itself (it is the oracle);
-(d) ``kernels_numba`` never imports ``flashlesson`` (the kernels sit below the library).
+(d) ``kernels_numba`` imports nothing of ``flashlesson`` outside itself (the kernels sit below
+    the library);
+(e) nothing in the repository imports ``kernels_numba`` or ``reference`` as top-level names:
+    they are installed as ``flashlesson.kernels_numba`` and ``flashlesson.reference``.
 """
 
 import ast
@@ -18,12 +21,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"flashlesson": ROOT / "src" / "flashlesson",
-            "kernels_numba": ROOT / "kernels_numba",
-            "reference": ROOT / "reference"}
+            "flashlesson.kernels_numba": ROOT / "kernels_numba",
+            "flashlesson.reference": ROOT / "reference"}
+
+
+def _package_of(module):
+    """The entry of PACKAGES that holds ``module`` (the longest matching prefix), or None."""
+    hits = [p for p in PACKAGES if module == p or module.startswith(p + ".")]
+    return max(hits, key=len) if hits else None
 
 
 def _module_name(package, root, path):
-    parts = (package,) + path.relative_to(root).with_suffix("").parts
+    parts = tuple(package.split(".")) + path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1]) if parts[-1] == "__init__" else ".".join(parts)
 
 
@@ -137,16 +146,18 @@ def _package_graph(package):
     """Edges between modules of one package; a package's ``__init__`` counts as its own node."""
     graph = {}
     for module, edges in GRAPH.items():
-        if module.split(".")[0] != package:
+        if _package_of(module) != package:
             continue
         graph[module] = {t for t, _, _ in edges
-                         if t.split(".")[0] == package and t in MODULES and t != module}
+                         if _package_of(t) == package and t in MODULES and t != module}
     return graph
 
 
 def test_the_graph_is_read():
-    assert "flashlesson.attention_methods" in MODULES and "kernels_numba.lesson.attention" in MODULES
-    assert any(t == "kernels_numba.attention" for t, _, _ in GRAPH["flashlesson.attention_methods"])
+    assert "flashlesson.attention_methods" in MODULES
+    assert "flashlesson.kernels_numba.lesson.attention" in MODULES
+    assert any(t == "flashlesson.kernels_numba.attention"
+               for t, _, _ in GRAPH["flashlesson.attention_methods"])
 
 
 def test_the_cycle_finder_finds_a_cycle():
@@ -207,15 +218,37 @@ def test_no_private_name_read_off_another_module():
 
 
 def test_reference_imports_only_numpy_and_the_standard_library():
-    allowed = set(sys.stdlib_module_names) | {"numpy", "reference", "__future__"}
+    allowed = set(sys.stdlib_module_names) | {"numpy", "__future__"}
     found = [f"{_where(module, line)}: {target}"
-             for module, edges in GRAPH.items() if module.split(".")[0] == "reference"
-             for target, _, line in edges if target.split(".")[0] not in allowed]
+             for module, edges in GRAPH.items() if _package_of(module) == "flashlesson.reference"
+             for target, _, line in edges
+             if target.split(".")[0] not in allowed
+             and _package_of(target) != "flashlesson.reference"]
     assert not found, "reference/ must stay numpy-only:\n" + "\n".join(found)
 
 
 def test_kernels_never_import_flashlesson():
     found = [f"{_where(module, line)}: {target}"
-             for module, edges in GRAPH.items() if module.split(".")[0] == "kernels_numba"
-             for target, _, line in edges if target.split(".")[0] == "flashlesson"]
+             for module, edges in GRAPH.items()
+             if _package_of(module) == "flashlesson.kernels_numba"
+             for target, _, line in edges
+             if target.split(".")[0] == "flashlesson"
+             and _package_of(target) != "flashlesson.kernels_numba"]
     assert not found, "kernels_numba imports flashlesson:\n" + "\n".join(found)
+
+
+def test_no_top_level_kernels_numba_or_reference():
+    """The wheel has no top-level ``kernels_numba`` or ``reference``: an import of either name
+    works only in a checkout, so none may be written anywhere in the repository."""
+    found = []
+    for folder in ("src", "kernels_numba", "reference", "tests", "examples", "scripts"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            tree = ast.parse(path.read_text(), filename=str(path))
+            for node in ast.walk(tree):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [node.module] if isinstance(node, ast.ImportFrom) and not node.level
+                         else [])
+                found += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names
+                          if n and n.split(".")[0] in ("kernels_numba", "reference")]
+    assert not found, ("import them as flashlesson.kernels_numba / flashlesson.reference:\n"
+                       + "\n".join(found))

@@ -18,10 +18,10 @@ import pytest
 from conftest import SIM, by_device, check_attention, check_grads
 from numba import cuda
 
-import reference
+from flashlesson import reference
 from flashlesson import BwdConfig, FlashConfig, TcBwdConfig, TcConfig, attention
 from flashlesson import attention_backward, softmax
-from reference.philox import dropout_keep_mask
+from flashlesson.reference.philox import dropout_keep_mask
 
 
 # Two groups of four S columns and of O columns per thread; unrolled products, grouped loads.
@@ -131,7 +131,7 @@ def test_tensor_cores_causal_last_key_on_a_tile_edge(nq, nk, rng):
 
 # --- race mode (simulator): the kernels' shared memory is race-free ---------------------------
 if SIM:
-    from kernels_numba.sim import races
+    from flashlesson.kernels_numba.sim import races
 
 
 @pytest.mark.skipif(not SIM, reason="race mode is the simulator's (GPU: gpu_sanitize.sh)")

@@ -17,7 +17,7 @@ import flashlesson as fl
 from flashlesson import launch
 from flashlesson.arrays import DevArray
 from flashlesson.device import SIMULATOR as SIM
-from reference import softmax_stable
+from flashlesson.reference import softmax_stable
 
 from conftest import by_device
 

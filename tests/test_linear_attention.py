@@ -16,7 +16,7 @@ import flashlesson
 from conftest import by_device
 from flashlesson import LinearConfig
 from flashlesson.tolerance import linear_attention_tol
-from reference import (attention, linear_attention, linear_attention_flops,
+from flashlesson.reference import (attention, linear_attention, linear_attention_flops,
                        linear_attention_quadratic)
 
 def inputs(rng, b, h, nq, nk, d):

@@ -17,8 +17,8 @@ from flashlesson.attention_methods import LessonConfig
 from flashlesson.arrays import empty
 from flashlesson.traffic import compare, count_attention, count_traffic, \
     flash_attention_traffic
-from reference import attention as ref_attention
-from reference.philox import dropout_keep_mask
+from flashlesson.reference import attention as ref_attention
+from flashlesson.reference.philox import dropout_keep_mask
 
 # small tiles so that tiny shapes have several Q and K/V tiles (T = 32 or 64 threads)
 SMALL = FlashConfig(Br=16, Bc=32, TR=4, TC=8)

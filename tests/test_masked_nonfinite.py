@@ -30,10 +30,10 @@ from conftest import by_device, packed_tol
 
 from flashlesson import BFloat16, TcBwdConfig, TcConfig, attention, attention_backward, \
     varlen_attention, varlen_attention_backward
-import reference
+from flashlesson import reference
 from flashlesson.tolerance import attention_tol, backward_tol
-from reference.attention_backward import attention_backward as ref_backward
-from reference.varlen import varlen_attention as ref_varlen, \
+from flashlesson.reference.attention_backward import attention_backward as ref_backward
+from flashlesson.reference.varlen import varlen_attention as ref_varlen, \
     varlen_attention_backward as ref_varlen_backward
 
 # (method, input format): every forward path of the public API that takes a padding mask;

@@ -10,8 +10,8 @@ import flashlesson  # noqa: F401 - picks the device first
 from flashlesson.tc_methods import BFloat16
 from numba import cuda, uint32
 
-from kernels_numba import mma
-from kernels_numba.vector import cp_async4, cp_async16, cp_async_wait_all
+from flashlesson.kernels_numba import mma
+from flashlesson.kernels_numba.vector import cp_async4, cp_async16, cp_async_wait_all
 
 
 def _bf16(x):
@@ -80,7 +80,7 @@ def test_ex2(rng):
 
 @pytest.mark.skipif(not SIM, reason="the simulator's own check (on a GPU it would hang)")
 def test_simulator_reports_a_partial_warp():
-    from kernels_numba.sim.warp import WarpOpError
+    from flashlesson.kernels_numba.sim.warp import WarpOpError
     a = np.zeros((16, 16), np.float32)
     b, c, d = (np.zeros((16, 8), np.float32) for _ in range(3))
     with pytest.raises(WarpOpError, match="all 32 lanes"):

@@ -14,8 +14,8 @@ from numba import cuda
 
 import flashlesson
 from flashlesson import dropout as D
-from kernels_numba import philox as KP
-from reference import philox as RP
+from flashlesson.kernels_numba import philox as KP
+from flashlesson.reference import philox as RP
 
 KAT = RP.KNOWN_ANSWERS      # Random123 kat_vectors: (counter, key, result)
 KAT_C = np.array([c for c, _, _ in KAT], np.uint32)

@@ -12,8 +12,8 @@ from conftest import by_device
 from numba import cuda, float32
 
 from flashlesson.tolerance import merge_l_tol, sum_tol
-from kernels_numba import reductions as R
-from reference import merge_ml as merge_ml_oracle
+from flashlesson.kernels_numba import reductions as R
+from flashlesson.reference import merge_ml as merge_ml_oracle
 
 
 def _poisoned(shape):

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reference import (
+from flashlesson.reference import (
     ORACLES,
     merge_ml,
     normalize_with_ml,

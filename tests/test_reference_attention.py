@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 import pytest
 
-from reference import (
+from flashlesson.reference import (
     attention,
     attention_flops,
     attention_per_query,
@@ -458,7 +458,7 @@ def test_tiled_dropout_equals_the_untiled_oracle(rng, causal):
     """§36 in the tiled oracle: l sums the un-dropped P, acc takes P∘Z — the same O and lse as
     the untiled oracle with the same keep-mask, for tiles that divide nothing; and lse is the
     one without dropout (only O changes)."""
-    from reference.philox import dropout_keep_mask
+    from flashlesson.reference.philox import dropout_keep_mask
     b, h, nq, nk, p = 2, 2, 7, 11, 0.4
     q, k, v = _qkv(rng, b, h, nq, nk, 5)
     mask = dropout_keep_mask(7, b, h, nq, nk, p)

@@ -15,7 +15,7 @@ import warnings
 import numpy as np
 import pytest
 
-from reference import (
+from flashlesson.reference import (
     attention,
     attention_backward,
     attention_backward_flops,

@@ -30,7 +30,7 @@ def test_cli_choices_are_the_registry():
 
 
 def test_every_method_names_a_kernel_that_exists():
-    from kernels_numba import softmax as K
+    from flashlesson.kernels_numba import softmax as K
     for m in SOFTMAX_METHODS.values():
         names = re.findall(r"(\w+)(?:\([^)]*\))?", m.kernel)   # "f(K, R), g" → f, g
         assert names, m.kernel
@@ -44,8 +44,8 @@ def test_every_lesson_kernel_exists_and_tier_lesson_reaches_it():
     import pytest
 
     from flashlesson import attention_methods as am
-    from kernels_numba.lesson import attention as LA
-    from kernels_numba.lesson import softmax as LS
+    from flashlesson.kernels_numba.lesson import attention as LA
+    from flashlesson.kernels_numba.lesson import softmax as LS
     for m in SOFTMAX_METHODS.values():
         names = re.findall(r"(\w+)(?:\([^)]*\))?", m.lesson_kernel)
         assert bool(names) == (m.lesson_launch is not None), m.name
@@ -58,9 +58,9 @@ def test_every_lesson_kernel_exists_and_tier_lesson_reaches_it():
     import importlib
     for m in am.METHODS.values():      # every "lesson.<file>.<kernel>" names a kernel there
         for file, name in re.findall(r"lesson\.(\w+)\.(\w+)", m.lesson_kernels):
-            assert hasattr(importlib.import_module(f"kernels_numba.lesson.{file}"), name), \
+            assert hasattr(importlib.import_module(f"flashlesson.kernels_numba.lesson.{file}"), name), \
                 (m.name, file, name)
-    from kernels_numba.lesson import tensor_core as LT
+    from flashlesson.kernels_numba.lesson import tensor_core as LT
     assert hasattr(LT, "flash_tc_kernel")
     import numpy as np
     import flashlesson

@@ -12,10 +12,10 @@ import pathlib
 import pytest
 from conftest import SIM
 
-from kernels_numba import mma, reductions, sim, vector
-from kernels_numba.sim import mma as sim_mma
-from kernels_numba.sim import reductions as sim_reductions
-from kernels_numba.sim import vector as sim_vector
+from flashlesson.kernels_numba import mma, reductions, sim, vector
+from flashlesson.kernels_numba.sim import mma as sim_mma
+from flashlesson.kernels_numba.sim import reductions as sim_reductions
+from flashlesson.kernels_numba.sim import vector as sim_vector
 
 KERNELS = pathlib.Path(__file__).resolve().parent.parent / "kernels_numba"
 

@@ -12,14 +12,14 @@ import pytest
 from conftest import SIM
 from numba import cuda, float32
 
-import kernels_numba
-from kernels_numba import reductions
+from flashlesson import kernels_numba
+from flashlesson.kernels_numba import reductions
 
 pytestmark = pytest.mark.skipif(not SIM, reason="race mode is a simulator mode (the GPU runs "
                                 "compute-sanitizer: scripts/gpu_sanitize.sh)")
 
 if SIM:
-    from kernels_numba.sim import races
+    from flashlesson.kernels_numba.sim import races
 
 
 def without_barrier(module, function, nth):

@@ -29,8 +29,8 @@ import numpy as np
 import pytest
 from numba import cuda
 
-import kernels_numba  # noqa: F401  (installs the warp operations in the simulator)
-from kernels_numba.sim import warp as simwarp
+from flashlesson import kernels_numba  # noqa: F401  (installs the warp operations in the simulator)
+from flashlesson.kernels_numba.sim import warp as simwarp
 
 SIM = bool(cuda.config.ENABLE_CUDASIM)
 if not SIM and not cuda.is_available():

@@ -14,7 +14,7 @@ from numba import cuda
 import flashlesson
 from flashlesson import SOFTMAX_METHODS, softmax
 from flashlesson import softmax_methods as sm
-from reference import softmax_naive, softmax_stable
+from flashlesson.reference import softmax_naive, softmax_stable
 
 METHODS = list(SOFTMAX_METHODS)
 # Row lengths that break tiling: 1, below/at/above a warp, not a multiple of 32, above 1024.

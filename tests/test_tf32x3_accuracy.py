@@ -30,9 +30,9 @@ from numba import cuda, float32
 
 from flashlesson import attention, attention_backward
 from flashlesson.tolerance import UNIT_ROUNDOFF, tf32x3_dot_tol
-from kernels_numba import mma
-from kernels_numba.attention_tc import mma3, split
-from kernels_numba.sim.mma import tf32_block_fma
+from flashlesson.kernels_numba import mma
+from flashlesson.kernels_numba.attention_tc import mma3, split
+from flashlesson.kernels_numba.sim.mma import tf32_block_fma
 
 U = UNIT_ROUNDOFF["float32"]
 
@@ -188,7 +188,7 @@ def test_the_twin_is_the_model(rng):
     a[3, 5], b[7, 2] = 1000.0, -999.0
     d = np.full((16, 8), np.nan, np.float32)
     mma.mma_tf32_kernel[1, 32](a, b, c, d)
-    from kernels_numba.sim.mma import tf32
+    from flashlesson.kernels_numba.sim.mma import tf32
     a32 = np.vectorize(tf32)(a).astype(np.float32)
     b32 = np.vectorize(tf32)(b).astype(np.float32)
     np.testing.assert_array_equal(d, tf32_block_fma(a32, b32, c))

@@ -55,7 +55,7 @@ def test_half_precision_on_tensor_cores(dtype, causal, d):
 
 def test_zero_copy_and_dropout_mask_from_seed():
     import flashlesson
-    import reference
+    from flashlesson import reference
     from flashlesson.torch import scaled_dot_product_attention as fl_sdpa
     B, H, N, d, p = 2, 2, 70, 32, 0.2
     q, k, v = (torch.randn(B, H, N, d, device="cuda", requires_grad=True) for _ in range(3))

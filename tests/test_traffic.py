@@ -14,9 +14,9 @@ from numba import cuda
 from flashlesson import FlashConfig, SOFTMAX_METHODS, attention, traffic
 from flashlesson.configs import GEMM_TILES, SIM_CONFIG
 from flashlesson.cli import main
-from kernels_numba.vector import load4, store4
-from reference.attention import attention as attention_oracle
-from reference.attention import flash_attention_bytes, naive_attention_bytes
+from flashlesson.kernels_numba.vector import load4, store4
+from flashlesson.reference.attention import attention as attention_oracle
+from flashlesson.reference.attention import flash_attention_bytes, naive_attention_bytes
 
 
 

@@ -20,8 +20,8 @@ from numba import cuda
 from flashlesson import BwdConfig, attention_backward, varlen_attention, \
     varlen_attention_backward
 from flashlesson.arrays import is_device_array
-from reference.philox import dropout_keep_mask as ref_keep_mask
-from reference.varlen import varlen_attention_backward as ref_varlen_backward
+from flashlesson.reference.philox import dropout_keep_mask as ref_keep_mask
+from flashlesson.reference.varlen import varlen_attention_backward as ref_varlen_backward
 
 
 # (lengths of the queries, of the keys, H, d): empty sequences on either side and on both, a

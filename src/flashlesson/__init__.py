@@ -5,7 +5,18 @@ Importing this package chooses where kernels run (the GPU, or Numba's CUDA simul
 before Numba's CUDA target loads, and says once which one it is; see ``flashlesson.device``.
 """
 
-from . import device  # noqa: I001 - must come first: it sets NUMBA_ENABLE_CUDASIM if needed
+import os as _os
+
+# The kernels, the oracles and the examples are subpackages: ``flashlesson.kernels_numba``,
+# ``flashlesson.reference`` and ``flashlesson.examples``. The wheel installs them inside this
+# package (setup.cfg's package_dir); in a source checkout they are the folders beside ``src/``,
+# found through this package's search path, so that both read the same names.
+_checkout = _os.path.dirname(_os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))))
+if (not _os.path.isdir(_os.path.join(__path__[0], "kernels_numba"))
+        and _os.path.isfile(_os.path.join(_checkout, "kernels_numba", "__init__.py"))):
+    __path__.append(_checkout)
+
+from . import device  # noqa: E402, I001 - before any kernel: it sets NUMBA_ENABLE_CUDASIM if needed
 
 device.announce()
 
@@ -19,7 +30,7 @@ from .backward_methods import attention_backward, varlen_attention_backward  # n
 from .dropout import dropout_keep_mask  # noqa: E402
 from .linear_methods import LinearConfig, linear_attention  # noqa: E402
 
-__version__ = "0.1.0"
+__version__ = "1.0.0"
 __all__ = ["softmax", "choose_softmax", "SOFTMAX_METHODS", "attention", "merge_attention",
            "varlen_attention", "attention_backward", "varlen_attention_backward", "BwdConfig",
            "FlashConfig", "LessonConfig", "TcConfig", "TcBwdConfig", "WgmmaConfig", "WgmmaBwdConfig", "WgmmaTf32Config",

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import numpy as np
 from numba import cuda
 
-from kernels_numba import attention as KA
-from kernels_numba import gemm as KG
-from kernels_numba.lesson import attention as LA
+from .kernels_numba import attention as KA
+from .kernels_numba import gemm as KG
+from .kernels_numba.lesson import attention as LA
 
 from . import calls, checks, tc_methods
 from .arrays import Operand, empty, result, using

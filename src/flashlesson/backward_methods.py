@@ -17,8 +17,8 @@ default) and ``kernels_numba/lesson/backward.py`` (``tier="lesson"``: method "fl
 import numpy as np
 from numba import cuda
 
-from kernels_numba import attention_backward as KB
-from kernels_numba.lesson import backward as LB
+from .kernels_numba import attention_backward as KB
+from .kernels_numba.lesson import backward as LB
 
 from . import calls, checks, device, tc_methods
 from .arrays import Operand, empty, result, using

@@ -23,8 +23,8 @@ import numpy as np
 from numba import cuda
 
 # §16, §30–31: the FLOP counts are the reference's (it owns them)
-from reference.attention import attention_flops
-from reference.attention_backward import attention_backward_flops
+from .reference.attention import attention_flops
+from .reference.attention_backward import attention_backward_flops
 
 from . import arrays, device
 from . import softmax_methods as sm
@@ -54,7 +54,7 @@ def time_gpu(fn, samples=SAMPLES, inner=INNER, warmup=WARMUP, defer=True):
     at once would not fit, and their kernels run long enough for a drain not to matter.)
     """
 
-    from kernels_numba.timing import gpu_sleep
+    from .kernels_numba.timing import gpu_sleep
     for _ in range(warmup):
         fn()
     gpu_sleep[1, 1](1)
@@ -116,7 +116,7 @@ def cuda_torch():
 
 def _check(y_dev, x_host, n_check=32):
     """Max abs error of the first and last rows against the float64 oracle (NaN if unwritten)."""
-    from reference import softmax_stable
+    from .reference import softmax_stable
     rows = x_host.shape[0]
     errs = []
     for lo in sorted({0, max(0, rows - n_check)}):
@@ -461,7 +461,7 @@ def bench_attention_backward(shapes=ATTENTION_SHAPES, causal_modes=(False, True)
 # ---------------------------------------------------------------------------------------------
 def tc_kernel_report(log=print):
     """Registers, local memory (spills) and HMMA count of every compiled tensor-core kernel."""
-    from kernels_numba import attention_tc as KT
+    from .kernels_numba import attention_tc as KT
 
     from .launch import kernel_resources
     rows = []
@@ -507,7 +507,7 @@ def bench_attention_tc(shapes=ATTENTION_SHAPES + tc_headdim_shapes(),
     FLOPs with the true d (attention_flops); "D" is the kernels' padded head dimension and
     "tc fp16 TFLOP/s at D" the rate counting the padded columns (the padding's cost: d/D of
     the tensor-core work is useful). 3xTF32 (multiples of 8 only) is skipped at other d."""
-    from kernels_numba.attention_tc import padded_head_dim
+    from .kernels_numba.attention_tc import padded_head_dim
 
     from .attention_methods import attention as fl_attention
     from .tc_methods import BFloat16
@@ -609,7 +609,7 @@ def bench_attention_tc_backward(shapes=ATTENTION_SHAPES + tc_headdim_shapes(),
     the forward's. Checked first: max |error| of dq, dk, dv on one head against torch's float64
     autograd (the fp32 inputs are the fp16 ones, exactly). d and the padded D as in
     ``bench_attention_tc`` ("tc bwd TFLOP/s at D"); 3xTF32 only at multiples of 8."""
-    from kernels_numba.attention_tc import padded_head_dim
+    from .kernels_numba.attention_tc import padded_head_dim
 
     from .attention_methods import attention as fl_attention
     from .backward_methods import attention_backward as fl_backward
@@ -674,7 +674,7 @@ def host_us_per_call(fn, calls=200, warmup=3, busy_us=None):
     never drains the queue and only the host is timed), then one synchronisation. The sleep is
     sized from one timed call (×1.5 ×calls, at least 2 ms)."""
 
-    from kernels_numba.timing import gpu_sleep
+    from .kernels_numba.timing import gpu_sleep
     for _ in range(warmup):
         fn()
     cuda.synchronize()

@@ -8,8 +8,8 @@ the IO model (``io_model``), which all read them; this module imports none of th
 
 from dataclasses import dataclass
 
-from kernels_numba import attention as KA
-from kernels_numba import attention_backward as KB
+from .kernels_numba import attention as KA
+from .kernels_numba import attention_backward as KB
 
 from . import checks, device
 from .launch import max_shared_bytes, sm_count

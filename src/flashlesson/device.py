@@ -63,9 +63,17 @@ def _choose():
         if want and want != have:
             raise DeviceError(
                 f"FLASHLESSON_DEVICE={want} but numba.cuda was imported before flashlesson "
-                f"in {have} mode; import flashlesson first or set NUMBA_ENABLE_CUDASIM "
-                f"{'=1' if want == 'sim' else '=0'}")
-        return have, "numba.cuda was already imported in this mode"
+                f"in {have} mode; import flashlesson first or set NUMBA_ENABLE_CUDASIM="
+                f"{'1' if want == 'sim' else '0'}")
+        if have == "gpu":
+            count, reason = _driver_gpu_count()
+            if count == 0:
+                raise DeviceError(
+                    f"numba.cuda was imported before flashlesson, for a GPU, and there is none "
+                    f"({reason}); import flashlesson before numba.cuda (it then chooses the "
+                    f"simulator), or set NUMBA_ENABLE_CUDASIM=1")
+            return have, f"numba.cuda was already imported; the CUDA driver reports {count} device(s)"
+        return have, "numba.cuda was already imported in simulator mode"
 
     if want == "sim":
         return "sim", "FLASHLESSON_DEVICE=sim"

@@ -17,8 +17,8 @@ called once the arguments pass this package's checks: one owner, no copy.)
 
 import numpy as np
 
-from kernels_numba import philox as KP
-from reference import philox as RP
+from .kernels_numba import philox as KP
+from .reference import philox as RP
 
 from . import device
 from .arrays import empty

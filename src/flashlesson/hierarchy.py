@@ -28,7 +28,7 @@ import datetime
 import numpy as np
 from numba import cuda
 
-from kernels_numba import membw as KM
+from .kernels_numba import membw as KM
 
 from . import device
 

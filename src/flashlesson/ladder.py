@@ -480,7 +480,7 @@ def check(op, out, arrays, fmt, causal):
     with the bound of ``fmt``'s arithmetic (:func:`arithmetic`)."""
     from .tour import attention_check, check_close
     if op == SOFTMAX:
-        from reference import softmax_stable
+        from .reference import softmax_stable
         x, n = arrays["host"], min(32, len(arrays["host"]))
         got = np.concatenate([out[:n].copy_to_host(), out[len(x) - n:].copy_to_host()])
         want = softmax_stable(np.concatenate([x[:n], x[len(x) - n:]]).astype(np.float64))
@@ -495,7 +495,7 @@ def check(op, out, arrays, fmt, causal):
                                    dtype=fmt)
         return (all(c.passed for c in cs), max(c.max_err for c in cs),
                 "head (0, 0): O, LSE vs reference.attention")
-    from reference import attention_backward_intermediates as oracle
+    from .reference import attention_backward_intermediates as oracle
 
     from .tolerance import HALF, backward_errors, backward_tol, dtype_name, rounded_o_tol
     ref = oracle(do, q, k, v, causal=causal)
@@ -511,8 +511,8 @@ def check(op, out, arrays, fmt, causal):
 
 def rate(op, shape, causal, ms):
     """GB/s (softmax) or TFLOP/s (attention, backward) of a measured time in ms."""
-    from reference.attention import attention_flops
-    from reference.attention_backward import attention_backward_flops
+    from .reference.attention import attention_flops
+    from .reference.attention_backward import attention_backward_flops
 
     from .bench import softmax_bytes
     if op == SOFTMAX:
@@ -697,7 +697,7 @@ def kernel_path(lad, root=None):
     """The file of a ladder, in ``root`` (a checkout) or beside the imported kernels_numba."""
     if root is not None:
         return Path(root) / lad.file
-    import kernels_numba
+    from . import kernels_numba
     return Path(kernels_numba.__file__).parent / f"{lad.name}.py"
 
 

@@ -12,7 +12,7 @@ from typing import Optional
 import numpy as np
 from numba import cuda
 
-from kernels_numba import linear_attention as KL
+from .kernels_numba import linear_attention as KL
 
 from . import checks, device
 from .arrays import empty, result

@@ -24,10 +24,10 @@ methods ``"flash_fa1"`` and ``"flash_db"`` of ``flashlesson.attention`` call the
 
 import numpy as np
 
-from kernels_numba import attention_async as KAS
-from kernels_numba import attention_db as KDB
-from kernels_numba import attention_fa1 as KF1
-from kernels_numba.lesson import loop_order as LL
+from .kernels_numba import attention_async as KAS
+from .kernels_numba import attention_db as KDB
+from .kernels_numba import attention_fa1 as KF1
+from .kernels_numba.lesson import loop_order as LL
 
 from .arrays import empty
 from .checks import grid as check_grid

@@ -21,7 +21,7 @@ resources`` prints that message and the part of the table that needs no compiler
 shared memory of the flash kernels' H200 tiles, occupancy from those alone).
 
 How to run: ``flashlesson resources [--d 64] [--n 1024] [--json FILE]`` (GPU);
-``PYTHONPATH=src:. python3 examples/s46_s47_profile_and_resources.py``.
+``python examples/s46_s47_profile_and_resources.py``.
 
 ``record_launches()`` (also used by ``scripts/profile_io.py`` to name the kernels Nsight Compute
 profiles) wraps ``CUDADispatcher.call``, the one path every ``kernel[grid, block, stream,

@@ -12,8 +12,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from kernels_numba import softmax as K
-from kernels_numba.lesson import softmax as L
+from .kernels_numba import softmax as K
+from .kernels_numba.lesson import softmax as L
 
 from . import calls, checks, device
 from .arrays import Operand, check_out, empty, result, using

@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from reference.attention import attention_flops
+from .reference.attention import attention_flops
 
 from . import device
 from .attention_methods import attention
@@ -117,7 +117,7 @@ def inputs(rng, b, h, n, d):
 
 
 def oracle(head):
-    from reference import attention as ref_attention
+    from .reference import attention as ref_attention
     return ref_attention(*head)[0][0, 0]                   # (O, LSE): O of head (0, 0)
 
 

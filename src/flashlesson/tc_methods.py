@@ -35,12 +35,12 @@ from typing import Optional
 import numpy as np
 from numba import cuda
 
-from kernels_numba import attention_tc as KT
-from kernels_numba import attention_wgmma as KW
-from kernels_numba import attention_wgmma_backward as KWB
-from kernels_numba import attention_wgmma_tf32 as KWF
-from kernels_numba import attention_wgmma_tf32_backward as KWFB
-from kernels_numba.lesson import tensor_core as LT
+from .kernels_numba import attention_tc as KT
+from .kernels_numba import attention_wgmma as KW
+from .kernels_numba import attention_wgmma_backward as KWB
+from .kernels_numba import attention_wgmma_tf32 as KWF
+from .kernels_numba import attention_wgmma_tf32_backward as KWFB
+from .kernels_numba.lesson import tensor_core as LT
 
 from . import checks, device
 from .arrays import Operand, empty, is_device_array, result, using
@@ -726,7 +726,7 @@ def default_tc_bwd_config(d, tf32=False):  # (fp16/bf16: by the padded D, as the
     if d <= 64:
         return TcBwdConfig(64, 8, 64, 8, KV_ASYNC=True, Q_ASYNC=True)        # 73 KB each
     if d <= 128:                # 103 / 137 KB; on a GPU allowing less (99 KB: sm_86/89) …
-        from kernels_numba.attention_tc_backward import tc_bwd_smem_bytes
+        from .kernels_numba.attention_tc_backward import tc_bwd_smem_bytes
         if tc_bwd_smem_bytes(d, 64, 8, True) <= max_shared_bytes():
             return TcBwdConfig(32, 8, 64, 8, KV_ASYNC=True, Q_ASYNC=True)
         return TcBwdConfig(32, 4, 32, 4, KV_ASYNC=True, Q_ASYNC=True)    # … 69 KB each
@@ -794,8 +794,8 @@ def _backward_inputs(do, q, k, v, o, lse, causal, scale, key_padding_mask, dropo
 
 
 def _backward_tc(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, scale, kpm, tf32):
-    from kernels_numba import attention_backward as KBF
-    from kernels_numba import attention_tc_backward as KB
+    from .kernels_numba import attention_backward as KBF
+    from .kernels_numba import attention_tc_backward as KB
 
     bh = B * H
     w, word = _row_format(d, tf32)
@@ -816,7 +816,7 @@ def _backward_tc(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, sca
     pad, bf = kpm is not None, fmt == "bf16"
     wk, wq = cfg.KV_WARPS, cfg.Q_WARPS
     if tf32:                                        # 3xTF32 (attention_tf32x3_backward.py)
-        from kernels_numba import attention_tf32x3_backward as K3
+        from .kernels_numba import attention_tf32x3_backward as K3
         kv = K3.flash_tf32x3_bwd_dkdv_kernel(d, cfg.Bq, wk, causal, pad)
         qk = K3.flash_tf32x3_bwd_dq_kernel(d, cfg.Bk, wq, causal, pad)
         kv_smem = K3.tf32x3_bwd_smem_bytes(d, cfg.Bq, wk)
@@ -947,7 +947,7 @@ def attention_backward_wgmma(do, q, k, v, o, lse, *, causal=False, scale=None,
 
 
 def _backward_wgmma(qo, ko, vo, doo, oo, lo, fmt, B, H, nq, nk, d, cfg, causal, scale, kpm):
-    from kernels_numba import attention_tc_backward as KB
+    from .kernels_numba import attention_tc_backward as KB
 
     bh = B * H
     word = np.uint32

@@ -174,7 +174,7 @@ def attention_check(section, topic, kernel, o, lse, q, k, v, *, causal=False, sc
     """[Check of O, Check of LSE (None: only O)] of an attention kernel against the float64
     oracle on the same inputs, with the bounds of :func:`flashlesson.tolerance.attention_tol`
     (from d, Nk, the inputs' magnitudes and the dtype). Returns (checks, o_ref, lse_ref)."""
-    from reference import attention as ref_attention
+    from .reference import attention as ref_attention
     q64, k64, v64 = (np.asarray(x, np.float64) for x in (q, k, v))
     want, want_lse, p = ref_attention(q64, k64, v64, causal=causal, scale=scale,
                                       key_padding_mask=key_padding_mask, return_p=True)
@@ -215,7 +215,7 @@ def softmax_tiers(section, topic, method, x, verbose=True):
     oracle, then the measured difference (:func:`tier_timing`). Returns the Checks."""
     from numba import cuda
 
-    from reference import softmax_stable
+    from .reference import softmax_stable
 
     from .softmax_methods import softmax
     want = softmax_stable(np.asarray(x, np.float64))
@@ -308,8 +308,8 @@ _NAME = re.compile(r"^s(\d+)((?:_s\d+)*)_\w+\.py$")
 def find_examples():
     """The folder holding ``s*.py`` examples.
 
-    ``$FLASHLESSON_EXAMPLES`` if set (it must exist), else ``<checkout>/examples`` next to
-    ``src/`` (this file is ``<checkout>/src/flashlesson/tour.py``), else ``./examples``.
+    ``$FLASHLESSON_EXAMPLES`` if set (it must exist), else the scripts that come with the
+    package (``flashlesson.examples``: the installed copy, or ``examples/`` of a checkout).
     """
     env = os.environ.get(ENV_EXAMPLES)
     if env:
@@ -318,12 +318,13 @@ def find_examples():
             raise TourError(f"{ENV_EXAMPLES}={env!r} is not a folder; point it at the "
                             "examples/ folder of a flashlesson source checkout")
         return path
-    for path in (Path(__file__).resolve().parents[2] / "examples", Path.cwd() / "examples"):
-        if path.is_dir():
-            return path
-    raise TourError("no examples/ folder found: the tour runs the scripts in examples/ of a "
-                    "source checkout; run it from the checkout, or set "
-                    f"{ENV_EXAMPLES}=/path/to/examples")
+    import importlib.util
+    spec = importlib.util.find_spec("flashlesson.examples")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        if any(Path(location).glob("s[0-9]*.py")):
+            return Path(location)
+    raise TourError("no examples found: flashlesson.examples holds no s*.py script (an incomplete "
+                    f"install?); set {ENV_EXAMPLES}=/path/to/examples")
 
 
 def sections_of(label):

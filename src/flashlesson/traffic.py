@@ -60,8 +60,8 @@ from contextlib import contextmanager
 import numpy as np
 
 # §16, §30–31: the FLOP counts are the reference's (it owns them), named here for the CLI
-from reference.attention import attention_flops
-from reference.attention_backward import attention_backward_flops as backward_flops
+from .reference.attention import attention_flops
+from .reference.attention_backward import attention_backward_flops as backward_flops
 
 from . import device
 # The model lives in io_model; its names are re-exported here (``__all__``) so that
