@@ -65,6 +65,9 @@ def _choose():
                 f"FLASHLESSON_DEVICE={want} but numba.cuda was imported before flashlesson "
                 f"in {have} mode; import flashlesson first or set NUMBA_ENABLE_CUDASIM="
                 f"{'1' if want == 'sim' else '0'}")
+        if have == "gpu" and os.environ.get("NUMBA_ENABLE_CUDASIM", "").strip() == "0":
+            # set to 0 on purpose: Numba's GPU target without a GPU (a fake driver's harness)
+            return have, "numba.cuda was already imported, with NUMBA_ENABLE_CUDASIM=0"
         if have == "gpu":
             count, reason = _driver_gpu_count()
             if count == 0:

@@ -1,0 +1,117 @@
+"""Every example runs the way its user runs it: ``python examples/sNN_*.py`` in a new process,
+from a folder that is not the checkout, importing whatever it imports first.
+
+The examples' checks are the tour's (tests/test_tour.py runs them all in this process); here
+the point is the start of a script run on its own: the device chosen (and never a GPU claimed
+where there is none), the package's names imported from wherever it is installed, the inputs
+built. In the simulator the cheap examples run to the end (exit status 0 and their summary);
+the others stop at their first kernel launch, through a ``sitecustomize`` hook that only this
+test puts on the path. On a GPU every example runs to the end.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import flashlesson
+from flashlesson import tour
+
+EXAMPLES = sorted(tour.find_examples().glob("s[0-9]*.py"))
+# The examples that take a few seconds in the simulator on one core (measured 2026-12-06,
+# 2-core CPU box): run to the end there as well.
+CHEAP = {"s01_naive_softmax.py", "s02_stable_softmax.py", "s03_three_pass.py",
+         "s12_s13_attention_formula.py", "s15_s16_sizes_and_flops.py",
+         "s17_tile_softmax_is_wrong.py", "s18_s19_s20_s21_s22_merging_states.py",
+         "s48_asic_sram.py", "s49_state_size.py"}
+STOPPED = 17          # the exit status of a run stopped at its first kernel launch
+MARK = "flashlesson-example-test: first kernel launch reached"
+
+# Stops the process at the first simulated kernel launch, once the example has chosen its
+# device and built its inputs. It patches Numba's simulator kernel class when the simulator's
+# module is loaded (never imports numba itself: that would choose the device before
+# flashlesson does).
+SITECUSTOMIZE = textwrap.dedent(f"""
+    import importlib.abc, importlib.machinery, os, sys
+
+    class _Stop(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name != "numba.cuda.simulator.kernel":
+                return None
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            run = spec.loader.exec_module
+
+            def exec_module(module):
+                run(module)
+                def stop(self, *args, **kwargs):
+                    print({MARK!r}, flush=True)
+                    os._exit({STOPPED})
+                module.FakeCUDAKernel.__call__ = stop
+            spec.loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, _Stop())
+""")
+
+
+def _run(path, tmp_path, stop_at_first_launch):
+    env = dict(os.environ)
+    package_home = str(Path(flashlesson.__file__).resolve().parents[1])
+    paths = [package_home] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if stop_at_first_launch:
+        hook = tmp_path / "hook"
+        hook.mkdir()
+        (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
+        paths.insert(0, str(hook))
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    for name in ("NUMBA_ENABLE_CUDASIM", "FLASHLESSON_DEVICE"):
+        env.pop(name, None)                    # auto mode, as a user starts it
+    if flashlesson.SIMULATOR:
+        env["FLASHLESSON_DEVICE"] = "sim"      # the choice this process made (no GPU, or asked)
+    return subprocess.run([sys.executable, str(path)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=900)
+
+
+def test_the_examples_are_listed():
+    assert len(EXAMPLES) >= 38 and CHEAP <= {p.name for p in EXAMPLES}
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_example_runs_as_a_script(path, tmp_path):
+    stop = flashlesson.SIMULATOR and path.name not in CHEAP
+    run = _run(path, tmp_path, stop)
+    out = run.stdout + run.stderr
+    assert "Traceback" not in run.stderr, out[-3000:]
+    if flashlesson.SIMULATOR:
+        assert "running kernels on the CUDA GPU" not in out, out[-3000:]
+    if stop:
+        assert run.returncode == STOPPED and MARK in run.stdout, \
+            f"exit status {run.returncode}, no kernel launched:\n{out[-3000:]}"
+    else:
+        assert run.returncode == 0, f"exit status {run.returncode}:\n{out[-3000:]}"
+        assert "checks" in run.stdout and "0 failed" in run.stdout, out[-3000:]
+
+
+def test_numba_cuda_imported_first_without_a_gpu_is_one_clear_line(tmp_path):
+    """A user's program that imports numba.cuda before flashlesson, on a machine with no GPU:
+    one line that says so and what to do, no claim of a GPU."""
+    if not flashlesson.SIMULATOR:
+        pytest.skip("a GPU is present: numba.cuda imported first is fine there")
+    script = tmp_path / "user.py"
+    script.write_text("from numba import cuda\nimport flashlesson\n")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("NUMBA_ENABLE_CUDASIM", "FLASHLESSON_DEVICE")}
+    env["PYTHONPATH"] = str(Path(flashlesson.__file__).resolve().parents[1])
+    run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    if flashlesson.device.REASON.startswith(("FLASHLESSON_DEVICE", "NUMBA_ENABLE_CUDASIM")) \
+            and "CUDA driver reports" in run.stderr:
+        pytest.skip("this machine has a GPU; the simulator was asked for")
+    assert run.returncode != 0
+    last = run.stderr.strip().splitlines()[-1]
+    assert "numba.cuda was imported before flashlesson" in last
+    assert "import flashlesson before numba.cuda" in last and "NUMBA_ENABLE_CUDASIM=1" in last
+    assert "running kernels on the CUDA GPU" not in run.stderr
