@@ -42,7 +42,7 @@ def row_bytes(method, n, itemsize):
 def main(verbose=True):
     rng, seed = example_rng()
     checks = []
-    # Issue 13's two tiers: the lesson kernel (kernels_numba/lesson/softmax.py) first, then the
+    # The two tiers: the lesson kernel (kernels_numba/lesson/softmax.py) first, then the
     # fast one (kernels_numba/softmax.py), each against the oracle; timed against each other on a GPU.
     shape = (3, 100) if flashlesson.SIMULATOR else (4096, 3000)
     if verbose:

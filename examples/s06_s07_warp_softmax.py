@@ -135,7 +135,7 @@ def main(verbose=True):
     checks = []
     if verbose:
         print(__doc__.split("\n\n")[1])
-    # Issue 13's two tiers: the lesson kernel (kernels_numba/lesson/softmax.py) first, then the
+    # The two tiers: the lesson kernel (kernels_numba/lesson/softmax.py) first, then the
     # fast one (kernels_numba/softmax.py), each against the oracle; timed against each other on a GPU.
     shape = (3, 20) if flashlesson.SIMULATOR else (4096, 32)
     if verbose:

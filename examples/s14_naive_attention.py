@@ -15,7 +15,7 @@ checked against the float64 oracle (``reference.attention(return_p=True)``); the
 launch moves, from the model ``reference.naive_attention_bytes`` (float32 here, 4 bytes per
 element, every matrix moved once per kernel that uses it), next to the sizes of the arrays
 really allocated; then ``flashlesson.attention(method="naive")`` itself against the oracle:
-its lesson tier first (issue 13: the same GEMMs with the lesson's softmax kernels,
+its lesson tier first (the same GEMMs with the lesson's softmax kernels,
 ``kernels_numba/lesson/softmax.py``, between them), then the fast tier, plain and causal, and
 on a GPU the measured difference of the two tiers. Q and K have different lengths on purpose
 (Nq ≠ Nk, d not a multiple of the GEMM tile) so that the edge guards run.
@@ -119,7 +119,7 @@ def main(verbose=True):
               f"{model['total']:,} bytes: {nn / model['total']:.0%}. At N = 4096, d = 64 they "
               f"are {_nn_share(4096, 64):.1%}: the intermediate matrices are the traffic.")
 
-    # the public call with its LSE (one more read of S, see attention._naive). Issue 13's two
+    # the public call with its LSE (one more read of S, see attention._naive). The two
     # tiers: §14 has no lesson kernel of its own (GEMM → softmax → GEMM), so its lesson tier is
     # the same GEMMs with the lesson softmax between them — first, against the same oracle and
     # bound (tour.attention_check); then the fast tier, plain and causal

@@ -67,7 +67,7 @@ def main(verbose=True):
     if verbose:
         print(__doc__.split("\n\n")[1])
         print(f"\nrandom inputs: seed {seed}; {shape}")
-    # Issue 13's two tiers: the lesson kernel (kernels_numba/lesson/softmax.py) first, then the
+    # The two tiers: the lesson kernel (kernels_numba/lesson/softmax.py) first, then the
     # fast one (kernels_numba/softmax.py), each against the oracle; timed against each other on a GPU.
     rows_shape = (3, 100) if flashlesson.SIMULATOR else (4096, 40000)
     if verbose:

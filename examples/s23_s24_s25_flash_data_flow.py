@@ -54,7 +54,7 @@ def main(verbose=True):
               "and each row's m, l, acc live in registers. For comparison one head's S at "
               f"N = 4096 in float32: {4096 * 4096 * FP32 / MiB:.0f} MiB.")
 
-    # Issue 13's two tiers: the lesson kernel (kernels_numba/lesson/attention.py: one thread a
+    # The two tiers: the lesson kernel (kernels_numba/lesson/attention.py: one thread a
     # query row, Kj and Vj in shared memory) first, then the fast one, against the oracle
     if verbose:
         print("\nlesson tier, then fast tier:")

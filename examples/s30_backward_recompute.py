@@ -90,7 +90,7 @@ def rel_err(got, want):
 
 
 def lesson_and_fast(rng, verbose):
-    """Issue 13's two tiers of the backward: ``kernels_numba/lesson/backward.py`` (D, then dK/dV
+    """The two tiers of the backward: ``kernels_numba/lesson/backward.py`` (D, then dK/dV
     with the K/V tile outside, then dQ; ``tier="lesson"``) first, then the fast kernels, each
     against the float64 oracle within ``tolerance.backward_tol`` (relative to the largest
     |gradient|), fed the flash forward's O and LSE; then the measured gap."""
@@ -160,7 +160,7 @@ def main(verbose=True):
               f"(random inputs: seed {seed}):")
         print(tabulate(fd_rows, headers=["B×H×Nq×Nk", "dQ", "dK", "dV"], disable_numparse=True))
 
-    # Issue 13's two tiers: the lesson backward first, then the fast one; the measured gap.
+    # The two tiers: the lesson backward first, then the fast one; the measured gap.
     checks += lesson_and_fast(rng, verbose)
 
     # 2. The flash backward kernel against the oracle, fed the flash forward's O and LSE.

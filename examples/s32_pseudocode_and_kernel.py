@@ -172,7 +172,7 @@ def main(verbose=True):
     cfg = default_config(d)
     q, k, v = attention_inputs(rng, b, h, nq, nk, d)
     q *= 1.5
-    # Issue 13's two tiers: the lesson kernel first, then the fast one, against the oracle
+    # The two tiers: the lesson kernel first, then the fast one, against the oracle
     for causal in (False, True):
         if verbose:
             print(f"\nlesson tier, then fast tier{' (causal)' if causal else ''}:")

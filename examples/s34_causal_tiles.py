@@ -90,7 +90,7 @@ def main(verbose=True):
     cfg = default_config(d_kernel)
     br, bc = cfg.Br, cfg.Bc
 
-    # Issue 13's two tiers, causal: the lesson kernel (kernels_numba/lesson/attention.py, the
+    # The two tiers, causal: the lesson kernel (kernels_numba/lesson/attention.py, the
     # same §34 tile skipping in five lines) first, then the fast one, against the oracle
     shape = (1, 2, 40, 40, 16) if flashlesson.SIMULATOR else (1, 16, 4096, 4096, 64)
     if verbose:

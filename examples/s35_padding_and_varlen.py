@@ -91,7 +91,7 @@ def main(verbose=True):
         pad_rows = ~kpm[:, None, :, None].repeat(heads, 1).repeat(d, 3)
         padded[name][pad_rows] = rng.standard_normal(int(pad_rows.sum())).astype(np.float32)
 
-    # Issue 13's two tiers on the padded batch: the lesson kernel (kernels_numba/lesson/
+    # The two tiers on the padded batch: the lesson kernel (kernels_numba/lesson/
     # attention.py: a padding key's score selected to −inf, its P = 0 term skipped) first,
     # then the fast one, against the oracle (varlen has no lesson kernel: fast tier only)
     if verbose:

@@ -136,7 +136,7 @@ def main(verbose=True):
         tol = attention_tol(q, k, v, dropout_p=p)          # the error model's bars
         finite = ~np.isneginf(want_lse)
         top = float(np.abs(want_o).max())
-        for tier in ("lesson", "fast"):                 # the lesson kernel first (issue 13)
+        for tier in ("lesson", "fast"):                 # the lesson kernel first
             o, lse = flashlesson.attention(q, k, v, causal=causal, dropout_p=p, seed=s,
                                            return_lse=True, tier=tier)
             co = check_close("36", TOPIC, f"flash fwd ({tier})", o, want_o,

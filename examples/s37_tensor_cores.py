@@ -78,7 +78,7 @@ def main(verbose=True):
               "a2 = A[g, 2t+8:2t+10], a3 = A[g+8, 2t+8:2t+10]; b0 = B[2t:2t+2, g], "
               "b1 = B[2t+8:2t+10, g]; c0,c1 = C[g, 2t:2t+2], c2,c3 = C[g+8, 2t:2t+2]")
 
-    # Issue 13's two tiers (fp16): the lesson kernel (kernels_numba/lesson/tensor_core.py: one
+    # The two tiers (fp16): the lesson kernel (kernels_numba/lesson/tensor_core.py: one
     # warp, one 16-row block, plain loads, natural logs) first, then the fast one; the gap
     checks += lesson_and_fast(rng, verbose)
 

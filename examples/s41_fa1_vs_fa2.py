@@ -111,7 +111,7 @@ def main(verbose=True):
     rng, seed = example_rng()
     if verbose:
         print(__doc__.split("\n\n")[1])
-    # Issue 13's two tiers: the lesson kernel (lesson/loop_order.py's flash_fa1: Algorithm 1's
+    # The two tiers: the lesson kernel (lesson/loop_order.py's flash_fa1: Algorithm 1's
     # lines beside the code) first, then the fast one, against the oracle; the measured gap
     shape = (1, 2, 40, 24, 8) if flashlesson.SIMULATOR else (1, 4, 512, 512, 64)
     q, k, v = attention_inputs(rng, *shape)

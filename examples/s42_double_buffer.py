@@ -74,7 +74,7 @@ def main(verbose=True):
     checks = []
     if verbose:
         print(__doc__.split("\n\n")[1])
-    # Issue 13's two tiers: the lesson kernel first, then the fast one, against the oracle;
+    # The two tiers: the lesson kernel first, then the fast one, against the oracle;
     # then the measured gap
     shape = (1, 2, 20, 45, 8) if flashlesson.SIMULATOR else (1, 4, 512, 512, 64)
     q, k, v = attention_inputs(rng, *shape)
@@ -166,7 +166,7 @@ def main(verbose=True):
     if flashlesson.SIMULATOR:
         if verbose:
             print("\ntiming: skipped in the simulator (on a GPU: this example, "
-                  "scripts/bench_loop_order.py, scripts/gpu_async.sh).")
+                  "scripts/bench_loop_order.py, flashlesson bench ladder --only attention_db).")
         return checks
     return checks + _timed(rng, verbose)
 

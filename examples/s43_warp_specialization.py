@@ -117,7 +117,7 @@ def _launch_async(q, k, v, causal, stages=None):
 
 
 def lesson_and_fast(rng, verbose):
-    """Issue 13's two tiers of §43 with one producer warp: ``flash_producer_consumer`` (the
+    """The two tiers of §43 with one producer warp: ``flash_producer_consumer`` (the
     lesson kernel, ``loop_order.launch_db_lesson``) first, then ``flash_db_kernel`` with
     PRODUCERS = 1 (``loop_order.launch_db``), each against the oracle; the measured gap."""
     B, H, nq, nk, d = shape = (1, 2, 20, 45, 8) if flashlesson.SIMULATOR else (1, 4, 512, 512, 64)
@@ -236,7 +236,7 @@ def main(verbose=True):
     if flashlesson.SIMULATOR:
         if verbose:
             print("\ntiming and registers: skipped in the simulator (on a GPU: this example, "
-                  "scripts/bench_loop_order.py, scripts/gpu_async.sh).")
+                  "scripts/bench_loop_order.py, flashlesson bench ladder --only attention_db).")
         return checks
     return checks + _timed(rng, verbose)
 

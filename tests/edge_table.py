@@ -1,4 +1,4 @@
-"""The table behind tests/test_edge_cases.py and tests/test_edge_documented.py (issue 12).
+"""The table behind tests/test_edge_cases.py and tests/test_edge_documented.py.
 
 Every case is one of two classes, and its test id says which:
 

@@ -6,7 +6,9 @@ shapes that break tiling, with every output poisoned (NaN) before the kernel run
 
 In the simulator the mbarriers, the bulk copies (landing when a thread waits on their
 mbarrier), the named barrier and setmaxnreg are ``kernels_numba/sim/hopper.py``'s twins; a
-wait that can never end raises there. On an H200: ``bash scripts/gpu_async.sh``."""
+wait that can never end raises there. On a Hopper GPU (sm_90a, e.g. the H200):
+``FLASHLESSON_DEVICE=gpu python -m pytest -q tests/test_attention_async.py``; the §42–43 ladder
+there: ``flashlesson bench ladder --only attention_db``."""
 
 import numpy as np
 import pytest

@@ -21,7 +21,7 @@ from flashlesson.tolerance import backward_tol
 from flashlesson import reference as R
 
 METHODS = list(bwd_module.FP32_METHODS)      # (flash_tc: tests/test_attention_tc_backward.py)
-# (method, tier): every fast method, then each lesson kernel (issue 13: the same oracles)
+# (method, tier): every fast method, then each lesson kernel (the same oracles)
 TIERED = [(m, "fast") for m in METHODS] + [(m, "lesson") for m in bwd_module.LESSON_METHODS]
 
 # (B, H, Nq, Nk, d): N = 1 (d = 1), N not a multiple of any tile, Nq ≠ Nk both ways, odd d.

@@ -77,8 +77,8 @@ def _run(rng, shape, fmt, causal=False, config=None):
 # GPU; d = 128's operand readings are in test_one_tile_two_readings). The ring wraps (a stage's
 # second use: the other phase parity on FULL, the wait on EMPTY) in two cases: FUSED at 150 ×
 # 130, three Q tiles through two stages, and the SWIZZLE case's one stage, two K/V tiles in its
-# dQ kernel — without them a parity bug (ring_slot's) passed the simulator (scripts/mutate.py,
-# wgb-parity, 2026-12-02). AHEAD (the next tile's first products issued at the end of this
+# dQ kernel — without them a wrong parity in ring_slot passes the simulator (scripts/mutate.py's
+# wgb-parity mutant). AHEAD (the next tile's first products issued at the end of this
 # one, the stage released after them) with the ring wrapping in each kernel: the dK/dV
 # kernel's three Q tiles through two stages at 150 × 40 (AHEAD=True: the dQ kernel ahead too,
 # one K/V tile a block), the dQ kernel's three K/V tiles at 40 × 150, d = 128 (the default:

@@ -1,7 +1,7 @@
-"""``flashlesson.bench.check_and_time``: the GPU scripts' rule that only a checked result is
-timed (scripts/gpu_wgmma.py, gpu_wgmma_bwd.py, gpu_defaults.py); their shared options. Its refusals need no GPU: a
-NaN, an error over the limit and a raising call each fail the row with the reason and leave it
-untimed (a timed row needs the GPU: the scripts' own runs)."""
+"""``flashlesson.bench.check_and_time``: the GPU timing scripts' rule (scripts/gpu_wgmma.py) that
+only a checked result is timed; their shared options. Its refusals need no GPU: a NaN, an error
+over the limit and a raising call each fail the row with the reason and leave it untimed (a
+timed row needs the GPU: the scripts' own runs)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""flashlesson.calls (issue 14): a torch call seen before replays the launches its first call
+"""flashlesson.calls: a torch call seen before replays the launches its first call
 recorded. Replays need the library's GPU path; here it runs on ``scripts/profile_host.py``'s
 fake driver (no GPU, a fake torch): every case of ``profile_host.check_cases`` — softmax's
 methods and tiers, attention and its backward in float32, float16 and bf16 with masks, scales,

@@ -1,4 +1,4 @@
-"""Issue 12: bad input over the whole public API — each case a clear TypeError or ValueError
+"""Bad input over the whole public API — each case a clear TypeError or ValueError
 whose message starts with the argument's name, raised before any kernel runs (so cheap), and a
 refused call leaves nothing behind (a valid call after them still works).
 

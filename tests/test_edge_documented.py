@@ -1,4 +1,4 @@
-"""Issue 12: awkward but valid input gives the documented result, checked against the float64
+"""Awkward but valid input gives the documented result, checked against the float64
 oracle (``reference/``) or the stated values: empty inputs (as torch: empty results, no
 launch), N = 1, N below or off the tiles, 1000/999/998, −inf and NaN entries, rows that see no
 key (O = 0, LSE = −inf), exact in-place softmax, d = 145 … 256 with the default tiles. Ids read

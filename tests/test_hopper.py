@@ -5,7 +5,7 @@ step, and a K loop of 4 steps in one commit group) in fp16 and bf16. Same tests 
 H200: the real PTX, sm_90a) and in the simulator (the twins of kernels_numba/sim/hopper.py); the
 simulator alone also checks that a wait which can never end is reported, not hung.
 
-On the H200: ``PYTHONPATH=/tmp/site:$PWD/src FLASHLESSON_DEVICE=gpu python3 -m pytest -q
+On a Hopper GPU (sm_90a, e.g. the H200): ``FLASHLESSON_DEVICE=gpu python -m pytest -q
 tests/test_hopper.py``."""
 
 import os

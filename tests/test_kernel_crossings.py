@@ -1,4 +1,4 @@
-"""Tests that fail when a kernel is wrong where the other tests do not look (issue 12, item 4):
+"""Tests that fail when a kernel is wrong where the other tests do not look:
 
 - compile-time options crossed: dropout × key padding × causal under tiles where each
   thread's column loops run twice (Bc = 8·TC: two groups of four S columns; D = 8·TC: two

@@ -1,4 +1,4 @@
-"""The ladders at the top of the fast kernel files (issue 13, ``flashlesson.ladder``): each
+"""The ladders at the top of the fast kernel files (``flashlesson.ladder``): each
 file's table is exactly what ``LADDERS`` renders (every row a step the command runs, or a
 historical one that says so), every runnable step is a call the public API takes, and
 ``bench ladder --write`` puts measured numbers into the tables and nothing else. (The

@@ -1,4 +1,4 @@
-"""The launch layer (issue 14): plans cached per key and reused, the fast launch path past
+"""The launch layer: plans cached per key and reused, the fast launch path past
 Numba's dispatcher and its fallback, DevArray views, torch in → torch out on torch's stream,
 two kernels side by side on a forked stream, CUDA-graph capture of a flashlesson.torch training
 step.
@@ -115,9 +115,10 @@ def test_fast_path_failure_falls_back_once(monkeypatch, capsys, rng):
 @pytest.mark.parametrize("plans", [True, False], ids=["replayed", "full path"])
 def test_a_fresh_thread_launches(monkeypatch, plans):
     """A call made first on this thread, then on a thread that never used CUDA through Numba
-    (as torch's autograd runs a backward): the same result. Before the launch layer made the
-    context current per thread, the second raised CUDA_ERROR_INVALID_CONTEXT (the H200, in
-    ``flashlesson bench overhead``'s flashlesson.torch step)."""
+    (as torch's autograd runs a backward): the same result. The launch layer makes the context
+    current on each thread it launches from; without that the second call raises
+    CUDA_ERROR_INVALID_CONTEXT (seen on the H200 in ``flashlesson bench overhead``'s
+    flashlesson.torch step)."""
     torch = pytest.importorskip("torch")
     from flashlesson import calls
     monkeypatch.setattr(calls, "ENABLED", plans)

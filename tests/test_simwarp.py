@@ -11,7 +11,7 @@ hand in NumPy. Blocks of 32 and 64 threads are full warps; 40 and 48 end with a 
 Run (from the repository root; ``tests/conftest.py`` picks the device, the simulator when
 there is no GPU, and ``NUMBA_ENABLE_CUDASIM=1`` forces it)::
 
-    NUMBA_ENABLE_CUDASIM=1 PYTHONPATH=.:src python3 -m pytest tests/test_simwarp.py -q
+    NUMBA_ENABLE_CUDASIM=1 python -m pytest tests/test_simwarp.py -q
 """
 
 import os

@@ -1,13 +1,13 @@
-"""§37, issue 16: float32 attention through 3xTF32 on the tensor cores, as accurate as torch's
+"""§37: float32 attention through 3xTF32 on the tensor cores, as accurate as torch's
 fp32 "efficient" SDPA backend.
 
 The tensor core does not add as IEEE float32 does: a tf32 mma cuts its 8 products and c to the
 grid of the largest and rounds the sum toward zero (Hopper's model, Khattak & Mikaitis 2025:
-``kernels_numba/sim/mma.tf32_block_fma``, the simulator's twin). The 3xTF32 kernels put three
-mmas a k8 step straight into their accumulators — 3·N/8 roundings toward zero over N keys —
-and were 3–94× (forward) and 12–100× (backward) less accurate than torch on the H200; they now
-sum each k8 step from zero and add it on the CUDA cores (``attention_tc.mma3``), as torch's
-CUTLASS kernels stage theirs. ``scripts/tf32x3_error.py`` emulates each step's share.
+``kernels_numba/sim/mma.tf32_block_fma``, the simulator's twin). Three mmas a k8 step put
+straight into the accumulators would give 3·N/8 roundings toward zero over N keys — 3–94×
+(forward) and 12–100× (backward) torch's error on the H200 (docs/results.md) — so the 3xTF32
+kernels sum each k8 step from zero and add it on the CUDA cores (``attention_tc.mma3``), as
+torch's CUTLASS kernels stage theirs. ``scripts/tf32x3_error.py`` emulates each step's share.
 
 - ``test_tensor_core_rounds_toward_zero`` (simulator and GPU): one mma whose result differs
   between IEEE addition, rounding toward zero, and the model — in the simulator a check of the
@@ -146,8 +146,9 @@ def _within_2x(names, ours, theirs, ref):
 def test_as_accurate_as_torch_efficient(rng, shape, causal):
     """O, dq, dk, dv of method "flash_tc" on float32 inputs (3xTF32; the backward from our own
     O and LSE) and of torch SDPA's EFFICIENT_ATTENTION backend (3xTF32 too, CUTLASS) against
-    torch's float64 math backend: each max |error| ≤ 2× torch's. Before issue 16's fix, on the
-    H200: O 3–94×, the gradients 12–100× torch's (docs/results.md)."""
+    torch's float64 math backend: each max |error| ≤ 2× torch's. With the three mmas summed
+    straight into the accumulators, on the H200: O 3–94×, the gradients 12–100× torch's
+    (docs/results.md)."""
     q, k, v, do, ref, theirs = _torch_runs(rng, shape, causal)
     o, lse = attention(q, k, v, causal=causal, return_lse=True, method="flash_tc")
     grads = attention_backward(do, q, k, v, o, lse, causal=causal, method="flash_tc")

@@ -92,8 +92,7 @@ def test_examples_are_found_in_the_checkout():
 
 
 def test_every_lesson_section_1_to_50_has_an_example():
-    # Expected to fail until the examples of every § have landed (issue 5 adds §26, §37–48, §50
-    # in parts); the message names exactly the sections still missing.
+    # Every § of the lesson has an example; the message names exactly the sections missing.
     missing = tour.missing_sections()
     declared = tour.declared_sections()
     assert not missing, (f"§{', §'.join(map(str, missing))} of the lesson's 50 sections have no "
