@@ -1,12 +1,12 @@
 """FlashAttention backward (lesson §30–31), with §34 causal, §35 key padding and packed
 variable-length sequences, and §36 dropout.
 
-Ladder (issue 13): from the lesson kernel to this file, step by step, at B4 H16 N1024 d64 float32
-unless a step says otherwise; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's); kernel-only
-CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same inputs.
-``flashlesson bench ladder --only attention_backward`` checks and times every step with a timed
-call, ``--write`` puts its numbers here; a step without one is historical (no longer separable in
-the code) and keeps the TFLOP/s recorded then.
+Ladder (lesson tier to fast tier): from the lesson kernel to this file, step by step, at B4 H16
+N1024 d64 float32 unless a step says otherwise; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's);
+kernel-only CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same
+inputs. ``flashlesson bench ladder --only attention_backward`` checks and times every step with a
+timed call, ``--write`` puts its numbers here; a step without one is historical (no longer separable
+in the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
 | 0    | the lesson kernels (``lesson/backward.py``,  | H200, 2026-12-01: 5.66 ms,   | tier='lesson'                  |

@@ -15,12 +15,12 @@ Menu
 |                                                   | from zero, added on the CUDA cores (mma3):    |
 |                                                   | fp32 accuracy                                 |
 
-Ladder (issue 13): from the lesson kernel to this file, step by step, at B4 H16 N1024 d64 float16
-unless a step says otherwise; TFLOP/s = 4·B·H·N²·d / time (half when causal); kernel-only CUDA-event
-medians; "× lesson" = the lesson kernel's time / the step's on the same inputs. ``flashlesson bench
-ladder --only attention_tc`` checks and times every step with a timed call, ``--write`` puts its
-numbers here; a step without one is historical (no longer separable in the code) and keeps the
-TFLOP/s recorded then.
+Ladder (lesson tier to fast tier): from the lesson kernel to this file, step by step, at B4 H16
+N1024 d64 float16 unless a step says otherwise; TFLOP/s = 4·B·H·N²·d / time (half when causal);
+kernel-only CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same
+inputs. ``flashlesson bench ladder --only attention_tc`` checks and times every step with a timed
+call, ``--write`` puts its numbers here; a step without one is historical (no longer separable in
+the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
 | 0    | the lesson kernel                            | H200, 2026-12-01: 3.13 ms,   | method='flash_tc',             |
@@ -41,16 +41,15 @@ TFLOP/s recorded then.
 | 4    | base-2 exponentials (``mma.ex2``, log2e      | historical: H200,            | ``flashlesson bench attention  |
 |      | folded into the scale), 32-bit shared        | 2026-11-30: 0.90× SDPA flash | --tc``                         |
 |      | addresses: in steps 1–3 as run today, not    | at B2 H16 N4096 d64          |                                |
-|      | switchable                                   | (0.77–0.99× over the sizes,  |                                |
-|      |                                              | git a4b5d17)                 |                                |
+|      | switchable                                   | (0.77–0.99× over the sizes)  |                                |
 | tf32 | float32 inputs on the tensor cores, 3xTF32   | H200, 2026-12-01: 0.725 ms,  | method='flash_tc'              |
 |      | (``flash_tf32x3_kernel``: three tf32 mmas a  | 23.7 TFLOP/s, 3.45× lesson   |                                |
 |      | product, each k8 step summed from zero and   | (step 0f)                    |                                |
 |      | added on the CUDA cores: the staged          |                              |                                |
-|      | accumulation of git 6ad2f9a, issue 16),      |                              |                                |
-|      | against the float32 lesson kernel of §32     |                              |                                |
-|      | (before the staging: 30.3 TFLOP/s, 3–94×     |                              |                                |
-|      | torch efficient's error) (float32)           |                              |                                |
+|      | accumulation), against the float32 lesson    |                              |                                |
+|      | kernel of §32 (before the staging: 30.3      |                              |                                |
+|      | TFLOP/s, 3–94× torch efficient's error)      |                              |                                |
+|      | (float32)                                    |                              |                                |
 | 0f   | (the lesson kernel of step tf32:             | H200, 2026-12-01: 2.5 ms,    | tier='lesson'                  |
 |      | ``lesson/attention.py``, CUDA cores)         | 6.86 TFLOP/s                 |                                |
 |      | (float32)                                    |                              |                                |

@@ -8,12 +8,12 @@ Menu
 | ``flash_tf32x3_bwd_dq_kernel(D, Bk, WARPS, CAUSAL,     | one block per 16·WARPS queries, K/V   |
 |   PAD)``                                               | tiles streamed: dQ += dS K            |
 
-Ladder (issue 13): from the lesson kernel to this file, step by step, at B4 H16 N1024 d64 float32
-unless a step says otherwise; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's); kernel-only
-CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same inputs.
-``flashlesson bench ladder --only attention_tf32x3_backward`` checks and times every step with a
-timed call, ``--write`` puts its numbers here; a step without one is historical (no longer separable
-in the code) and keeps the TFLOP/s recorded then.
+Ladder (lesson tier to fast tier): from the lesson kernel to this file, step by step, at B4 H16
+N1024 d64 float32 unless a step says otherwise; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's);
+kernel-only CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same
+inputs. ``flashlesson bench ladder --only attention_tf32x3_backward`` checks and times every step
+with a timed call, ``--write`` puts its numbers here; a step without one is historical (no longer
+separable in the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
 | 0    | the lesson kernels of §30 on CUDA cores      | H200, 2026-12-01: 5.68 ms,   | tier='lesson'                  |
@@ -24,9 +24,8 @@ in the code) and keeps the TFLOP/s recorded then.
 |      | efficient fp32,                              |                              |                                |
 |      | docs/bench_attention_tc_backward_h200.json,  |                              |                                |
 |      | 2026-11-30), its products staged as the      |                              |                                |
-|      | forward's (git 6ad2f9a, issue 16; before the |                              |                                |
-|      | staging: 23.6 TFLOP/s, 12–100× torch         |                              |                                |
-|      | efficient's error)                           |                              |                                |
+|      | forward's (before the staging: 23.6 TFLOP/s, |                              |                                |
+|      | 12–100× torch efficient's error)             |                              |                                |
 
 (D_i = Σ_c dO_ic·O_ic comes from the CUDA-core backward's ``bwd_preprocess``: float32 O, dO.)
 

@@ -44,12 +44,12 @@ Menu
 |                                                 | one FFMA (attention_tc.fold_scale); False:  |
 |                                                 | S·c first, entry by entry                   |
 
-Ladder (issue 13): from the lesson kernel to this file, step by step, at B1 H16 N8192 d128 float16
-unless a step says otherwise; TFLOP/s = 4·B·H·N²·d / time (half when causal); kernel-only CUDA-event
-medians; "× lesson" = the lesson kernel's time / the step's on the same inputs. ``flashlesson bench
-ladder --only attention_wgmma`` checks and times every step with a timed call, ``--write`` puts its
-numbers here; a step without one is historical (no longer separable in the code) and keeps the
-TFLOP/s recorded then.
+Ladder (lesson tier to fast tier): from the lesson kernel to this file, step by step, at B1 H16
+N8192 d128 float16 unless a step says otherwise; TFLOP/s = 4·B·H·N²·d / time (half when causal);
+kernel-only CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same
+inputs. ``flashlesson bench ladder --only attention_wgmma`` checks and times every step with a timed
+call, ``--write`` puts its numbers here; a step without one is historical (no longer separable in
+the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
 | 0    | the lesson kernel of §37                     | H200, 2026-12-02: 99.4 ms,   | method='flash_tc',             |

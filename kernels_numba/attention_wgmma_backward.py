@@ -30,12 +30,12 @@ Menu
 |   (STAGES ≥ 2, not FUSED)                         | dV, dK (dQ); the default: the dK/dV       |
 |                                                   | kernel always, the dQ kernel at d = 128   |
 
-Ladder (issue 13): from the lesson kernel to this file, step by step, at B1 H16 N8192 d128 float16
-unless a step says otherwise; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's); kernel-only
-CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same inputs.
-``flashlesson bench ladder --only attention_wgmma_backward`` checks and times every step with a
-timed call, ``--write`` puts its numbers here; a step without one is historical (no longer separable
-in the code) and keeps the TFLOP/s recorded then.
+Ladder (lesson tier to fast tier): from the lesson kernel to this file, step by step, at B1 H16
+N8192 d128 float16 unless a step says otherwise; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's);
+kernel-only CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same
+inputs. ``flashlesson bench ladder --only attention_wgmma_backward`` checks and times every step
+with a timed call, ``--write`` puts its numbers here; a step without one is historical (no longer
+separable in the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
 | 0    | the lesson kernels of §30 on CUDA cores, on  | H200, 2026-12-02: 832 ms,    | tier='lesson'                  |
@@ -53,15 +53,15 @@ in the code) and keeps the TFLOP/s recorded then.
 | 3    | two stages: the next tile's cp.async copies  | H200, 2026-12-02: 5.31 ms,   | method='flash_wgmma',          |
 |      | in flight during this tile's wgmmas. Steps 2 | 259 TFLOP/s, 156.68× lesson  | config=WgmmaBwdConfig(Bq=64,   |
 |      | and 3 run the leaner loop and the softmax    |                              | Bk=64, CWG=2, STAGES=2,        |
-|      | under the second product (menu, session 8);  |                              | FUSED=False, SWIZZLE=False,    |
-|      | with the lean loop alone 6.62 and 5.63 ms,   |                              | AHEAD=False)                   |
-|      | before it 7.41 and 6.4 ms (2026-12-01)       |                              |                                |
+|      | under the second product (menu); with the    |                              | FUSED=False, SWIZZLE=False,    |
+|      | lean loop alone 6.62 and 5.63 ms, before it  |                              | AHEAD=False)                   |
+|      | 7.41 and 6.4 ms (2026-12-01)                 |                              |                                |
 | 4    | AHEAD: the next tile's Sᵀ, dPᵀ (S, dP)       | H200, 2026-12-02: 4.65 ms,   | method='flash_wgmma',          |
 |      | issued behind this tile's dV, dK (dQ), so    | 296 TFLOP/s, 179.06× lesson  | config=WgmmaBwdConfig(Bq=64,   |
 |      | the tensor cores have the next products      |                              | Bk=64, CWG=2, STAGES=2,        |
 |      | queued while the warpgroup waits, arrives    |                              | FUSED=False, SWIZZLE=False,    |
-|      | and copies (menu, session 9; the dQ kernel   |                              | AHEAD=None)                    |
-|      | ahead at d = 128 only)                       |                              |                                |
+|      | and copies (menu; the dQ kernel ahead at d = |                              | AHEAD=None)                    |
+|      | 128 only)                                    |                              |                                |
 | 5    | three stages: with AHEAD a tile's FULL wait  | historical: H200,            | method='flash_wgmma',          |
 |      | comes at the end of the tile before, and two | 2026-12-02: 4.51 ms, 305     | config=WgmmaBwdConfig() before |
 |      | stages had issued its copies only at that    | TFLOP/s, 182.65× lesson      | step 6                         |
@@ -77,9 +77,8 @@ in the code) and keeps the TFLOP/s recorded then.
 |      | 0.095 → 0.030 ms here, the backward 1.00×    |                              | AHEAD=None)                    |
 |      | the word form at this shape and 1.06× at B4  |                              |                                |
 |      | H16 N1024 d64, where that launch was 9 % of  |                              |                                |
-|      | the call (scripts/diag15_drows.py,           |                              |                                |
-|      | docs/results.md session 15). The method's    |                              |                                |
-|      | default                                      |                              |                                |
+|      | the call (H200, 2026-12-02,                  |                              |                                |
+|      | docs/results.md). The method's default       |                              |                                |
 
 FUSED (``WgmmaBwdConfig(FUSED=True)``): the two kernels compute S and dP twice — seven
 products a tile pair where FlashAttention-2 and -3 do five, adding dQ from the dK/dV kernel

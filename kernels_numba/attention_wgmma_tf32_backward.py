@@ -23,12 +23,12 @@ Menu
 |   STAGES, CAUSAL, PAD)``                      | Bk: S = Q Kᵀ, dP = dO Vᵀ (SS), dQ += dS K     |
 |                                               | (RS, B = Kᵀ)                                  |
 
-Ladder (issue 13): from the lesson kernel to this file, step by step, at B2 H16 N4096 d64 float32
-unless a step says otherwise; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's); kernel-only
-CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same inputs.
-``flashlesson bench ladder --only attention_wgmma_tf32_backward`` checks and times every step with a
-timed call, ``--write`` puts its numbers here; a step without one is historical (no longer separable
-in the code) and keeps the TFLOP/s recorded then.
+Ladder (lesson tier to fast tier): from the lesson kernel to this file, step by step, at B2 H16
+N4096 d64 float32 unless a step says otherwise; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's);
+kernel-only CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same
+inputs. ``flashlesson bench ladder --only attention_wgmma_tf32_backward`` checks and times every
+step with a timed call, ``--write`` puts its numbers here; a step without one is historical (no
+longer separable in the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
 | 0    | the lesson kernels of §30 on CUDA cores      | H200, 2026-12-02: 44.3 ms,   | tier='lesson'                  |
@@ -55,20 +55,18 @@ in the code) and keeps the TFLOP/s recorded then.
 |      | of one column, and 16-byte stores of both    | TFLOP/s, 7.23× lesson        |                                |
 |      | parts; before: 0.550 ms at this shape, about |                              |                                |
 |      | 1.3 TB/s of its reads and writes, now 0.175  |                              |                                |
-|      | ms, scripts/diag13_streams.py,               |                              |                                |
-|      | docs/results.md session 13): the default.    |                              |                                |
-|      | Steps 2 and 3, timed the same day, have it   |                              |                                |
-|      | too (with one word a thread: 10.3 and 7.47   |                              |                                |
-|      | ms)                                          |                              |                                |
+|      | ms, H200, 2026-12-02, docs/results.md): the  |                              |                                |
+|      | default. Steps 2 and 3, timed the same day,  |                              |                                |
+|      | have it too (with one word a thread: 10.3    |                              |                                |
+|      | and 7.47 ms)                                 |                              |                                |
 | 6    | the D and LSE launch (``stats_kernel``, a    | H200, 2026-12-02: 6.01 ms,   | method='flash_wgmma'           |
 |      | thread a row) reads its rows 16 bytes a load | 57.2 TFLOP/s, 7.37× lesson   |                                |
 |      | instead of a float (VEC; the same float64    |                              |                                |
 |      | sums in the same order, the same bits):      |                              |                                |
 |      | 0.094 → 0.038 ms at this shape, 0.22 → 0.073 |                              |                                |
-|      | ms at B1 H16 N8192 d128                      |                              |                                |
-|      | (scripts/diag15_drows.py, docs/results.md    |                              |                                |
-|      | session 15): the default. Steps 2 and 3,     |                              |                                |
-|      | timed since, have it too                     |                              |                                |
+|      | ms at B1 H16 N8192 d128 (H200, 2026-12-02,   |                              |                                |
+|      | docs/results.md): the default. Steps 2 and   |                              |                                |
+|      | 3, timed since, have it too                  |                              |                                |
 
 Against torch with the packing of step 5 (H200, 2026-12-02, session 13, scripts/
 diag13_streams.py: the public call's launches replayed, kernel-only, × torch SDPA efficient's
