@@ -211,14 +211,14 @@ def bwd_preprocess(o, do, dvec):
     either way row r's D lands where its LSE is), dvec [R]. Summed in float64 and rounded once
     (``d_row``):
     dS = P∘(dP − D) cancels in causal rows that see few keys (D ≈ dP there), and a float32 sum
-    of d terms gave 3xTF32's dq at B1 H1 N2048 d128 causal 2.7× torch efficient's error (the
-    H200, seed 20261211); a NumPy emulation of that case (scripts/tf32x3_error.py's arithmetic)
+    of d terms gives 3xTF32's dq at B1 H1 N2048 d128 causal 2.7× torch efficient's error (H200,
+    2026-12-02); a NumPy emulation of that case (scripts/tf32x3_error.py's arithmetic)
     puts 1.23e-6 of its 2.87e-6 on D's float32 sum and 9e-8 on a float64 one.
 
     One thread per row, threads striding over the rows (any R, any grid). D is O(R·d) work
     against the O(R·Nk·d) of the main kernels, so the plainest layout does. (A warp per row
     with a §6 butterfly would read coalesced, but costs 5 shuffles a row — and in the simulator
-    each simulated shuffle takes milliseconds: it was 85% of a small backward's run time.)
+    each simulated shuffle takes milliseconds: 85% of a small backward's run time.)
     With dropout O is the dropped output (P∘Z) V, and D_i = Σ_j P_ij dP_ij still holds."""
     row = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     while row < o.shape[0]:

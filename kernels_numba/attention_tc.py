@@ -94,14 +94,14 @@ d … D − 1 are loaded as zeros (so they add 0 to S = Q Kᵀ, and acc's are 0)
 Rows travel as 16-byte pieces when d % 8 == 0 (a piece past the row: cp.async's zero-fill form,
 or zeros without a load), else half by half (a row start is then only 2-byte aligned: 8 loads
 a piece, no cp.async — the ASYNC kernel's copies are then plain loads and stores). d = D
-compiles to the same code as before. The mmas run over D: d/D of their work is useful (d = 111:
-112, 99 %; d = 40: 48, 83 %). 3xTF32: D = d, a multiple of 8. Bc a multiple of 16; a full-warp
-instruction, so every warp runs every tile even past Nq (its rows are just not written).
-Inputs [BH, N, d/2] uint32 (fp16/bf16 pairs; d % 8 ≠ 0: [BH, N, d] uint16 halves) or [BH, N, D]
-float32 (3xTF32); outputs O in the input's format, LSE [BH, Nq] float32 (−inf and O = 0 for a
-row that sees no key). Causal is
-aligned bottom-right (query i sees key j iff j ≤ i + Nk − Nq), like the CUDA-core kernel. No
-dropout, no varlen here (the CUDA-core kernel has them).
+compiles to the plain loop (no head_io bounds). The mmas run over D: d/D of their work is
+useful (d = 111: 112, 99 %; d = 40: 48, 83 %). 3xTF32: D = d, a multiple of 8. Bc a multiple
+of 16; a full-warp instruction, so every warp runs every tile even past Nq (its rows are just
+not written). Inputs [BH, N, d/2] uint32 (fp16/bf16 pairs; d % 8 ≠ 0: [BH, N, d] uint16
+halves) or [BH, N, D] float32 (3xTF32); outputs O in the input's format, LSE [BH, Nq] float32
+(−inf and O = 0 for a row that sees no key). Causal is aligned bottom-right (query i sees key
+j iff j ≤ i + Nk − Nq), like the CUDA-core kernel. No dropout, no varlen here (the CUDA-core
+kernel has them).
 
 Masked keys (README, "Masked keys contribute exactly nothing"): the scores are masked by
 select (S = −inf), and keys past Nk and (PAD) padded keys are zeros on chip — the loaders
@@ -791,9 +791,9 @@ def mma3(A0, A1, A2, A3, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
     Staged accumulation: the three mmas sum from zero and the k8 step's sum is added to C on
     the CUDA cores (to nearest: 4 FADDs). The tensor core cuts every addend to the grid of the
     largest and rounds its sum toward zero (sim/mma.tf32_block_fma); the three mmas straight
-    into C (until issue 16) took up to an ulp of C each, all with one sign, 3·N/8 times over
-    N keys: O 2.9e-6 off at N = 1024, d = 64 on the H200, torch 6.8e-7 (docs/results.md),
-    growing with N. torch's 3xTF32 kernels stage too (CUTLASS OpMultiplyAddFastF32, every 32
+    into C would take up to an ulp of C each, all with one sign, 3·N/8 times over N keys: O
+    2.9e-6 off at N = 1024, d = 64 on the H200, torch 6.8e-7 (docs/results.md), growing with
+    N. torch's 3xTF32 kernels stage too (CUTLASS OpMultiplyAddFastF32, every 32
     of k: mem_eff_attention/gemm/custom_mma_multistage.h, mma_from_smem.h); the emulation in
     scripts/tf32x3_error.py gives each choice's error."""
     B0, B1 = tf32(b0), tf32(b1)
@@ -907,7 +907,7 @@ def flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD):
     big_a·big_b + big_a·small_b + small_a·big_b (the small·small term, ~2⁻²² relative, is
     dropped): three m16n8k8 mmas instead of one, summed from zero and added to S or acc on the
     CUDA cores a k8 step at a time (``mma3``: the tensor core rounds each mma toward zero, so
-    mmas straight into acc drifted as N — issue 16), and float32-level accuracy. Operands come
+    mmas straight into acc would drift as N), and float32-level accuracy. Operands come
     from shared memory as float32 (no packing); P's accumulator layout maps onto the tf32 A fragment
     with its k index permuted (lane t holds keys 2t, 2t+1, taken as k = t and t + 4), and the
     B rows of V are read in the same permuted order, so Σ_k is unchanged.

@@ -134,7 +134,7 @@ def tc_bwd_preprocess(BF16, LSE2=False, CLEAR=False, VEC=False):
     VEC (words, a row a multiple of four words on a 16-byte boundary): four words (eight
     halves) a load, a quarter of the loads for the same bytes, the words summed in the same
     order (the same bits): 0.095 → 0.030 ms at B1 H16 N8192 d128, 0.020 → 0.007 at B4 H16 N1024
-    d64 (H200, 2026-12-02, docs/results.md session 15)."""
+    d64 (H200, 2026-12-02, docs/results.md)."""
     assert LSE2 or not CLEAR
     unpack = unpack_bf16 if BF16 else unpack_f16
 
@@ -242,7 +242,7 @@ def exponent(s, scale, scale2, lse, NAT):
     LSE term (NAT: LSE, else LSE·log2e, lse2_of). Default: s·scale2 − LSE·log2e, one FFMA
     (FlashAttention-2's trick), whose two terms carry the roundings of scale·log2e and
     LSE·log2e — about u·|S·scale·log2e| each, an absolute error of P near 1 of some 1e-6. NAT
-    (the 3xTF32 kernels, issue 16): fma(s, scale, −LSE)·log2e, the difference taken before the
+    (the 3xTF32 kernels): fma(s, scale, −LSE)·log2e, the difference taken before the
     change of base, so that x ≈ 0 where P ≈ 1 carries only its own rounding (one FMUL more)."""
     if NAT:
         return cuda.fma(s, scale, -lse) * LOG2E
@@ -412,12 +412,12 @@ def ds_rows_steps(NBK, CAUSAL, PAD, NAT=False, APART=True):
     around all of them (hide), in grads only: P feeds nothing but dS, so a hidden key's P may
     be anything (inf, NaN) once its dS is set to 0. Without APART (as ds_rows) each element
     carries its tests, in probs (P = 0) and again in grads, under a branch on the tile's edge;
-    ptxas turned those into predicated instructions on every tile — causal, the fp16 wgmma dQ
-    kernel ran 0.45 ms at B2 H16 N4096 d64 and 1.40 at B1 H16 N8192 d128, with APART (then
-    still masking P too) 0.31 and 1.13, P unmasked 0.32 and 1.13 (another run: no gain beyond
-    7 % fewer instructions); not causal, the same (H200, 2026-12-02, docs/results.md session
-    13). The 3xTF32 dQ kernel keeps the tests per element (APART=False): with APART
-    (masking P too) it ran 1.12× slower not causal, 1.02× causal."""
+    ptxas turns those into predicated instructions on every tile — causal, the fp16 wgmma dQ
+    kernel runs 0.45 ms at B2 H16 N4096 d64 and 1.40 at B1 H16 N8192 d128 without APART, 0.32
+    and 1.13 with it (not masking P: 7 % fewer instructions than masking P too, no faster);
+    not causal, the same (H200, 2026-12-02, docs/results.md). The 3xTF32 dQ kernel keeps the
+    tests per element (APART=False): with APART (masking P too) it ran 1.12× slower not
+    causal, 1.02× causal."""
     Bk = 8 * NBK
     hidden = key_hidden(CAUSAL, PAD)
 

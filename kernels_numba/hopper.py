@@ -206,7 +206,7 @@ H200: cp.async.bulk.tensor with a tensor map (made on the host through cuda.bind
 cuTensorMapEncodeTiled, passed as a 128-byte __grid_constant__ kernel parameter: strided 2-D
 tiles, out-of-bounds rows zero-filled, the 128-byte swizzle written as it lands), or per-thread
 cp.async (vector.py) followed by cp.async.mbarrier.arrive.noinc on the same mbarrier (no copy
-engine; the threads issue 16 bytes each).
+engine; each thread copies 16 bytes at a time).
 
 Limits. Hardware sm_90a (H100/H200); ``numba.cuda.compile_ptx`` needs ``cc=(9, 0, "a")`` for these.
 A is K-major (from shared memory) or in registers; B K-major, or N-major without swizzle (the _tb
