@@ -224,12 +224,12 @@ the GPU (``FLASHLESSON_DEVICE=gpu``; on the H200:
 tests/test_hopper.py``);
 ``test_ptx_for_sm90a`` compiles the test kernels with ``compile_ptx(cc=(9, 0, "a"))`` and
 assembles them with ptxas where NVVM and ptxas are found (the GPU machine; elsewhere the
-nvidia-nvvm, nvidia-cuda-nvrtc and nvidia-cuda-nvcc wheels). Seen 2026-12-01 without a GPU (CUDA
-13.0's NVVM and ptxas): every kernel assembles for sm_90a with no "Performance Loss" warning;
-the wgmma kernels keep their accumulators in registers (72 registers at N = 64, 138 at N = 128,
-no local memory); setmaxnreg is honoured under -maxrregcount 128 (run on the H200 since).
-Later the same day (CUDA 13.5's NVVM and ptxas): the _tb and _rs test kernels, the cp.async
-mbarrier kernel and flash_wgmma (attention_wgmma.py, d = 128, producer) assemble too, with
+nvidia-nvvm, nvidia-cuda-nvrtc and nvidia-cuda-nvcc wheels). Assembled without a GPU,
+2026-12-01, with CUDA 13.0's NVVM and ptxas: every kernel assembles for sm_90a with no
+"Performance Loss" warning; the wgmma kernels keep their accumulators in registers (72
+registers at N = 64, 138 at N = 128, no local memory); setmaxnreg is honoured under
+-maxrregcount 128 (also run on the H200). With CUDA 13.5's NVVM and ptxas (the same day): the
+_tb and _rs test kernels, the cp.async mbarrier kernel and flash_wgmma (attention_wgmma.py, d = 128, producer) assemble too, with
 no "Performance Loss" warning; the RS + N-major test kernel at N = 128 holds 166 registers.
 """
 

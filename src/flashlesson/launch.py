@@ -43,9 +43,9 @@ Streams: a launch goes to ``arrays.current_stream()``, which the public function
 otherwise.
 
 CUDA gives a kernel at most 48 KB of dynamic shared memory unless the kernel is opted in with
-``cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)`` (up to 227 KB on the H100/H200). Numba has no
-public API for it (feature request NVIDIA/numba-cuda#94); the plan sets the attribute once per
-compiled kernel through the handle above. In the simulator there is no limit to lift.
+``cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)`` (up to 227 KB on the H100/H200). Numba has
+no public API for it (feature request NVIDIA/numba-cuda#94); the plan sets the attribute once
+per compiled kernel through the handle above. In the simulator there is no limit to lift.
 """
 
 import ctypes
