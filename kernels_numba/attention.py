@@ -4,12 +4,12 @@ The fast tier. Read ``kernels_numba/lesson/attention.py`` first (§32 as one pla
 thread a query row); the ladder below goes from it to ``flash_forward_kernel``, fp32 on CUDA
 cores.
 
-Ladder (issue 13): from the lesson kernel to this file, step by step, at B4 H16 N1024 d64 float32
-unless a step says otherwise; TFLOP/s = 4·B·H·N²·d / time (half when causal); kernel-only CUDA-event
-medians; "× lesson" = the lesson kernel's time / the step's on the same inputs. ``flashlesson bench
-ladder --only attention`` checks and times every step with a timed call, ``--write`` puts its
-numbers here; a step without one is historical (no longer separable in the code) and keeps the
-TFLOP/s recorded then.
+Ladder (lesson tier to fast tier): from the lesson kernel to this file, step by step, at B4 H16
+N1024 d64 float32 unless a step says otherwise; TFLOP/s = 4·B·H·N²·d / time (half when causal);
+kernel-only CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same
+inputs. ``flashlesson bench ladder --only attention`` checks and times every step with a timed call,
+``--write`` puts its numbers here; a step without one is historical (no longer separable in the
+code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
 | 0    | the lesson kernel (``lesson/attention.py``): | H200, 2026-12-01: 2.5 ms,    | tier='lesson'                  |

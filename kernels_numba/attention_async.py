@@ -98,8 +98,8 @@ O = 0 for a row that sees no key); causal aligned bottom-right.
 
 How to run: ``flashlesson.attention(q, k, v, method="flash_async")`` (§42);
 ``flashlesson.loop_order.launch_async(…, producers=1, stages=S)`` (§43);
-``flashlesson section 42``, ``section 43``; ``pytest tests/test_attention_async.py``; on an H200
-``bash scripts/gpu_async.sh``.
+``flashlesson section 42``, ``section 43``; ``pytest tests/test_attention_async.py``; on a Hopper
+GPU ``flashlesson bench ladder --only attention_db`` and ``python3 scripts/bench_loop_order.py``.
 """
 
 from functools import lru_cache

@@ -1,12 +1,12 @@
 """FlashAttention backward (lesson §30–31), with §34 causal, §35 key padding and packed
 variable-length sequences, and §36 dropout.
 
-Ladder (issue 13): from the lesson kernel to this file, step by step, at B4 H16 N1024 d64 float32
-unless a step says otherwise; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's); kernel-only
-CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same inputs.
-``flashlesson bench ladder --only attention_backward`` checks and times every step with a timed
-call, ``--write`` puts its numbers here; a step without one is historical (no longer separable in
-the code) and keeps the TFLOP/s recorded then.
+Ladder (lesson tier to fast tier): from the lesson kernel to this file, step by step, at B4 H16
+N1024 d64 float32 unless a step says otherwise; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's);
+kernel-only CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same
+inputs. ``flashlesson bench ladder --only attention_backward`` checks and times every step with a
+timed call, ``--write`` puts its numbers here; a step without one is historical (no longer separable
+in the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
 | 0    | the lesson kernels (``lesson/backward.py``,  | H200, 2026-12-01: 5.66 ms,   | tier='lesson'                  |
@@ -211,14 +211,14 @@ def bwd_preprocess(o, do, dvec):
     either way row r's D lands where its LSE is), dvec [R]. Summed in float64 and rounded once
     (``d_row``):
     dS = P∘(dP − D) cancels in causal rows that see few keys (D ≈ dP there), and a float32 sum
-    of d terms gave 3xTF32's dq at B1 H1 N2048 d128 causal 2.7× torch efficient's error (the
-    H200, seed 20261211); a NumPy emulation of that case (scripts/tf32x3_error.py's arithmetic)
+    of d terms gives 3xTF32's dq at B1 H1 N2048 d128 causal 2.7× torch efficient's error (H200,
+    2026-12-02); a NumPy emulation of that case (scripts/tf32x3_error.py's arithmetic)
     puts 1.23e-6 of its 2.87e-6 on D's float32 sum and 9e-8 on a float64 one.
 
     One thread per row, threads striding over the rows (any R, any grid). D is O(R·d) work
     against the O(R·Nk·d) of the main kernels, so the plainest layout does. (A warp per row
     with a §6 butterfly would read coalesced, but costs 5 shuffles a row — and in the simulator
-    each simulated shuffle takes milliseconds: it was 85% of a small backward's run time.)
+    each simulated shuffle takes milliseconds: 85% of a small backward's run time.)
     With dropout O is the dropped output (P∘Z) V, and D_i = Σ_j P_ij dP_ij still holds."""
     row = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     while row < o.shape[0]:

@@ -2,12 +2,12 @@
 going back to global memory after every K/V tile — next to FlashAttention-2's order
 (``attention.flash_forward_kernel``: Q tile outside, K/V streamed, O written once).
 
-Ladder (issue 13): from the lesson kernel to this file, step by step, at B2 H16 N2048 d64 float32
-unless a step says otherwise; TFLOP/s = 4·B·H·N²·d / time (half when causal); kernel-only CUDA-event
-medians; "× lesson" = the lesson kernel's time / the step's on the same inputs. ``flashlesson bench
-ladder --only attention_fa1`` checks and times every step with a timed call, ``--write`` puts its
-numbers here; a step without one is historical (no longer separable in the code) and keeps the
-TFLOP/s recorded then.
+Ladder (lesson tier to fast tier): from the lesson kernel to this file, step by step, at B2 H16
+N2048 d64 float32 unless a step says otherwise; TFLOP/s = 4·B·H·N²·d / time (half when causal);
+kernel-only CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same
+inputs. ``flashlesson bench ladder --only attention_fa1`` checks and times every step with a timed
+call, ``--write`` puts its numbers here; a step without one is historical (no longer separable in
+the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
 | 0    | the lesson kernel                            | H200, 2026-12-01: 62 ms,     | method='flash_fa1',            |

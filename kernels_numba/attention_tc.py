@@ -15,12 +15,12 @@ Menu
 |                                                   | from zero, added on the CUDA cores (mma3):    |
 |                                                   | fp32 accuracy                                 |
 
-Ladder (issue 13): from the lesson kernel to this file, step by step, at B4 H16 N1024 d64 float16
-unless a step says otherwise; TFLOP/s = 4·B·H·N²·d / time (half when causal); kernel-only CUDA-event
-medians; "× lesson" = the lesson kernel's time / the step's on the same inputs. ``flashlesson bench
-ladder --only attention_tc`` checks and times every step with a timed call, ``--write`` puts its
-numbers here; a step without one is historical (no longer separable in the code) and keeps the
-TFLOP/s recorded then.
+Ladder (lesson tier to fast tier): from the lesson kernel to this file, step by step, at B4 H16
+N1024 d64 float16 unless a step says otherwise; TFLOP/s = 4·B·H·N²·d / time (half when causal);
+kernel-only CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same
+inputs. ``flashlesson bench ladder --only attention_tc`` checks and times every step with a timed
+call, ``--write`` puts its numbers here; a step without one is historical (no longer separable in
+the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
 | 0    | the lesson kernel                            | H200, 2026-12-01: 3.13 ms,   | method='flash_tc',             |
@@ -41,16 +41,15 @@ TFLOP/s recorded then.
 | 4    | base-2 exponentials (``mma.ex2``, log2e      | historical: H200,            | ``flashlesson bench attention  |
 |      | folded into the scale), 32-bit shared        | 2026-11-30: 0.90× SDPA flash | --tc``                         |
 |      | addresses: in steps 1–3 as run today, not    | at B2 H16 N4096 d64          |                                |
-|      | switchable                                   | (0.77–0.99× over the sizes,  |                                |
-|      |                                              | git a4b5d17)                 |                                |
+|      | switchable                                   | (0.77–0.99× over the sizes)  |                                |
 | tf32 | float32 inputs on the tensor cores, 3xTF32   | H200, 2026-12-01: 0.725 ms,  | method='flash_tc'              |
 |      | (``flash_tf32x3_kernel``: three tf32 mmas a  | 23.7 TFLOP/s, 3.45× lesson   |                                |
 |      | product, each k8 step summed from zero and   | (step 0f)                    |                                |
 |      | added on the CUDA cores: the staged          |                              |                                |
-|      | accumulation of git 6ad2f9a, issue 16),      |                              |                                |
-|      | against the float32 lesson kernel of §32     |                              |                                |
-|      | (before the staging: 30.3 TFLOP/s, 3–94×     |                              |                                |
-|      | torch efficient's error) (float32)           |                              |                                |
+|      | accumulation), against the float32 lesson    |                              |                                |
+|      | kernel of §32 (before the staging: 30.3      |                              |                                |
+|      | TFLOP/s, 3–94× torch efficient's error)      |                              |                                |
+|      | (float32)                                    |                              |                                |
 | 0f   | (the lesson kernel of step tf32:             | H200, 2026-12-01: 2.5 ms,    | tier='lesson'                  |
 |      | ``lesson/attention.py``, CUDA cores)         | 6.86 TFLOP/s                 |                                |
 |      | (float32)                                    |                              |                                |
@@ -95,14 +94,14 @@ d … D − 1 are loaded as zeros (so they add 0 to S = Q Kᵀ, and acc's are 0)
 Rows travel as 16-byte pieces when d % 8 == 0 (a piece past the row: cp.async's zero-fill form,
 or zeros without a load), else half by half (a row start is then only 2-byte aligned: 8 loads
 a piece, no cp.async — the ASYNC kernel's copies are then plain loads and stores). d = D
-compiles to the same code as before. The mmas run over D: d/D of their work is useful (d = 111:
-112, 99 %; d = 40: 48, 83 %). 3xTF32: D = d, a multiple of 8. Bc a multiple of 16; a full-warp
-instruction, so every warp runs every tile even past Nq (its rows are just not written).
-Inputs [BH, N, d/2] uint32 (fp16/bf16 pairs; d % 8 ≠ 0: [BH, N, d] uint16 halves) or [BH, N, D]
-float32 (3xTF32); outputs O in the input's format, LSE [BH, Nq] float32 (−inf and O = 0 for a
-row that sees no key). Causal is
-aligned bottom-right (query i sees key j iff j ≤ i + Nk − Nq), like the CUDA-core kernel. No
-dropout, no varlen here (the CUDA-core kernel has them).
+compiles to the plain loop (no head_io bounds). The mmas run over D: d/D of their work is
+useful (d = 111: 112, 99 %; d = 40: 48, 83 %). 3xTF32: D = d, a multiple of 8. Bc a multiple
+of 16; a full-warp instruction, so every warp runs every tile even past Nq (its rows are just
+not written). Inputs [BH, N, d/2] uint32 (fp16/bf16 pairs; d % 8 ≠ 0: [BH, N, d] uint16
+halves) or [BH, N, D] float32 (3xTF32); outputs O in the input's format, LSE [BH, Nq] float32
+(−inf and O = 0 for a row that sees no key). Causal is aligned bottom-right (query i sees key
+j iff j ≤ i + Nk − Nq), like the CUDA-core kernel. No dropout, no varlen here (the CUDA-core
+kernel has them).
 
 Masked keys (README, "Masked keys contribute exactly nothing"): the scores are masked by
 select (S = −inf), and keys past Nk and (PAD) padded keys are zeros on chip — the loaders
@@ -792,9 +791,9 @@ def mma3(A0, A1, A2, A3, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
     Staged accumulation: the three mmas sum from zero and the k8 step's sum is added to C on
     the CUDA cores (to nearest: 4 FADDs). The tensor core cuts every addend to the grid of the
     largest and rounds its sum toward zero (sim/mma.tf32_block_fma); the three mmas straight
-    into C (until issue 16) took up to an ulp of C each, all with one sign, 3·N/8 times over
-    N keys: O 2.9e-6 off at N = 1024, d = 64 on the H200, torch 6.8e-7 (docs/results.md),
-    growing with N. torch's 3xTF32 kernels stage too (CUTLASS OpMultiplyAddFastF32, every 32
+    into C would take up to an ulp of C each, all with one sign, 3·N/8 times over N keys: O
+    2.9e-6 off at N = 1024, d = 64 on the H200, torch 6.8e-7 (docs/results.md), growing with
+    N. torch's 3xTF32 kernels stage too (CUTLASS OpMultiplyAddFastF32, every 32
     of k: mem_eff_attention/gemm/custom_mma_multistage.h, mma_from_smem.h); the emulation in
     scripts/tf32x3_error.py gives each choice's error."""
     B0, B1 = tf32(b0), tf32(b1)
@@ -908,7 +907,7 @@ def flash_tf32x3_kernel(D, Bc, WARPS, CAUSAL, PAD):
     big_a·big_b + big_a·small_b + small_a·big_b (the small·small term, ~2⁻²² relative, is
     dropped): three m16n8k8 mmas instead of one, summed from zero and added to S or acc on the
     CUDA cores a k8 step at a time (``mma3``: the tensor core rounds each mma toward zero, so
-    mmas straight into acc drifted as N — issue 16), and float32-level accuracy. Operands come
+    mmas straight into acc would drift as N), and float32-level accuracy. Operands come
     from shared memory as float32 (no packing); P's accumulator layout maps onto the tf32 A fragment
     with its k index permuted (lane t holds keys 2t, 2t+1, taken as k = t and t + 4), and the
     B rows of V are read in the same permuted order, so Σ_k is unchanged.

@@ -11,12 +11,12 @@ Menu
 | ``flash_tc_bwd_dq_kernel(D, Bk, WARPS, CAUSAL,       | one block per 16·WARPS queries, K/V     |
 |   PAD, BF16, ASYNC)``                                | tiles streamed: dQ += dS K              |
 
-Ladder (issue 13): from the lesson kernel to this file, step by step, at B4 H16 N1024 d64 float16
-unless a step says otherwise; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's); kernel-only
-CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same inputs.
-``flashlesson bench ladder --only attention_tc_backward`` checks and times every step with a timed
-call, ``--write`` puts its numbers here; a step without one is historical (no longer separable in
-the code) and keeps the TFLOP/s recorded then.
+Ladder (lesson tier to fast tier): from the lesson kernel to this file, step by step, at B4 H16
+N1024 d64 float16 unless a step says otherwise; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's);
+kernel-only CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same
+inputs. ``flashlesson bench ladder --only attention_tc_backward`` checks and times every step with a
+timed call, ``--write`` puts its numbers here; a step without one is historical (no longer separable
+in the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
 | 0    | the lesson kernels of §30 on CUDA cores, on  | H200, 2026-12-02: 5.67 ms,   | tier='lesson'                  |
@@ -24,12 +24,12 @@ the code) and keeps the TFLOP/s recorded then.
 |      | no lesson tensor-core backward) (float32)    |                              |                                |
 | 1    | D, dK/dV on the transposed problem, dQ, all  | H200, 2026-12-02: 0.44 ms,   | config=TcBwdConfig(Bq=64,      |
 |      | on ``mma.sync``, tiles through registers, 4  | 97.7 TFLOP/s, 12.90× lesson  | KV_WARPS=4, Bk=64, Q_WARPS=4,  |
-|      | warps (git 04ac8dc; before: 0.32× / 0.29×    |                              | KV_ASYNC=False, Q_ASYNC=False) |
-|      | SDPA flash backward, README)                 |                              |                                |
+|      | warps (before: 0.32× / 0.29× SDPA flash      |                              | KV_ASYNC=False, Q_ASYNC=False) |
+|      | backward, README)                            |                              |                                |
 | 2    | ASYNC loads (cp.async stages, ldmatrix), 8   | historical: H200,            | the defaults (then flash_tc)   |
 |      | warps: the default (before: 0.62–0.84× SDPA  | 2026-12-01: 0.311 ms, 138    | before step 3                  |
-|      | flash backward, git a4b5d17; 166.9 TFLOP/s   | TFLOP/s, 18.20× lesson       |                                |
-|      | at B2 H16 N4096 d64, 0.63×,                  |                              |                                |
+|      | flash backward; 166.9 TFLOP/s at B2 H16      | TFLOP/s, 18.20× lesson       |                                |
+|      | N4096 d64, 0.63×,                            |                              |                                |
 |      | docs/bench_attention_tc_backward_h200.json). |                              |                                |
 |      | Base-2 exponentials (``mma.ex2``) in both    |                              |                                |
 |      | steps as run today                           |                              |                                |
@@ -38,12 +38,10 @@ the code) and keeps the TFLOP/s recorded then.
 |      | 16 bytes a load instead of a word (VEC; the  |                              |                                |
 |      | same sums in the same order, the same bits): |                              |                                |
 |      | 0.020 → 0.007 ms at this shape on the wgmma  |                              |                                |
-|      | backward's form of it                        |                              |                                |
-|      | (scripts/diag15_drows.py, docs/results.md    |                              |                                |
-|      | session 15): the method's default (since     |                              |                                |
-|      | session 9 the default method on Hopper is    |                              |                                |
-|      | ``flash_wgmma``; this file's steps name      |                              |                                |
-|      | theirs)                                      |                              |                                |
+|      | backward's form of it (H200, 2026-12-02,     |                              |                                |
+|      | docs/results.md): the method's default (the  |                              |                                |
+|      | default method on Hopper is ``flash_wgmma``; |                              |                                |
+|      | this file's steps name theirs)               |                              |                                |
 
 The same three kernels as the CUDA-core backward (kernels_numba/attention_backward.py): S and P
 recomputed from Q, K and the forward's LSE (nothing N × N stored), no atomics (every gradient
@@ -136,7 +134,7 @@ def tc_bwd_preprocess(BF16, LSE2=False, CLEAR=False, VEC=False):
     VEC (words, a row a multiple of four words on a 16-byte boundary): four words (eight
     halves) a load, a quarter of the loads for the same bytes, the words summed in the same
     order (the same bits): 0.095 → 0.030 ms at B1 H16 N8192 d128, 0.020 → 0.007 at B4 H16 N1024
-    d64 (H200, 2026-12-02, docs/results.md session 15)."""
+    d64 (H200, 2026-12-02, docs/results.md)."""
     assert LSE2 or not CLEAR
     unpack = unpack_bf16 if BF16 else unpack_f16
 
@@ -244,7 +242,7 @@ def exponent(s, scale, scale2, lse, NAT):
     LSE term (NAT: LSE, else LSE·log2e, lse2_of). Default: s·scale2 − LSE·log2e, one FFMA
     (FlashAttention-2's trick), whose two terms carry the roundings of scale·log2e and
     LSE·log2e — about u·|S·scale·log2e| each, an absolute error of P near 1 of some 1e-6. NAT
-    (the 3xTF32 kernels, issue 16): fma(s, scale, −LSE)·log2e, the difference taken before the
+    (the 3xTF32 kernels): fma(s, scale, −LSE)·log2e, the difference taken before the
     change of base, so that x ≈ 0 where P ≈ 1 carries only its own rounding (one FMUL more)."""
     if NAT:
         return cuda.fma(s, scale, -lse) * LOG2E
@@ -414,12 +412,12 @@ def ds_rows_steps(NBK, CAUSAL, PAD, NAT=False, APART=True):
     around all of them (hide), in grads only: P feeds nothing but dS, so a hidden key's P may
     be anything (inf, NaN) once its dS is set to 0. Without APART (as ds_rows) each element
     carries its tests, in probs (P = 0) and again in grads, under a branch on the tile's edge;
-    ptxas turned those into predicated instructions on every tile — causal, the fp16 wgmma dQ
-    kernel ran 0.45 ms at B2 H16 N4096 d64 and 1.40 at B1 H16 N8192 d128, with APART (then
-    still masking P too) 0.31 and 1.13, P unmasked 0.32 and 1.13 (another run: no gain beyond
-    7 % fewer instructions); not causal, the same (H200, 2026-12-02, docs/results.md session
-    13). The 3xTF32 dQ kernel keeps the tests per element (APART=False): with APART
-    (masking P too) it ran 1.12× slower not causal, 1.02× causal."""
+    ptxas turns those into predicated instructions on every tile — causal, the fp16 wgmma dQ
+    kernel runs 0.45 ms at B2 H16 N4096 d64 and 1.40 at B1 H16 N8192 d128 without APART, 0.32
+    and 1.13 with it (not masking P: 7 % fewer instructions than masking P too, no faster);
+    not causal, the same (H200, 2026-12-02, docs/results.md). The 3xTF32 dQ kernel keeps the
+    tests per element (APART=False): with APART (masking P too) it ran 1.12× slower not
+    causal, 1.02× causal."""
     Bk = 8 * NBK
     hidden = key_hidden(CAUSAL, PAD)
 

@@ -8,12 +8,12 @@ Menu
 | ``flash_tf32x3_bwd_dq_kernel(D, Bk, WARPS, CAUSAL,     | one block per 16·WARPS queries, K/V   |
 |   PAD)``                                               | tiles streamed: dQ += dS K            |
 
-Ladder (issue 13): from the lesson kernel to this file, step by step, at B4 H16 N1024 d64 float32
-unless a step says otherwise; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's); kernel-only
-CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same inputs.
-``flashlesson bench ladder --only attention_tf32x3_backward`` checks and times every step with a
-timed call, ``--write`` puts its numbers here; a step without one is historical (no longer separable
-in the code) and keeps the TFLOP/s recorded then.
+Ladder (lesson tier to fast tier): from the lesson kernel to this file, step by step, at B4 H16
+N1024 d64 float32 unless a step says otherwise; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's);
+kernel-only CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same
+inputs. ``flashlesson bench ladder --only attention_tf32x3_backward`` checks and times every step
+with a timed call, ``--write`` puts its numbers here; a step without one is historical (no longer
+separable in the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
 | 0    | the lesson kernels of §30 on CUDA cores      | H200, 2026-12-01: 5.68 ms,   | tier='lesson'                  |
@@ -24,9 +24,8 @@ in the code) and keeps the TFLOP/s recorded then.
 |      | efficient fp32,                              |                              |                                |
 |      | docs/bench_attention_tc_backward_h200.json,  |                              |                                |
 |      | 2026-11-30), its products staged as the      |                              |                                |
-|      | forward's (git 6ad2f9a, issue 16; before the |                              |                                |
-|      | staging: 23.6 TFLOP/s, 12–100× torch         |                              |                                |
-|      | efficient's error)                           |                              |                                |
+|      | forward's (before the staging: 23.6 TFLOP/s, |                              |                                |
+|      | 12–100× torch efficient's error)             |                              |                                |
 
 (D_i = Σ_c dO_ic·O_ic comes from the CUDA-core backward's ``bwd_preprocess``: float32 O, dO.)
 
@@ -36,14 +35,14 @@ operand x = big + small with big = tf32(x): ``attention_tc.mma3``), each k8 step
 from zero and added to the accumulator on the CUDA cores, which keeps float32-level accuracy —
 torch's fp32 "efficient" backend computes the same way (CUTLASS's 3xTF32 with staged
 accumulation). Without the staging the tensor core's rounding toward zero at every mma piles up
-over the Nq queries of dV, dK and the Nk keys of dQ (issue 16: 12–100× torch's error). The
-loops, the masks and the element step (``ds_transposed``, ``ds_rows``: P = exp(S·scale − LSE)
-as 2^((S·scale − LSE)·log2e) by ``mma.ex2``, dS = P ∘ (dP − D)) are those of the fp16 kernels,
-with one change: the exponent is fma(S, scale, −LSE)·log2e, the difference taken before the
-change of base (NAT, ``attention_tc_backward.exponent``: P near 1, in causal rows that see few
-keys, then carries float32's rounding of x ≈ 0, not that of LSE·log2e — the H200 measured dK
-and dV of causal cases at 1.0–1.4× torch efficient's error before it, and once over 2×). What
-else differs is the operand format:
+over the Nq queries of dV, dK and the Nk keys of dQ (12–100× torch's error, H200, 2026-12-01,
+docs/results.md). The loops, the masks and the element step (``ds_transposed``, ``ds_rows``:
+P = exp(S·scale − LSE) as 2^((S·scale − LSE)·log2e) by ``mma.ex2``, dS = P ∘ (dP − D)) are
+those of the fp16 kernels, with one change: the exponent is fma(S, scale, −LSE)·log2e, the
+difference taken before the change of base (NAT, ``attention_tc_backward.exponent``: P near 1,
+in causal rows that see few keys, then carries float32's rounding of x ≈ 0, not that of
+LSE·log2e — with the one-FFMA exponent the H200 measured dK and dV of causal cases at 1.0–1.4×
+torch efficient's error, and once over 2×). What else differs is the operand format:
 
 - products over d (Sᵀ = K Qᵀ, dPᵀ = V dOᵀ; S = Q Kᵀ, dP = dO Vᵀ): ``tf32_by_rows``, A from the
   block's own rows and B from the streamed tile's rows, both float32 in shared memory;
@@ -55,42 +54,36 @@ Two-level sums (``tf32_by_keys_blocks``): the dK/dV kernel adds each k8 step of 
 partial sum of its own and the partial into dV or dK once a tile, so dV and dK take Nq/Bq
 roundings of their own size instead of Nq/8. The product runs a block of 8 columns at a time,
 the tile's k8 steps inner, each block's sum in 4 floats (and the tile's P or dS split once):
-ptxas 13.5, 168–170 registers at d = 64 (Bq = 32), 255 at d = 128 (Bq = 16), no spills; the
-one-level kernel had 171 and 255 with 240 bytes of spills. The first version, measured on the
-H200 below at d = 64, kept a d-wide partial instead (250 registers) — the same bits. The H200
-measured dV of B1 H1 N4096 d64 causal at 2.2× and 2.9× torch efficient's error on two of three
-draws with one level; a NumPy model of the accumulation (exact products, each step's mma sum
-cut toward zero, float32 adds: ``scripts/tf32x3_error.py --accumulation``) gave, over 8 draws,
-2.3–4.8e-6 for one level, 1.4–2.4e-6 for torch's staging and for the per-tile partial
-(0.7–1.1e-6 for a partial over 128 queries, but two persistent partials spill). On the H200
-(2026-12-01, docs/logs/gpu_wide_pingpong_h200.log, the test's seeds 7117, 12, 21, 22) the d =
-64 case (B1 H1 N4096 causal) went from 2.21× torch's dV error to 1.07× on seed 7117, 0.97×,
-1.18× on 21 and 22, 0.88× on seed 12. Seed 12 failed in the d = 128 case (B1 H1 N2048 causal,
-then one level): dV 4.98e-6, torch 1.73e-6 (2.88×; seeds 7117, 21: 1.87×, 1.59×). The emulation
-(scripts/tf32x3_error.py's arithmetic at full size: scripts/diag12_stage1.py … stage4.py,
-diag12_elem.py) puts that at key 3, column 122 (|dV| 2.27): one level 4.3–4.7e-6, of which
-4.4e-6 the float32 adds of 256 k8 steps into an accumulator of ulp 2.4e-7 (a 4σ draw of an
-unbiased random walk; P's own error there 1–3e-7, everywhere ≤ 8e-7); seeds 7117, 21:
-2.6–3.4e-6, 3.5e-6 (H200 3.1, 3.8e-6). The per-tile partial at d = 128: 1.8e-6, 2.4e-6,
-1.7–2.4e-6 on seeds 12, 7117, 21. Measured since (H200, 2026-12-01, session 6): the test's
-six cases pass at seeds 1–4, but the benchmark's larger causal heads did not — 3.4× torch's
-error at B2 H16 N4096 d80 and 5.2× at B1 H16 N8192 d128 (docs/results.md).
+ptxas 13.5, 168–170 registers at d = 64 (Bq = 32), 255 at d = 128 (Bq = 16), no spills (one
+level: 171, and 255 with 240 bytes of spills; a d-wide partial: 250 registers, the same bits).
+Why: a NumPy model of the accumulation (exact products, each step's mma sum cut toward zero,
+float32 adds: ``scripts/tf32x3_error.py --accumulation``) gives, over 8 draws of B1 H1 N4096
+d64 causal, dV errors of 2.3–4.8e-6 with one level, 1.4–2.4e-6 with torch's staging and with
+the per-tile partial (0.7–1.1e-6 with a partial over 128 queries, but two persistent partials
+spill); on the H200 (2026-12-01, docs/logs/gpu_wide_pingpong_h200.log) that case measured up
+to 2.2–2.9× torch efficient's dV error with one level, 0.88–1.18× with two. At d = 128 (B1
+H1 N2048 causal) the model at full size puts one level's worst element at key 3, column 122
+(|dV| 2.27): 4.3–4.7e-6, of which 4.4e-6 the float32 adds of 256 k8 steps into an accumulator
+of ulp 2.4e-7 (a 4σ draw of an unbiased random walk; P's own error there 1–3e-7, everywhere
+≤ 8e-7), against 1.7–2.4e-6 with the per-tile partial. Two levels alone leave the larger
+causal heads behind torch: 3.4× its error at B2 H16 N4096 d80 and 5.2× at B1 H16 N8192 d128
+(H200, 2026-12-01, docs/results.md) — hence the order below.
 
-Q tiles last to first (since session 6). In a causal head the queries just below a key's
-diagonal see few keys, so their P is near 1 and they make most of dV and dK; the thousands of
-queries further down each add a little. Taken diagonal first (the loop as it was), dV is large
-after a few tiles and every later add rounds at its size; taken from the last tile back, dV
-stays small until the diagonal's tiles come last. The same NumPy model (dV alone, Bq = 16,
-d = 128, causal; ``scripts/tf32x3_error.py --accumulation --d 128 --tile 16``), max |error|,
-diagonal first → last tile first (torch's staging): N = 2048 seed 0 1.27e-6 → 5.8e-7 (1.50e-6),
-seed 1 3.45e-6 → 7.1e-7 (1.81e-6); N = 4096 seed 12 2.10e-6 → 4.1e-7 (1.67e-6). Not causal, no
-query is special and the order changes nothing. Measured (H200, 2026-12-02, ``flashlesson bench
-attention --tc --backward --quick``, docs/logs/gpu_swizzle_default_h200.log): max error 0.36–0.73×
-torch efficient's causal at the three main shapes (0.42× at B1 H16 N8192 d128, 5.2× before),
-1.03–1.35× not causal — within 2× everywhere. ptxas 13.5: 180 and
-174 registers at d = 64 (170, 168 before), 255 at d = 128 with no spill without a causal mask
-and 8 bytes causal (two local loads a tile; the forms tried, a negative-step range, a while
-loop, the tile's row computed from the last one, spilled 8–16 bytes).
+Q tiles last to first. In a causal head the queries just below a key's diagonal see few keys,
+so their P is near 1 and they make most of dV and dK; the thousands of queries further down
+each add a little. Taken diagonal first, dV is large after a few tiles and every later add
+rounds at its size; taken from the last tile back, dV stays small until the diagonal's tiles
+come last. The same NumPy model (dV alone, Bq = 16, d = 128, causal; ``scripts/tf32x3_error.py
+--accumulation --d 128 --tile 16``), max |error|, diagonal first → last tile first (torch's
+staging): N = 2048 ``--seed 0`` 1.27e-6 → 5.8e-7 (1.50e-6), ``--seed 1`` 3.45e-6 → 7.1e-7
+(1.81e-6); N = 4096 ``--seed 12`` 2.10e-6 → 4.1e-7 (1.67e-6). Not causal, no query is special
+and the order changes nothing. Measured (H200, 2026-12-02, ``flashlesson bench attention --tc
+--backward --quick``, docs/logs/gpu_swizzle_default_h200.log): max error 0.36–0.73× torch
+efficient's causal at the three main shapes (0.42× at B1 H16 N8192 d128, 5.2× diagonal first),
+1.03–1.35× not causal — within 2× everywhere. ptxas 13.5: 180 and 174 registers at d = 64
+(170, 168 diagonal first), 255 at d = 128 with no spill without a causal mask and 8 bytes
+causal (two local loads a tile; a negative-step range, a while loop, or the tile's row
+computed from the last one spill 8–16 bytes).
 
 Shared memory (float32, rows padded to D + 4): the block's two row tiles (K, V or Q, dO), the
 streamed tile's two (Q, dO or K, V), and LSE_i, D_i for the dK/dV kernel. Single-buffered, two

@@ -44,12 +44,12 @@ Menu
 |                                                 | one FFMA (attention_tc.fold_scale); False:  |
 |                                                 | S·c first, entry by entry                   |
 
-Ladder (issue 13): from the lesson kernel to this file, step by step, at B1 H16 N8192 d128 float16
-unless a step says otherwise; TFLOP/s = 4·B·H·N²·d / time (half when causal); kernel-only CUDA-event
-medians; "× lesson" = the lesson kernel's time / the step's on the same inputs. ``flashlesson bench
-ladder --only attention_wgmma`` checks and times every step with a timed call, ``--write`` puts its
-numbers here; a step without one is historical (no longer separable in the code) and keeps the
-TFLOP/s recorded then.
+Ladder (lesson tier to fast tier): from the lesson kernel to this file, step by step, at B1 H16
+N8192 d128 float16 unless a step says otherwise; TFLOP/s = 4·B·H·N²·d / time (half when causal);
+kernel-only CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same
+inputs. ``flashlesson bench ladder --only attention_wgmma`` checks and times every step with a timed
+call, ``--write`` puts its numbers here; a step without one is historical (no longer separable in
+the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
 | 0    | the lesson kernel of §37                     | H200, 2026-12-02: 99.4 ms,   | method='flash_tc',             |
@@ -120,14 +120,14 @@ fragments (Bc/4 words) and acc (D/2) are all live during the softmax, as they ar
 non-overlapped loop's packing step, so no second S buffer is needed (d = 128, Bc = 128: the
 consumers use 205 of their 224 registers, 216 with causal, padding and bf16; no spills; ptxas
 13.5). The wait for P·V sits at the top of the loop on purpose: placed after the softmax in the
-same basic block, ptxas hoisted it above the softmax (WARPGROUP.DEPBAR.LE gsb0, 0x0 before the
-MUFU.EX2s in the SASS) and nothing overlapped. A stage is held one tile longer than without
+same basic block, ptxas hoists it above the softmax (WARPGROUP.DEPBAR.LE gsb0, 0x0 before the
+MUFU.EX2s in the SASS) and nothing overlaps. A stage is held one tile longer than without
 OVERLAP (until tile j + 1's loop top), so with STAGES = 2 the copy of tile j starts only when
 tile j's wait does: use 3.
 
 Measured (H200, 2026-12-01, kernel-only, docs/logs/gpu_wgmma_overlap_h200.log; correct: its
-GPU tests pass): slower than the default, so opt-in and not a ladder step — 0.87× and 0.90×
-the default at B2 H16 N4096 d64 (non-causal, causal), 0.96× and 0.96× at B1 H16 N8192 d128,
+GPU tests pass): slower, so opt-in and not a ladder step — 0.87× and 0.90× the unswizzled
+three-stage block at B2 H16 N4096 d64 (non-causal, causal), 0.96× and 0.96× at B1 H16 N8192 d128,
 with STAGES = 3 (STAGES = 2: 0.58–0.64×; Bc = 64: 0.74–0.87×). With two consumer
 warpgroups an SM already runs one warpgroup's softmax while the other's products run; OVERLAP
 adds its own waits and the deferred rescale, and holds each stage one tile longer.
@@ -163,14 +163,14 @@ Registers (ptxas 13.5, the highest register the SASS names, nvdisasm; without PI
 brackets): d = 128, Bc = 128, CWG = 2, STAGES = 3, a producer — 187 of 224 (187), causal 191
 (185), OVERLAP 198 (198), OVERLAP causal 199 (196), with causal, PAD and bf16 208 (211) and
 OVERLAP 218 (216); d = 64, Bc = 128, CWG = 3 — 153 of 160 (153), OVERLAP 157 (157); no spills
-but where CWG = 3 with a key padding mask spilled already (56 bytes; OVERLAP 8, was 176). The
+but where CWG = 3 with a key padding mask spills (56 bytes; OVERLAP 8). The
 simulator counts each barrier's arrivals: a turn never passed on fails there (named barrier …
-never fills), where the GPU would hang. Measured (H200, 2026-12-01, kernel-only, × the default
-in the same run, non-causal / causal, docs/logs/gpu_wide_pingpong_h200.log; its GPU tests
-pass): no gain, so opt-in — d = 128 1.00 / 1.00, with OVERLAP 0.97 / 0.97; d = 64 (CWG = 3)
-0.99 / 0.95–0.97, with OVERLAP 0.94–0.98 / 1.01; on the wide tiles as without turns. Why, we
-have not measured; a guess: the warpgroups already fall out of step on their own, so the turns
-add waits and no overlap.
+never fills), where the GPU would hang. Measured (H200, 2026-12-01, kernel-only, × the
+unswizzled block without turns in the same run, non-causal / causal,
+docs/logs/gpu_wide_pingpong_h200.log; its GPU tests pass): no gain, so opt-in — d = 128
+1.00 / 1.00, with OVERLAP 0.97 / 0.97; d = 64 (CWG = 3) 0.99 / 0.95–0.97, with OVERLAP
+0.94–0.98 / 1.01; on the wide tiles as without turns (not profiled; a likely cause: the
+warpgroups fall out of step on their own, so the turns add waits and no overlap).
 
 Who holds what. A thread of consumer warpgroup c (warp w of it, lane 4g + t) owns rows
 q0 + 64c + 16w + g and + 8, columns 8j + 2t, + 1 of S (Bc/2 floats) and of acc (D/2 floats).
@@ -217,83 +217,79 @@ without spills (200–202 of 224, 212–217 with OVERLAP); CWG = 3 spills 0–8 
 24–32 at 176 (1–10 local accesses a tile), 192 is refused (80–144), and with OVERLAP past
 128. CWG = 1 (240): 192, 40–48 bytes with OVERLAP at d = 128. ``widest_bc`` holds these
 limits (``WgmmaConfig.check`` refuses wider); the PAD mask reads its byte in the entry's one
-test (``mask_scores_tc(…, CLAMPED=True)``: in a branch of its own LLVM left the mask loop
-rolled at Bc = 192 and S went to local memory). Measured (H200, 2026-12-01, kernel-only,
-× each head dim's default in the same run, non-causal / causal; docs/logs/
+test (``mask_scores_tc(…, CLAMPED=True)``: in a branch of its own LLVM leaves the mask loop
+rolled at Bc = 192 and S goes to local memory). Measured (H200, 2026-12-01, kernel-only,
+× each head dim's unswizzled default block in the same run, non-causal / causal; docs/logs/
 gpu_wide_pingpong_h200.log; correct: their GPU tests pass): none is faster, so opt-in — d = 128
 Bc = 176 0.99 / 0.95, 192 0.99 / 0.97, 176 with OVERLAP 0.64 / 0.60 (its spills); d = 64
 CWG = 3 Bc = 176 0.94–0.98 / 0.84–0.91, CWG = 2 Bc = 192 0.74–0.79 / 0.79–0.86.
 
-Limits: fp16/bf16, d = D = 64 or 128 exactly (other d: method 'flash_tc'); Bc: BC_WIDTHS;
-sm_90a (wgmma, setmaxnreg, mbarrier); every consumer warpgroup runs every tile of the block
-(wgmma is warpgroup-collective; PINGPONG's turns count on it too); OVERLAP needs STAGES ≥ 2,
-PINGPONG CWG ≥ 2. CWG = 3 (ptxas 13.5, SASS read with nvdisasm): a consumer uses 153 of its 160
-registers at d = 64, Bc = 128 (157 with OVERLAP), 106 at Bc = 64, 141 at d = 128, Bc = 64, no
-spills; d = 128 with Bc = 128 is refused (about 190 needed); with a key padding mask at d = 64,
-Bc = 128 the consumers spilled 8–88 bytes (OVERLAP: 152–176) before the CLAMPED mask, 0–8
-since. Without SWIZZLE the tensor core reads core matrices of 128 contiguous bytes,
+Limits: fp16/bf16, d = D = 64 or 128 exactly (other d: method 'flash_tc'); Bc: BC_WIDTHS; sm_90a
+(wgmma, setmaxnreg, mbarrier); every consumer warpgroup runs every tile of the block (wgmma is
+warpgroup-collective; PINGPONG's turns count on it too); OVERLAP needs STAGES ≥ 2, PINGPONG CWG
+≥ 2. CWG = 3 (ptxas 13.5, SASS read with nvdisasm): a consumer uses 153 of its 160 registers at
+d = 64, Bc = 128 (157 with OVERLAP), 106 at Bc = 64, 141 at d = 128, Bc = 64, no spills; d = 128
+with Bc = 128 is refused (about 190 needed); with a key padding mask at d = 64, Bc = 128 the
+consumers spill 0–8 bytes with the CLAMPED mask (8–88, OVERLAP 152–176, with the test in a
+branch of its own). Without SWIZZLE the tensor core reads core matrices of 128 contiguous bytes,
 conflict-free, and a warp's cp.async writes are 4 runs of 128 bytes (``piece_of``), which read
 half lines from L2 — 64 bytes of 8 rows: the bound SWIZZLE lifts (below). Not tuned: no TMA (the
-producer issues cp.async); without OVERLAP one wgmma group is waited for at once; with it, K
-and V of a tile share one EMPTY barrier (FA3 releases K after S, V after P·V), so a stage is
-held until P·V is done. The simulator
-runs it at tiny shapes (one block); it holds each wgmma accumulator back (NaN) until the
-wait_group that retires its group, so an accumulator read or written too early fails there, but
-it reads shared memory when the wgmma is issued: a stage released too early shows on the GPU
-only.
+producer issues cp.async); without OVERLAP one wgmma group is waited for at once; with it, K and
+V of a tile share one EMPTY barrier (FA3 releases K after S, V after P·V), so a stage is held
+until P·V is done. The simulator runs it at tiny shapes (one block); it holds each wgmma
+accumulator back (NaN) until the wait_group that retires its group, so an accumulator read or
+written too early fails there, but it reads shared memory when the wgmma is issued: a stage
+released too early shows on the GPU only.
 
-Where the time goes (Nsight Compute, H200, 2026-12-01, B1 H16 N8192 d128 not causal, the
-default against torch SDPA's flash kernel on the same inputs, docs/results.md): 1.71 ms and
-1.54 ms; issue slots busy 34 % and 44 %; the tensor pipe 34 % and 55 %; L2 throughput 88 % and
-25 % for the same K/V bytes (L2 hit rate 98.5 % and 96 %; DRAM 1.6 % and 1.9 %). Tried and
-dropped: 16 bytes of padding after each 16-byte chunk column of the Q, K and V tiles (LBO =
-16·(rows + 1)), so that a warp copies whole 128-byte lines (4 rows at d = 64) and still lands
-them in 4 wavefronts — L2 stayed at 90 % and the default was 4 % slower (1.79 ms; the core
-matrices then sit off 128-byte boundaries). The breakdown (docs/logs/gpu_l2_breakdown_h200.log):
-L2's tag requests at 88 %, 240 M requests for 241 M sectors, 1.76× the K/V bytes read. Each
-16-byte copy goes to L2 alone, as a whole sector. A quarter-warp's 8 copies are one 128-byte
-line on one side only: in shared memory unpadded, in global memory padded. The 128-byte
-swizzle keeps both sides in one line: a row's 8 chunks, permuted, in one line of shared memory.
-That was the next step (SWIZZLE_128B: K-major for Q and K, MN-major for V; the descriptors:
-docs/hopper_sw128.md), and it was the bound: ladder step 6.
+Why the swizzle (Nsight Compute, H200, 2026-12-01, B1 H16 N8192 d128 not causal, the
+unswizzled three-stage block against torch SDPA's flash kernel on the same inputs,
+docs/results.md): 1.71 ms and 1.54 ms; issue slots busy 34 % and 44 %; the tensor pipe 34 % and
+55 %; L2 throughput 88 % and 25 % for the same K/V bytes (L2 hit rate 98.5 % and 96 %; DRAM
+1.6 % and 1.9 %); L2's tag requests at 88 %, 240 M requests for 241 M sectors, 1.76× the K/V
+bytes read (docs/logs/gpu_l2_breakdown_h200.log). Each 16-byte copy goes to L2 alone, as a
+whole sector, and unswizzled a quarter-warp's 8 copies are one 128-byte line on one side only:
+in shared memory unpadded, in global memory padded. (16 bytes of padding after each 16-byte
+chunk column, LBO = 16·(rows + 1), so that a warp copies whole 128-byte lines, keeps L2 at
+90 % and is 4 % slower, 1.79 ms: the core matrices then sit off 128-byte boundaries.) The
+128-byte swizzle keeps both sides in one line: a row's 8 chunks, permuted, in one line of
+shared memory (SWIZZLE_128B: K-major for Q and K, MN-major for V; the descriptors:
+docs/hopper_sw128.md) — ladder step 6.
 
 SWIZZLE (``WgmmaConfig(SWIZZLE=True)``; with STAGES = 2 the GPU default, ``tc_methods.
-default_wgmma_config``):
-every tile, Q, K and V alike, lies as hopper.sw128_index puts it: 64-column halves one after
-the other, a row's 64 columns in one 128-byte line, its 16-byte chunk j at j ^ (row % 8); the
-tiles start on a 1024-byte boundary (``at0``, hopper.to_1024: the swizzle works on address
-bits; 1024 bytes more shared memory). The copies go row by row (``piece_order(D, True)``,
-which kmajor_rows and copy_tile share): 8 lanes take one row's 128 bytes of a half, one line
-of global memory, into one line of shared memory. Q and K are read K-major (hopper.kmajor_desc:
-SBO = 1024, the k16 step 32 bytes into a half, the next half 128·rows on); V is read MN-major
-(hopper.nmajor_desc: SBO = 1024 for 8 keys, LBO = 128·Bc for the next 64 columns, the k16 step
-2048 bytes). The
-descriptors come from the PTX ISA and four public implementations
+default_wgmma_config``): every tile, Q, K and V alike, lies as hopper.sw128_index puts it:
+64-column halves one after the other, a row's 64 columns in one 128-byte line, its 16-byte chunk j
+at j ^ (row % 8); the tiles start on a 1024-byte boundary (``at0``, hopper.to_1024: the swizzle
+works on address bits; 1024 bytes more shared memory). The copies go row by row (``piece_order(D,
+True)``, which kmajor_rows and copy_tile share): 8 lanes take one row's 128 bytes of a half, one
+line of global memory, into one line of shared memory. Q and K are read K-major
+(hopper.kmajor_desc: SBO = 1024, the k16 step 32 bytes into a half, the next half 128·rows on); V
+is read MN-major (hopper.nmajor_desc: SBO = 1024 for 8 keys, LBO = 128·Bc for the next 64 columns,
+the k16 step 2048 bytes). The descriptors come from the PTX ISA and four public implementations
 (``docs/hopper_sw128.md``); ``tests/test_hopper.py::test_wgmma_b_mn_major_128b_swizzle`` and
-``tests/test_attention_tc.py -k wgmma_swizzle`` passed on the H200 (2026-12-02), so the
-hardware reads them so. ptxas 13.5: the consumers keep 168 registers (d = 128) and 128 (d =
-64, CWG = 3) and spill nothing, except 8 bytes with OVERLAP, causal, PAD and bf16 at d = 64;
-the d = 128 loop had 768 SASS instructions against the unswizzled 763, and 732 since the
-descriptors are built once a k16 loop (hopper.desc_step, 2026-12-02); with two stages, 717 →
-673 since Q's and the stage's addresses come through uniform_u32 and ring_slot (session 8:
-the descriptors in uniform registers; 1.47/1.78× SDPA flash at d = 128 after, 1.45/1.79×
-before, not causal/causal — the same within run-to-run spread). Measured (H200,
-2026-12-02, kernel-only, ``scripts/gpu_wgmma.py --swizzle``, docs/logs/gpu_swizzle_h200.log
-and gpu_swizzle_default_h200.log, two runs): 1.17–1.57× the unswizzled block with three
-stages, at B4 H16 N1024 d64, B2 H16 N4096 d64 and B1 H16 N8192 d128, causal and not (the
-larger d, the larger the gain); with the swizzle three stages ran level with two (0.97–1.01×)
-and two take less shared memory, so two is the default. With the swizzle the schedules FA3
-adds were tried again: OVERLAP 0.95–1.03× the default, PINGPONG 0.99–1.02×, both 1.00–1.03×,
-the wide d = 128 tile (Bc = 176) 0.94–0.96× — still opt-in: gains within what two runs of one
-configuration differ by.
+``tests/test_attention_tc.py -k wgmma_swizzle`` passed on the H200 (2026-12-02), so the hardware
+reads them so. ptxas 13.5: the consumers keep 168 registers (d = 128) and 128 (d = 64, CWG = 3) and
+spill nothing, except 8 bytes with OVERLAP, causal, PAD and bf16 at d = 64. The descriptors are
+built once a k16 loop (hopper.desc_step), and Q's and the stage's addresses come through
+uniform_u32 and ring_slot (the descriptors in uniform registers): the d = 128 loop with two stages
+is 673 SASS instructions (717 with per-thread addresses; the time the same within run-to-run
+spread, 1.47/1.78× against 1.45/1.79× SDPA flash at d = 128, not causal/causal, H200, 2026-12-02).
+Measured (H200, 2026-12-02, kernel-only, ``scripts/gpu_wgmma.py --swizzle``,
+docs/logs/gpu_swizzle_h200.log and gpu_swizzle_default_h200.log, two runs): 1.17–1.57× the
+unswizzled block with three stages, at B4 H16 N1024 d64, B2 H16 N4096 d64 and B1 H16 N8192 d128,
+causal and not (the larger d, the larger the gain); with the swizzle three stages ran level with
+two (0.97–1.01×) and two take less shared memory, so two is the default. With the swizzle (the same
+command and day) the schedules FA3 adds: OVERLAP 0.95–1.03× the default, PINGPONG 0.99–1.02×, both
+1.00–1.03×, the wide d = 128 tile (Bc = 176) 0.94–0.96× — still opt-in: gains within what two runs
+of one configuration differ by.
 
 How to run: ``attention(q16, k16, v16, method="flash_wgmma", config=WgmmaConfig(...))``
 (``WgmmaConfig(OVERLAP=True)``: the pipelined loop; ``PINGPONG=True``: the turns),
-``pytest tests/test_attention_tc.py -k wgmma``, on the H200 ``bash scripts/gpu_wgmma.sh``
-(``OVERLAP=1``: the OVERLAP configs timed beside the default; ``CWG3=1``: the CWG = 3 configs
-at d = 64; ``WIDE=1``: the wide tiles; ``PINGPONG=1``: the PINGPONG configs at both head
-dims; ``SWIZZLE=1``: the default beside the unswizzled block and the schedules with the
-swizzle, torch's cuDNN backend too).
+``pytest tests/test_attention_tc.py -k wgmma``; on a Hopper GPU ``flashlesson bench ladder
+--only attention_wgmma`` and ``python3 scripts/gpu_wgmma.py`` (``--overlap``: the OVERLAP
+configs timed beside the default; ``--cwg3``: the CWG = 3 configs at d = 64; ``--wide``: the
+wide tiles; ``--pingpong``: the PINGPONG configs at both head dims; ``--swizzle --tc``: the
+default beside the unswizzled block and the schedules with the swizzle; ``--cudnn``: torch's
+cuDNN backend too).
 """
 
 from functools import lru_cache
@@ -427,7 +423,7 @@ def piece_order(D, SWIZZLE=False):
     shared memory (K-major or N-major core matrices), the 4 wavefronts 512 bytes need (p →
     rows first, piece after, would put a warp's copies 16·Bc bytes apart: all in the same
     banks). SWIZZLE: row-major — 8 lanes take a row's 128 bytes of one half, one line in
-    global memory and, swizzled, one line in shared memory (docs/results.md, session 6: the L2
+    global memory and, swizzled, one line in shared memory (docs/results.md: the L2
     requests). Tiles of a multiple of 8 rows.
 
     chunk_word(r, c, R) → the word offset, in a tile of R rows, of piece c of row r: K-major
@@ -768,7 +764,7 @@ def flash_wgmma_kernel(D, Bc, CWG, STAGES, PRODUCER, CAUSAL, PAD, BF16, OVERLAP=
                                                     # 2^(m_old − m) kept (acc still in flight)
             # (the loop's back edge sits between the softmax and the wait for P·V above, so
             # ptxas cannot hoist that wait over the softmax: with both in one basic block it
-            # did, and the overlap was gone — read the SASS: WARPGROUP.DEPBAR.LE gsb0, 0x0)
+            # does, and the overlap is gone — the SASS shows it: WARPGROUP.DEPBAR.LE gsb0, 0x0)
             wgmma_wait_group(0)                     # wait: the P·V of tile n − 2 (if any)
             wgmma_fence_operand(acc, OH)
             if n_tiles >= 2:

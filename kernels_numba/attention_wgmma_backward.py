@@ -24,18 +24,18 @@ Menu
 | ``… (…, SWIZZLE=True)`` (not with FUSED)          | every tile in the 128-byte swizzle        |
 |                                                   | (hopper.sw128_index), read K-major and    |
 |                                                   | MN-major as attention_wgmma's SWIZZLE;    |
-|                                                   | opt-in: 0.94–1.02× session 6's default    |
+|                                                   | opt-in: 0.94–1.02× unswizzled, H200       |
 | ``wgmma_bwd_dkdv_kernel(…, AHEAD=True)``,         | AHEAD: the next tile's Sᵀ, dPᵀ (S, dP)    |
 |   ``wgmma_bwd_dq_kernel(…, AHEAD=True)``          | issued at the end of this tile, behind    |
 |   (STAGES ≥ 2, not FUSED)                         | dV, dK (dQ); the default: the dK/dV       |
 |                                                   | kernel always, the dQ kernel at d = 128   |
 
-Ladder (issue 13): from the lesson kernel to this file, step by step, at B1 H16 N8192 d128 float16
-unless a step says otherwise; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's); kernel-only
-CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same inputs.
-``flashlesson bench ladder --only attention_wgmma_backward`` checks and times every step with a
-timed call, ``--write`` puts its numbers here; a step without one is historical (no longer separable
-in the code) and keeps the TFLOP/s recorded then.
+Ladder (lesson tier to fast tier): from the lesson kernel to this file, step by step, at B1 H16
+N8192 d128 float16 unless a step says otherwise; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's);
+kernel-only CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same
+inputs. ``flashlesson bench ladder --only attention_wgmma_backward`` checks and times every step
+with a timed call, ``--write`` puts its numbers here; a step without one is historical (no longer
+separable in the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
 | 0    | the lesson kernels of §30 on CUDA cores, on  | H200, 2026-12-02: 832 ms,    | tier='lesson'                  |
@@ -53,15 +53,15 @@ in the code) and keeps the TFLOP/s recorded then.
 | 3    | two stages: the next tile's cp.async copies  | H200, 2026-12-02: 5.31 ms,   | method='flash_wgmma',          |
 |      | in flight during this tile's wgmmas. Steps 2 | 259 TFLOP/s, 156.68× lesson  | config=WgmmaBwdConfig(Bq=64,   |
 |      | and 3 run the leaner loop and the softmax    |                              | Bk=64, CWG=2, STAGES=2,        |
-|      | under the second product (menu, session 8);  |                              | FUSED=False, SWIZZLE=False,    |
-|      | with the lean loop alone 6.62 and 5.63 ms,   |                              | AHEAD=False)                   |
-|      | before it 7.41 and 6.4 ms (2026-12-01)       |                              |                                |
+|      | under the second product (menu); with the    |                              | FUSED=False, SWIZZLE=False,    |
+|      | lean loop alone 6.62 and 5.63 ms, before it  |                              | AHEAD=False)                   |
+|      | 7.41 and 6.4 ms (2026-12-01)                 |                              |                                |
 | 4    | AHEAD: the next tile's Sᵀ, dPᵀ (S, dP)       | H200, 2026-12-02: 4.65 ms,   | method='flash_wgmma',          |
 |      | issued behind this tile's dV, dK (dQ), so    | 296 TFLOP/s, 179.06× lesson  | config=WgmmaBwdConfig(Bq=64,   |
 |      | the tensor cores have the next products      |                              | Bk=64, CWG=2, STAGES=2,        |
 |      | queued while the warpgroup waits, arrives    |                              | FUSED=False, SWIZZLE=False,    |
-|      | and copies (menu, session 9; the dQ kernel   |                              | AHEAD=None)                    |
-|      | ahead at d = 128 only)                       |                              |                                |
+|      | and copies (menu; the dQ kernel ahead at d = |                              | AHEAD=None)                    |
+|      | 128 only)                                    |                              |                                |
 | 5    | three stages: with AHEAD a tile's FULL wait  | historical: H200,            | method='flash_wgmma',          |
 |      | comes at the end of the tile before, and two | 2026-12-02: 4.51 ms, 305     | config=WgmmaBwdConfig() before |
 |      | stages had issued its copies only at that    | TFLOP/s, 182.65× lesson      | step 6                         |
@@ -77,9 +77,8 @@ in the code) and keeps the TFLOP/s recorded then.
 |      | 0.095 → 0.030 ms here, the backward 1.00×    |                              | AHEAD=None)                    |
 |      | the word form at this shape and 1.06× at B4  |                              |                                |
 |      | H16 N1024 d64, where that launch was 9 % of  |                              |                                |
-|      | the call (scripts/diag15_drows.py,           |                              |                                |
-|      | docs/results.md session 15). The method's    |                              |                                |
-|      | default                                      |                              |                                |
+|      | the call (H200, 2026-12-02,                  |                              |                                |
+|      | docs/results.md). The method's default       |                              |                                |
 
 FUSED (``WgmmaBwdConfig(FUSED=True)``): the two kernels compute S and dP twice — seven
 products a tile pair where FlashAttention-2 and -3 do five, adding dQ from the dK/dV kernel
@@ -92,17 +91,16 @@ sem_wait_geq: key blocks in order, CWG turns each), adds its part to a float32 d
 atomic adds, and gives the turn on (sem_release_add). The preprocess zeroes the accumulator
 and the turns; ``dq_finish`` writes dq = scale · accumulator in the inputs' format.
 Measured (H200, 2026-12-01, kernel-only, docs/logs/gpu_wgmma_bwd_h200.log): 0.46–0.61×
-SDPA flash, 0.68–0.88× the two-kernel default (run 2) — slower. Every tile now waits for a turn
-(an acquire load and a release at GPU scope, about two L2 round trips), both warpgroups meet
-at a syncthreads, and the dQ product runs alone after dV, dK; the two kernels overlap one
-warpgroup's softmax with the other's products instead. Two changes did not help and were
-taken out: rotating each key block's Q-tile order so that turns come in arrival order
-(non-causal 1–6 % slower, causal 5–19 %: the causal grid had to go lightest-first; run 3),
-and, on top of it, adding each tile's part at the next tile under its first products (7–11 %
-slower at d = 128, within 4 % either way at d = 64; run 4). So the turns' latency is not the
-whole cost: the barrier and the lone dQ product are the rest. FlashAttention-3
-hides the turn behind a separate warp that writes dQ with a bulk reduce-add from shared
-memory — the next step here. Turns wait only for key blocks launched earlier (blocks start in
+SDPA flash, 0.68–0.88× the two kernels without AHEAD — slower, so opt-in. Every tile waits for
+a turn (an acquire load and a release at GPU scope, about two L2 round trips), both
+warpgroups meet at a syncthreads, and the dQ product runs alone after dV, dK; the two kernels
+overlap one warpgroup's softmax with the other's products instead. The turns' latency is not
+the whole cost: each key block's Q-tile order rotated so that turns come in arrival order
+measured 1–6 % slower (causal 5–19 %: the causal grid must then go lightest-first), and each
+tile's part added at the next tile under its first products 7–11 % slower at d = 128 (same
+day and log); the barrier and the lone dQ product are the rest. FlashAttention-3 hides the
+turn behind a separate warp that writes dQ with a bulk reduce-add from shared memory; this
+file has no such warp. Turns wait only for key blocks launched earlier (blocks start in
 launch order), so they cannot deadlock.
 
 The dK/dV kernel (keys as rows, as flash_tc's: Pᵀ and dSᵀ leave their wgmmas in the
@@ -141,31 +139,27 @@ and the dQ kernel the same with S, dP issued together behind dQ. Three facts of 
 it (CUDA 13.5, read from its C75xx remarks and the SASS): (1) a group issued before the
 loop's back edge and waited for after it must be waited for by wait_group(0) before any
 newer group is issued — ptxas does not follow the groups' order across the back edge, and a
-wait_group(1) behind dV made it serialize every wgmma of the kernel (C7514); so the dK/dV
-kernel waits for dPᵀ before it issues dV, no longer after. (2) Both entries of the back edge
-(from before the loop, from the loop's end) must carry the same groups in flight: when the
-first version's prologue left two groups and its loop's end three, or issued the next
-tile's products only "if there is one", ptxas inserted waits (C7517) or serialized (C7515);
-so the products past the last tile are issued all the same, reading a stage nobody fills,
-and their FULL wait is skipped (``stage_products``' ready) — one extra Sᵀ, dPᵀ a block,
-waited for after the loop. (3) At d = 128 the dK/dV kernel cannot hold dPᵀᵢ₊₁'s accumulators
-while dV, dK still read pa_p, pa_ds: issuing both next products at once spilled 56–136
-bytes, so dPᵀᵢ₊₁ follows the wait for dV, dK. Registers (ptxas 13.5 offline; the H200's
-driver in brackets, docs/logs/gpu_session9_h200.log): the dK/dV kernel 254 (254–255), the dQ
-kernel 189 (194–198), and at d = 64 139 (139); no spills. Per full tile of the dK/dV kernel
-(SASS, d = 128): 408 → 446 instructions (the loop's extra waits, arrivals and addresses).
-Measured (H200, 2026-12-02, session 9, kernel-only, × SDPA flash backward, docs/logs/
-gpu_session9_h200.log): ahead in the dK/dV kernel alone (run 2, "A10" against "A00") 0.85 →
-0.93 / 0.83 → 0.90 at B1 H16 N8192 d128, 0.91 → 0.97 / 0.89 → 0.95 at B2 H16 N4096 d64,
-0.91 → 0.95 / 0.99 → 1.03 at B4 H16 N1024 d64 (not causal / causal); the dQ kernel ahead too
-("A11") 0.95 / 0.96 at d = 128 but 0.82 / 0.89 and 0.82 / 0.96 at d = 64, where its 139
-registers leave one block an SM instead of two (122) — hence the default. With AHEAD three
-stages run level to 4 % ahead of two (run 3; without it, session 8, within 3 % either way):
-AHEAD waits for a tile's copies at the end of the tile before, and with two stages they were
-issued only at that tile's start (into the stage the tile before last had just released);
-with three they are issued a tile earlier — so ``WgmmaBwdConfig()`` has three (ladder step
-5; run 4, the default call: 0.97 / 1.04, 1.02 / 0.98, 1.02 / 0.95 × SDPA flash at the three
-shapes).
+wait_group(1) behind dV makes it serialize every wgmma of the kernel (C7514); so the dK/dV
+kernel waits for dPᵀ before it issues dV. (2) Both entries of the back edge (from before the
+loop, from the loop's end) must carry the same groups in flight: a prologue that leaves two
+groups against a loop end that leaves three, or next-tile products issued only "if there is
+one", make ptxas insert waits (C7517) or serialize (C7515); so the products past the last
+tile are issued all the same, reading a stage nobody fills, and their FULL wait is skipped
+(``stage_products``' ready) — one extra Sᵀ, dPᵀ a block, waited for after the loop. (3) At
+d = 128 the dK/dV kernel cannot hold dPᵀᵢ₊₁'s accumulators while dV, dK still read pa_p,
+pa_ds: issuing both next products at once spills 56–136 bytes, so dPᵀᵢ₊₁ follows the wait
+for dV, dK. Per full tile of the dK/dV kernel (SASS, d = 128) AHEAD costs 446 instructions
+against 408 (the loop's extra waits, arrivals and addresses). Measured (H200, 2026-12-02,
+kernel-only, × SDPA flash backward, docs/results.md; not causal / causal): AHEAD in the dK/dV
+kernel alone 0.85 → 0.93 / 0.83 → 0.90 at B1 H16 N8192 d128, 0.91 → 0.97 / 0.89 → 0.95 at B2
+H16 N4096 d64, 0.91 → 0.95 / 0.99 → 1.03 at B4 H16 N1024 d64; the dQ kernel ahead too 0.95 /
+0.96 at d = 128 but 0.82 / 0.89 and 0.82 / 0.96 at d = 64, where its 139 registers leave one
+block an SM instead of two (122) — hence the default. With AHEAD three stages run level to
+4 % ahead of two (without AHEAD, within 3 % either way): AHEAD waits for a tile's copies at
+the end of the tile before, and with two stages they are issued only at that tile's start
+(into the stage the tile before last has just released); with three they are issued a tile
+earlier — so ``WgmmaBwdConfig()`` has three (ladder step 5; the default call 0.97 / 1.04,
+1.02 / 0.98, 1.02 / 0.95 × SDPA flash at the three shapes, same day).
 
 The dQ kernel (queries as rows), per consumer warpgroup of 64 queries, for each K/V tile j
 the warpgroup's rows see (§34)::
@@ -179,12 +173,12 @@ the warpgroup's rows see (§34)::
 The masks (keys past Nk, §34 causal, §35 padding) are tested only on the tiles that need them,
 on a path of their own, and only on dS (ds_rows_steps' APART: one branch a tile around every
 test; P feeds nothing else). Tested element by element under a branch on the tile, as flash_tc's
-dQ kernel does, ptxas predicated the tests into every tile, and the causal kernel cost as much
-as the dK/dV kernel: 0.45 and 1.40 ms against 0.43 and 1.41 at B2 H16 N4096 d64 and B1 H16 N8192
-d128; apart, 0.31 and 1.13 (P still masked then; unmasked, another run, 0.32 and 1.13), the
-causal backward 0.97 → 1.17× and 0.95 → 1.05× SDPA flash on one stream (H200, 2026-12-02,
-docs/results.md session 13; not causal, the same). At d = 64 the kernel is compiled for two
-blocks an SM (max_registers 128: ptxas gave it 132 without the cap, 125 with it and no spills).
+dQ kernel does, ptxas predicates the tests into every tile, and the causal dQ kernel costs as
+much as the dK/dV kernel: 0.45 and 1.40 ms against 0.43 and 1.41 at B2 H16 N4096 d64 and B1
+H16 N8192 d128; apart, 0.32 and 1.13, the causal backward 0.97 → 1.17× and 0.95 → 1.05× SDPA
+flash on one stream (H200, 2026-12-02, docs/results.md; not causal, the same). At d = 64 the
+kernel is compiled for two blocks an SM (max_registers 128: ptxas gives it 132 without the
+cap, 125 with it and no spills).
 
 One tile, two readings. Every tile in shared memory is stored once, K-major
 (``attention_wgmma.kmajor_rows``: hopper.kmajor_index(row, col, R), 16-byte pieces of a row as
@@ -205,18 +199,16 @@ step s at byte 256·s::
 columns stored the other way round). No transposed copy, no second tile.
 
 SWIZZLE (``WgmmaBwdConfig(SWIZZLE=True)``, opt-in, not with FUSED; correct on the H200 and
-0.94–1.02× the default there, 2026-12-02, before the lean loop below: the backward is bound by
-instructions, not copies): every tile as hopper.sw128_index lays it out — 64-column halves, a
-row's half in one 128-byte line, chunks XOR (row % 8) — copied row by row (kmajor_rows(…,
-SWIZZLE)), the
-tiles from a 1024-byte boundary on (``at0``; a stage rounded up to 1024 bytes:
-``stage_words``), and its two readings with the swizzle (``kmajor_desc``, ``nmajor_desc``: SBO
-= 1024; K-major 32 bytes a k16 step within a half and 128·R to the next, MN-major 2048 bytes a
-step and LBO = 128·R; docs/hopper_sw128.md). The same reason as the forward's SWIZZLE: a
-quarter-warp's copies one line of global memory and one of shared memory, where kmajor_rows's
-order reads half lines (docs/results.md, session 6, the L2 requests). ptxas 13.5, before the
-lean loop: registers and spills as without it (d = 128's dK/dV kernel: 255 registers, 24 bytes
-of spills, 20 without).
+0.94–1.02× the unswizzled kernel there, 2026-12-02, measured on the loop without the
+instruction savings below: the backward is bound by instructions, not copies): every tile as
+hopper.sw128_index lays it out — 64-column halves, a row's half in one 128-byte line, chunks
+XOR (row % 8) — copied row by row (kmajor_rows(…, SWIZZLE)), the tiles from a 1024-byte
+boundary on (``at0``; a stage rounded up to 1024 bytes: ``stage_words``), and its two
+readings with the swizzle (``kmajor_desc``, ``nmajor_desc``: SBO = 1024; K-major 32 bytes a
+k16 step within a half and 128·R to the next, MN-major 2048 bytes a step and LBO = 128·R;
+docs/hopper_sw128.md). The same reason as the forward's SWIZZLE: a quarter-warp's copies one
+line of global memory and one of shared memory, where kmajor_rows's order reads half lines
+(docs/results.md, the L2 requests).
 
 Shared memory (dynamic, ``wgmma_bwd_smem_bytes``), in words (uint32 pairs of halves)::
 
@@ -239,7 +231,7 @@ computes once a row (``tc_bwd_preprocess(…, LSE2=True)``, the kernels' argumen
 Deterministic: no atomics, each gradient element summed by one thread in tile order (the
 wgmma's own summation order is fixed by the hardware): bitwise the same from run to run. The
 two kernels share no output, so the host launches them side by side (flashlesson's
-launch.launch_beside: the dQ kernel on a forked stream; 1–4 % on the H200, session 12).
+launch.launch_beside: the dQ kernel on a forked stream; 1–4 % faster on the H200, 2026-12-02).
 
 Masks (as flash_tc's backward; README): causal bottom-right (query i sees key j iff j ≤ i +
 Nk − Nq), tiles that no row of the block sees skipped (the dK/dV kernel starts at
@@ -256,15 +248,16 @@ products and (AHEAD) the next tile's first ones, never a second tile's softmax; 
 varlen. The simulator runs it at tiny shapes (one to four blocks; the products computed at
 once, not asynchronously).
 
-The lean loop (2026-12-02). Nsight Compute at B1 H16 N8192 d128 (docs/results.md, session 7)
-showed both kernels issuing 2.6× the instructions of torch's backward, the integer pipe the
-busiest: about 1600 SASS instructions a warp per tile in the dK/dV kernel and 1050 in the dQ
-kernel, where some 230 and 170 do the work (wgmma, ex2, the dS arithmetic, packing, copies).
-Three changes, none of them in the arithmetic (the gradients are bitwise the same):
+Instructions. The backward is bound by instructions and latency, not by copies: Nsight Compute
+at B1 H16 N8192 d128 (H200, 2026-12-02, docs/results.md) of the loop written plainly showed
+both kernels issuing 2.6× the instructions of torch's backward, the integer pipe the busiest:
+about 1600 SASS instructions a warp per tile in the dK/dV kernel and 1050 in the dQ kernel,
+where some 230 and 170 do the work (wgmma, ex2, the dS arithmetic, packing, copies). What the
+loop does to stay short (none of it in the arithmetic: the gradients are bitwise the same):
 - the copies: ``attention_wgmma.kmajor_rows`` finds a thread's first 16-byte piece once and
   steps by constants (its pieces keep their column and lie a fixed number of rows apart),
-  with one base address for a whole tile — about 75 instructions a copy before, a handful
-  after; LSE_i and D_i in one unrolled pass;
+  with one base address for a whole tile (about 75 instructions a copy otherwise); LSE_i and
+  D_i in one unrolled pass;
 - the descriptors: ``hopper.kmajor_desc``/``nmajor_desc`` are step 0's descriptor plus a
   constant (``desc_step``), so a k16 loop builds each once; the warpgroup index comes from
   ``warpgroup_of`` (a shuffle from lane 0), so ptxas keeps the per-warpgroup addresses in
@@ -273,61 +266,45 @@ Three changes, none of them in the arithmetic (the gradients are bitwise the sam
   "query < Nq" on the last tile only, puts the causal tests in one branch for the lanes at the
   diagonal and, KILL = FUSED, skips the kill flags of keys past Nk and padded keys (their
   rows of Pᵀ, dSᵀ reach only their own dK, dV rows, never written or zeroed; FUSED's dQ keeps
-  them).
-SASS per tile (ptxas 13.5, d = 128, Bq = Bk = 64, CWG = 2, fp16, a full tile): dK/dV 1560 →
-783, dQ 1045 → 485 (d = 64: 1185 → 612, 700 → 350); the dK/dV kernel's 20 bytes of spills
-gone. Measured (H200, 2026-12-02, kernel-only, docs/logs/gpu_lean_bwd_h200.log, × torch SDPA
-flash backward; before in brackets): 0.81 (0.71) and 0.86 (0.65) at B1 H16 N8192 d128, not
-causal and causal; 0.87 (0.69) and 0.83 (0.58) at B2 H16 N4096 d64; 0.89 (0.74) and 0.93
-(0.70) at B4 H16 N1024 d64 — now ahead of flash_tc causal too (1.02–1.25×), so the default
-method on Hopper causal or not (``tc_methods.wgmma_bwd_is_default``). Still behind torch:
-the dQ kernel's S and dP again (seven products for torch's five), and about 280 instructions
-a dK/dV tile that a prototype's SASS showed could go (the Q/dO descriptors of each stage
-built outside the loop, the stage and parity arithmetic in 32 bits: done next).
-
-The leaner loop (session 8, 2026-12-02). SASS of a full tile's path (ptxas 13.5, d = 128, the
-default config; counted without the partial-tile branches, which the counts above included:
-by this count the lean loop's dK/dV tile was 572 instructions, its dQ tile 350):
-- the stage's tile addresses: ``shared_addr(smem, at)`` per tile put each Q/dO descriptor in
-  vector registers (R2UR and a 64-bit add for every wgmma: 7 instructions each); the stage 0
-  address taken once through ``attention_wgmma.uniform_u32`` (a shuffle from lane 0) plus
-  the stage's offset keeps them in uniform registers — one uniform add a wgmma;
+  them);
+- the stage's tile addresses: the stage 0 address taken once through
+  ``attention_wgmma.uniform_u32`` (a shuffle from lane 0) plus the stage's offset keeps the
+  Q/dO descriptors in uniform registers — one uniform add a wgmma, where ``shared_addr(smem,
+  at)`` per tile puts them in vector registers (R2UR and a 64-bit add: 7 instructions a wgmma);
 - ``attention_wgmma.ring_slot``: a use's stage and phase parity in 32-bit unsigned
   arithmetic, not Numba's int64 signed modulo and division;
-- LSE·log2e (+inf for −inf) is computed once a row by the preprocess
-  (``tc_bwd_preprocess(…, LSE2=True)``) instead of once a tile in every key block (3
-  instructions a column: 48 a tile at Bq = 64).
-dK/dV 572 → 406, dQ 350 → 337 (242 and 161 registers, no spills; the H200's driver gave the
-dQ kernel 154). Then the overlap above:
-Sᵀ and dPᵀ (S and dP) as two commit groups, Pᵀ taken while dPᵀ runs, dV issued before dSᵀ
-and running under it. Measured (H200, 2026-12-02 session 8, kernel-only, × SDPA flash
-backward, docs/logs/gpu_session8_h200.log): the leaner loop alone 0.83 (0.81 before) and
-0.88 (0.86) at B1 H16 N8192 d128, 0.90 (0.87) and 0.86 (0.83) at B2 H16 N4096 d64, 0.91
-(0.89) and 0.95 (0.93) at B4 H16 N1024 d64 — 2–4 %, far less than the instructions saved;
-with the overlap too (the final run): 0.84 and 0.84, 0.90 and 0.89, 0.90 and 0.98 — a mixed
-effect, alike in two runs: not causal level, causal about 3 % faster at d = 64 and 5 % slower
-at d = 128 (2.89 → 3.03 ms). Which kernel gains and which loses is not measured apart (the
-two kernels changed together); kept, as a net zero, for the shorter critical path. What
-bounds it now (Nsight Compute, B1 H16 N8192 d128, not causal,
-docs/logs/gpu_session8_h200.log): the dK/dV kernel 2.92 ms (3.65 before the lean loop), the
-dQ kernel 2.47 (2.71), torch's fused kernel 4.43; issue slots 17 % busy (49 % before: the
-instructions are gone), the tensor pipe 39 % and 34 %, 11.5 cycles between a warp's
-instructions against torch's 7.7, 8 warps an SM (one block of 256 threads: 242 registers) —
-latency, with two warps a scheduler to hide it. Next: more independent work a warp — the next
-tile's Sᵀ, dPᵀ issued behind this tile's dK: AHEAD above (session 9) — then a producer warp
-for the copies (FA3's layout), and the dQ kernel's seven-products cost.
+- LSE·log2e (+inf for −inf) computed once a row by the preprocess (``tc_bwd_preprocess(…,
+  LSE2=True)``) instead of once a tile in every key block (48 instructions a tile at Bq = 64).
+SASS per tile (ptxas 13.5, d = 128, Bq = Bk = 64, CWG = 2, fp16, without AHEAD): the first three
+items take dK/dV 1560 → 783 and dQ 1045 → 485 (d = 64: 1185 → 612, 700 → 350; partial-tile branches
+counted), the last three, on a full tile's path alone, 572 → 406 and 350 → 337; the dK/dV kernel's
+20 bytes of spills gone. Measured (H200, 2026-12-02, kernel-only, × torch SDPA flash backward, not
+causal / causal, docs/logs/gpu_lean_bwd_h200.log and docs/results.md): the first three items took
+0.71 / 0.65 to 0.81 / 0.86 at B1 H16 N8192 d128, 0.69 / 0.58 to 0.87 / 0.83 at B2 H16 N4096 d64,
+0.74 / 0.70 to 0.89 / 0.93 at B4 H16 N1024 d64 — ahead of flash_tc causal too (1.02–1.25×), so the
+default method on Hopper causal or not (``tc_methods.wgmma_bwd_is_default``); the last three 2–4 %
+more. Taking Pᵀ while dPᵀ runs and issuing dV before dSᵀ (the loop above) measured mixed, alike in
+two runs: not causal level, causal about 3 % faster at d = 64 and 5 % slower at d = 128 (2.89 →
+3.03 ms); kept for the shorter critical path. What bounds it then (Nsight Compute, same shape, not
+causal, without AHEAD): the dK/dV kernel 2.92 ms, the dQ kernel 2.47, torch's fused kernel 4.43;
+issue slots 17 % busy, the tensor pipe 39 % and 34 %, 11.5 cycles between a warp's instructions
+against torch's 7.7, 8 warps an SM (one block of 256 threads: 242 registers) — latency, with two
+warps a scheduler to hide it: hence AHEAD (above), more independent work a warp. Not done: a
+producer warp for the copies (FA3's layout), and the dQ kernel's seven-products cost.
 
-Registers (2026-12-02, CUDA 13.5's NVVM and ptxas, sm_90a): the dK/dV kernel holds Sᵀ, dPᵀ (Bq/2
-floats each) and dK, dV (D/2 each) a thread — 192 at d = 128, Bq = 64: 242 registers, no spills
-(before the lean loop: 255 with 8–56 bytes of spills; FUSED: 255 with 72); 184 at d = 64, Bq = 64;
-Bq = 128 at d = 128 (256 floats) spills 200–900 bytes and ptxas serializes the wgmmas (C7512), so
+Registers (CUDA 13.5's NVVM and ptxas, sm_90a): the dK/dV kernel holds Sᵀ, dPᵀ (Bq/2 floats
+each) and dK, dV (D/2 each) a thread — without AHEAD 192 at d = 128, Bq = 64: 242 registers,
+no spills (FUSED: 255 with 72 bytes of spills); 184 at d = 64, Bq = 64; Bq = 128 at d = 128
+(256 floats) spills 200–900 bytes and ptxas serializes the wgmmas (C7512), so
 ``WgmmaBwdConfig`` refuses it. The dQ kernel: 161 registers at d = 128, Bk = 64, no spills.
-AHEAD (session 9): the dK/dV kernel 254 at d = 128, 184 at d = 64; the dQ kernel 189 and 139
-(122 without: two blocks an SM, so not ahead at d = 64 by default); no spills.
+With AHEAD: the dK/dV kernel 254 at d = 128 (254–255 from the H200's driver), 184 at d = 64;
+the dQ kernel 189 (194–198) and 139 (122 without: two blocks an SM, so not ahead at d = 64 by
+default); no spills.
 
 How to run: ``attention_backward(do, q, k, v, o, lse, method="flash_wgmma",
 config=WgmmaBwdConfig(...))`` on fp16/bf16 inputs; ``pytest tests/test_attention_wgmma_backward.py``;
-on the H200 ``bash scripts/gpu_wgmma_bwd.sh``.
+on a Hopper GPU ``flashlesson bench ladder --only attention_wgmma_backward`` and
+``flashlesson bench attention --tc --backward``.
 """
 
 from functools import lru_cache

@@ -17,12 +17,12 @@ Menu
 |                                               | m64n{D}k8 (P split in registers); a producer  |
 |                                               | warp, a ring of STAGES stages on mbarriers    |
 
-Ladder (issue 13): from the lesson kernel to this file, step by step, at B1 H16 N8192 d128 float32
-unless a step says otherwise; TFLOP/s = 4·B·H·N²·d / time (half when causal); kernel-only CUDA-event
-medians; "× lesson" = the lesson kernel's time / the step's on the same inputs. ``flashlesson bench
-ladder --only attention_wgmma_tf32`` checks and times every step with a timed call, ``--write`` puts
-its numbers here; a step without one is historical (no longer separable in the code) and keeps the
-TFLOP/s recorded then.
+Ladder (lesson tier to fast tier): from the lesson kernel to this file, step by step, at B1 H16
+N8192 d128 float32 unless a step says otherwise; TFLOP/s = 4·B·H·N²·d / time (half when causal);
+kernel-only CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same
+inputs. ``flashlesson bench ladder --only attention_wgmma_tf32`` checks and times every step with a
+timed call, ``--write`` puts its numbers here; a step without one is historical (no longer separable
+in the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
 | 0    | the float32 lesson kernel of §32             | H200, 2026-12-02: 92.9 ms,   | tier='lesson'                  |
@@ -42,14 +42,13 @@ TFLOP/s recorded then.
 |      | default                                      |                              |                                |
 |      | (``tc_methods.default_wgmma_tf32_config``)   |                              |                                |
 
-Why packing first. wgmma reads tf32 operands K-major only (no imm-trans for tf32), so B = V of
-O += P V must lie transposed, which a copy of V's rows cannot do; and all three products of
-3xTF32 need the small parts, which every warp of the mma.sync kernel recomputes from the
-same K/V values. One pass over Q, K and V (read 3·n·d floats, write twice that; its share of
-the call: ``scripts/gpu_wgmma_tf32.py``'s "packing alone" row) writes each operand's big and small
-parts in the exact bytes a shared-memory tile holds, so the kernel's copies are plain bulk
-copies (``hopper.bulk_copy_g2s``: one instruction a tile, no per-thread address arithmetic,
-completing on the stage's mbarrier) and its inner loop does no splitting but P's.
+Why packing first. wgmma reads tf32 operands K-major only (no imm-trans for tf32), so B = V of O +=
+P V must lie transposed, which a copy of V's rows cannot do; and all three products of 3xTF32 need
+the small parts, which every warp of the mma.sync kernel recomputes from the same K/V values. One
+pass over Q, K and V (read 3·n·d floats, write twice that) writes each operand's big and small
+parts in the exact bytes a shared-memory tile holds, so the kernel's copies are plain bulk copies
+(``hopper.bulk_copy_g2s``: one instruction a tile, no per-thread address arithmetic, completing on
+the stage's mbarrier) and its inner loop does no splitting but P's.
 
 The products (per consumer warpgroup of 64 query rows, a K/V tile of Bc keys)::
 
@@ -82,8 +81,8 @@ Registers (``attention_wgmma.block_reg_cap``): one consumer warpgroup and the pr
 Bc = 64: 247–255 and no spills offline, 255 and 72–80 bytes of local memory as compiled on the
 H200 (numba-cuda's own toolchain there; 1.05–1.09× slower than the default). Two consumer
 warpgroups are 9 warps, and an SM's registers are four sub-partitions' 16384 with a block's
-warps dealt out among them: 168 each (at 224, which 65536 / 288 would allow, the H200 refused
-the launch); d = 64, Bc = 32 fits them (166–167, no spills), Bc = 64 spilled 380 bytes and is
+warps dealt out among them: 168 each (at 224, which 65536 / 288 would allow, the H200 refuses
+the launch); d = 64, Bc = 32 fits them (166–167, no spills), Bc = 64 spills 380 bytes and is
 refused (WgmmaTf32Config.check).
 
 Limits: float32, d = D = 64 or 128; Bc = 32 or 64 (a multiple of 32: O's parts); CWG = 1 or 2 (2
@@ -95,8 +94,8 @@ V's memory (plus the K/V tile padding) while the call runs. The simulator comput
 issue (sim/hopper.py); its tf32 sums round as the tensor core's model does.
 
 How to run: ``attention(q32, k32, v32, method="flash_wgmma")`` (float32 on Hopper),
-``pytest tests/test_attention_tc.py -k wgmma_tf32``, on the H200 ``python3 scripts/
-gpu_wgmma_tf32.py``.
+``pytest tests/test_attention_tc.py -k wgmma_tf32``; on a Hopper GPU ``flashlesson bench ladder
+--only attention_wgmma_tf32`` and ``flashlesson bench attention --tc``.
 """
 
 from functools import lru_cache

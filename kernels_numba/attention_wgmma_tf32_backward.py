@@ -23,12 +23,12 @@ Menu
 |   STAGES, CAUSAL, PAD)``                      | Bk: S = Q Kᵀ, dP = dO Vᵀ (SS), dQ += dS K     |
 |                                               | (RS, B = Kᵀ)                                  |
 
-Ladder (issue 13): from the lesson kernel to this file, step by step, at B2 H16 N4096 d64 float32
-unless a step says otherwise; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's); kernel-only
-CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same inputs.
-``flashlesson bench ladder --only attention_wgmma_tf32_backward`` checks and times every step with a
-timed call, ``--write`` puts its numbers here; a step without one is historical (no longer separable
-in the code) and keeps the TFLOP/s recorded then.
+Ladder (lesson tier to fast tier): from the lesson kernel to this file, step by step, at B2 H16
+N4096 d64 float32 unless a step says otherwise; TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's);
+kernel-only CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same
+inputs. ``flashlesson bench ladder --only attention_wgmma_tf32_backward`` checks and times every
+step with a timed call, ``--write`` puts its numbers here; a step without one is historical (no
+longer separable in the code) and keeps the TFLOP/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
 | 0    | the lesson kernels of §30 on CUDA cores      | H200, 2026-12-02: 44.3 ms,   | tier='lesson'                  |
@@ -55,35 +55,29 @@ in the code) and keeps the TFLOP/s recorded then.
 |      | of one column, and 16-byte stores of both    | TFLOP/s, 7.23× lesson        |                                |
 |      | parts; before: 0.550 ms at this shape, about |                              |                                |
 |      | 1.3 TB/s of its reads and writes, now 0.175  |                              |                                |
-|      | ms, scripts/diag13_streams.py,               |                              |                                |
-|      | docs/results.md session 13): the default.    |                              |                                |
-|      | Steps 2 and 3, timed the same day, have it   |                              |                                |
-|      | too (with one word a thread: 10.3 and 7.47   |                              |                                |
-|      | ms)                                          |                              |                                |
+|      | ms, H200, 2026-12-02, docs/results.md): the  |                              |                                |
+|      | default. Steps 2 and 3, timed the same day,  |                              |                                |
+|      | have it too (with one word a thread: 10.3    |                              |                                |
+|      | and 7.47 ms)                                 |                              |                                |
 | 6    | the D and LSE launch (``stats_kernel``, a    | H200, 2026-12-02: 6.01 ms,   | method='flash_wgmma'           |
 |      | thread a row) reads its rows 16 bytes a load | 57.2 TFLOP/s, 7.37× lesson   |                                |
 |      | instead of a float (VEC; the same float64    |                              |                                |
 |      | sums in the same order, the same bits):      |                              |                                |
 |      | 0.094 → 0.038 ms at this shape, 0.22 → 0.073 |                              |                                |
-|      | ms at B1 H16 N8192 d128                      |                              |                                |
-|      | (scripts/diag15_drows.py, docs/results.md    |                              |                                |
-|      | session 15): the default. Steps 2 and 3,     |                              |                                |
-|      | timed since, have it too                     |                              |                                |
+|      | ms at B1 H16 N8192 d128 (H200, 2026-12-02,   |                              |                                |
+|      | docs/results.md): the default. Steps 2 and   |                              |                                |
+|      | 3, timed since, have it too                  |                              |                                |
 
-Against torch with the packing of step 5 (H200, 2026-12-02, session 13, scripts/
-diag13_streams.py: the public call's launches replayed, kernel-only, × torch SDPA efficient's
-fp32 backward in the same process, not causal / causal): 1.35 / 1.30 at B4 H16 N1024 d64, 1.62
-/ 1.53 at B2 H16 N4096 d64; the packing of one word a thread in the same run 1.13 / 1.01, 1.52 /
-1.37. Before it (H200, 2026-12-02, ``scripts/gpu_wgmma_tf32.py --backward``, docs/logs/
-gpu_session11_h200.log; × torch SDPA efficient's fp32 backward in the same process, kernel-only
-(end to end), not causal / causal): the default 1.12 (1.12) / 1.00 (1.02) at B4 H16 N1024 d64,
-1.51 (1.51) / 1.38 (1.38) at B2 H16 N4096 d64, 1.62 (1.60) / 1.57 (1.56) at B1 H16 N8192 d64
-(run 4); one dQ warpgroup 0.99 / 0.91, 1.31 / 1.19, 1.40 / 1.35, one stage and one warpgroup
-0.78–1.02 (run 1, ``--sweep``). Max error of dq, dk, dv on head (0, 0) against float64: 0.21–
-0.47× torch efficient's (flash_tc's mma.sync: 0.20–0.56×). At d = 128 (H200, 2026-12-02,
-session 14, ``scripts/gpu_wgmma_tf32.py --backward``, docs/logs/gpu_session14_h200.log, run
-3): 1.03 (1.04) / 1.00 (1.00) at B1 H16 N8192 d128, 0.50–0.53× torch efficient's error;
-flash_tc 0.49 / 0.53.
+Against torch (H200, 2026-12-02, docs/results.md; the public call's launches replayed,
+kernel-only, × torch SDPA efficient's fp32 backward in the same process, not causal /
+causal): 1.35 / 1.30 at B4 H16 N1024 d64, 1.62 / 1.53 at B2 H16 N4096 d64; with the packing of
+one word a thread (step 4) 1.13 / 1.01, 1.52 / 1.37. The tiles and warpgroups (the same day,
+one-word packing, kernel-only (end to end)): the default 1.12 (1.12) / 1.00 (1.02) at B4 H16
+N1024 d64, 1.51 (1.51) / 1.38 (1.38) at B2 H16 N4096 d64, 1.62 (1.60) / 1.57 (1.56) at B1 H16
+N8192 d64; one dQ warpgroup 0.99 / 0.91, 1.31 / 1.19, 1.40 / 1.35; one stage and one
+warpgroup 0.78–1.02. Max error of dq, dk, dv on head (0, 0) against float64: 0.21–0.47× torch
+efficient's (flash_tc's mma.sync: 0.20–0.56×). At d = 128 (the same day): 1.03 (1.04) / 1.00
+(1.00) at B1 H16 N8192 d128, 0.50–0.53× torch efficient's error; flash_tc 0.49 / 0.53.
 
 The packed operands. tf32 wgmma reads both operands K-major only, so each product needs its B
 with k contiguous: the row products (over d) read Q, K, V, dO as they are (k = d), the key
@@ -120,12 +114,12 @@ The dQ kernel, per consumer warpgroup of 64 queries (Q, dO copied once), for eac
 its rows see: S = Q Kjᵀ and dP = dO Vjᵀ the same way (two groups), P under dP's wgmmas
 (ds_rows_steps, NAT; masked: 0), dS = P∘(dP − D) (masked: 0), dQ part = dS Kj (RS, B = Kjᵀ),
 dQ += part; dQ ·= scale. The masks are tested element by element (ds_rows_steps' APART off):
-the fp16 dQ kernel's separate mask path (attention_wgmma_backward's menu) made this one 1.12×
-slower not causal and 1.02× causal (H200, 2026-12-02), though ptxas then gave it 134 registers
+the fp16 dQ kernel's separate mask path (attention_wgmma_backward's menu) makes this one 1.12×
+slower not causal and 1.02× causal (H200, 2026-12-02), though ptxas gives it 134 registers
 and no spills, against 168 and 84–112 bytes of spills (d = 64). At d = 128 (tiles of 16 keys,
 P unmasked) it measured 1.045 → 1.033× torch efficient not causal and 1.011 → 1.016× causal,
-the same bits (H200, 2026-12-02, session 15, scripts/diag15_apart.py; 168 → 172 registers):
-within a run's noise causal, a loss not causal, so neither head dim takes it.
+the same bits (H200, 2026-12-02, docs/results.md; 168 → 172 registers): within a run's noise
+causal, a loss not causal, so neither head dim takes it.
 
 d = 128: roles. One warpgroup's dK and dV at d = 128, with the parts they are summed from,
 would take 256 registers a thread before Sᵀ and dPᵀ, so there the dK/dV kernel gives each
@@ -134,13 +128,12 @@ block one of them (grid z = 0: dK, the heavier, dispatched first; z = 1: dV)::
     dV block (K own):      Sᵀ = K Qiᵀ (waited) → Pᵀ → dV part = Pᵀ dOi   (two products)
     dK block (K, V own):   Sᵀ, dPᵀ → dSᵀ → dK part = dSᵀ Qi               (three)
 
-Both compute Sᵀ, so a tile costs five products where the d = 64 kernel takes four. The other
-split tried — each block half of dK's and dV's columns, Sᵀ and dPᵀ in both — costs six:
-0.91 / 0.89× torch efficient (not causal / causal) where this one reached 1.03 / 0.99
-(H200, 2026-12-02, session 14, ``scripts/gpu_wgmma_tf32.py --backward --sweep`` at B1 H16
-N8192 d128, the dV blocks on z = 0 then; with the dK blocks first, 1.03 / 1.00), and with
-dQ's columns split the same way 0.73 / 0.70. Tiles of 16 queries (16 keys in the dQ kernel),
-two stages: 224 KB each kernel; tiles of 32 fit one stage only (roles 0.81 / 0.82×).
+Both compute Sᵀ, so a tile costs five products where the d = 64 kernel takes four. The other split
+— each block half of dK's and dV's columns, Sᵀ and dPᵀ in both — costs six: 0.91 / 0.89× torch
+efficient (not causal / causal) against 1.03 / 1.00 for the roles (1.03 / 0.99 with the dV blocks
+dispatched first), and with dQ's columns split the same way 0.73 / 0.70 (H200, 2026-12-02, B1 H16
+N8192 d128, docs/results.md). Tiles of 16 queries (16 keys in the dQ kernel), two stages: 224 KB
+each kernel; tiles of 32 fit one stage only (roles 0.81 / 0.82×).
 
 Staged sums: as the forward's (attention_wgmma_tf32, "Staged sums"): the tensor core cuts each
 addend to the grid of the largest and rounds its sum toward zero, so dV, dK and dQ never go
@@ -178,8 +171,9 @@ take 3.5× q, k, v and dO's memory while the call runs. The simulator computes e
 issue (sim/hopper.py).
 
 How to run: ``attention_backward(do32, q32, k32, v32, o32, lse, method="flash_wgmma")``,
-``pytest tests/test_attention_wgmma_tf32_backward.py``, on the H200 ``python3
-scripts/gpu_wgmma_tf32.py --backward``.
+``pytest tests/test_attention_wgmma_tf32_backward.py``; on a Hopper GPU ``flashlesson bench
+ladder --only attention_wgmma_tf32_backward`` and ``flashlesson bench attention --tc
+--backward``.
 """
 
 from functools import lru_cache
@@ -244,10 +238,10 @@ def pack_kernel(D, PAD, VEC=True):
     are four adjacent columns of one token (VEC: one 16-byte load, the launcher having checked
     that q, k, v, dO start on 16 bytes; else four); transposed, one column of tokens t, t + 2,
     t + 4, t + 6 (PERM; four loads, a warp's 32 lanes 32 adjacent columns of each); both parts
-    stored 16 bytes at a time. H200, 2026-12-02 (docs/results.md, session 13): 0.089 ms at B4
+    stored 16 bytes at a time. H200, 2026-12-02 (docs/results.md): 0.089 ms at B4
     H16 N1024 d64, 4.0 TB/s of its reads (7 × 16.8 MB) and writes (14 × 16.8 MB), where a
     device-to-device copy runs at 4.2 (docs/results.md, softmax, 2026-11-30); one word a
-    thread, as before, 0.277 ms (1.3 TB/s)."""
+    thread (not VEC), 0.277 ms (1.3 TB/s)."""
     assert D % 8 == 0                               # (the layouts' core matrices)
 
     @cuda.jit(device=True)
@@ -309,7 +303,7 @@ def stats_kernel(VEC):
     """Row i < pad_rows(Nq) of head bh (grid: rows, BH): d_p[bh, i] = D_i (§30,
     attention_backward.d_row: o, do are [BH·Nq, D] rows), lse_p[bh, i] = LSE_i; 0 past Nq.
     VEC: rows on 16-byte boundaries, read 16 bytes a load (``d_row4``: the same bits; 0.22 →
-    0.073 ms at B1 H16 N8192 d128, H200, 2026-12-02, docs/results.md session 15)."""
+    0.073 ms at B1 H16 N8192 d128, H200, 2026-12-02, docs/results.md)."""
     row_sum = d_row4 if VEC else d_row
 
     @cuda.jit

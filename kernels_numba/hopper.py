@@ -206,7 +206,7 @@ H200: cp.async.bulk.tensor with a tensor map (made on the host through cuda.bind
 cuTensorMapEncodeTiled, passed as a 128-byte __grid_constant__ kernel parameter: strided 2-D
 tiles, out-of-bounds rows zero-filled, the 128-byte swizzle written as it lands), or per-thread
 cp.async (vector.py) followed by cp.async.mbarrier.arrive.noinc on the same mbarrier (no copy
-engine; the threads issue 16 bytes each).
+engine; each thread copies 16 bytes at a time).
 
 Limits. Hardware sm_90a (H100/H200); ``numba.cuda.compile_ptx`` needs ``cc=(9, 0, "a")`` for these.
 A is K-major (from shared memory) or in registers; B K-major, or N-major without swizzle (the _tb
@@ -224,12 +224,12 @@ the GPU (``FLASHLESSON_DEVICE=gpu``; on the H200:
 tests/test_hopper.py``);
 ``test_ptx_for_sm90a`` compiles the test kernels with ``compile_ptx(cc=(9, 0, "a"))`` and
 assembles them with ptxas where NVVM and ptxas are found (the GPU machine; elsewhere the
-nvidia-nvvm, nvidia-cuda-nvrtc and nvidia-cuda-nvcc wheels). Seen 2026-12-01 without a GPU (CUDA
-13.0's NVVM and ptxas): every kernel assembles for sm_90a with no "Performance Loss" warning;
-the wgmma kernels keep their accumulators in registers (72 registers at N = 64, 138 at N = 128,
-no local memory); setmaxnreg is honoured under -maxrregcount 128 (run on the H200 since).
-Later the same day (CUDA 13.5's NVVM and ptxas): the _tb and _rs test kernels, the cp.async
-mbarrier kernel and flash_wgmma (attention_wgmma.py, d = 128, producer) assemble too, with
+nvidia-nvvm, nvidia-cuda-nvrtc and nvidia-cuda-nvcc wheels). Assembled without a GPU,
+2026-12-01, with CUDA 13.0's NVVM and ptxas: every kernel assembles for sm_90a with no
+"Performance Loss" warning; the wgmma kernels keep their accumulators in registers (72
+registers at N = 64, 138 at N = 128, no local memory); setmaxnreg is honoured under
+-maxrregcount 128 (also run on the H200). With CUDA 13.5's NVVM and ptxas (the same day): the
+_tb and _rs test kernels, the cp.async mbarrier kernel and flash_wgmma (attention_wgmma.py, d = 128, producer) assemble too, with
 no "Performance Loss" warning; the RS + N-major test kernel at N = 128 holds 166 registers.
 """
 

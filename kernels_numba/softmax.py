@@ -2,12 +2,12 @@
 
 The fast tier. Read ``kernels_numba/lesson/softmax.py`` first (the same ideas, plain).
 
-Ladder (issue 13): from the lesson kernel to this file, step by step, at [65536, 1024] float32
-unless a step says otherwise; GB/s = one read + one write of x / time; kernel-only CUDA-event
-medians; "× lesson" = the lesson kernel's time / the step's on the same inputs. ``flashlesson bench
-ladder --only softmax`` checks and times every step with a timed call, ``--write`` puts its numbers
-here; a step without one is historical (no longer separable in the code) and keeps the GB/s recorded
-then.
+Ladder (lesson tier to fast tier): from the lesson kernel to this file, step by step, at [65536,
+1024] float32 unless a step says otherwise; GB/s = one read + one write of x / time; kernel-only
+CUDA-event medians; "× lesson" = the lesson kernel's time / the step's on the same inputs.
+``flashlesson bench ladder --only softmax`` checks and times every step with a timed call,
+``--write`` puts its numbers here; a step without one is historical (no longer separable in the
+code) and keeps the GB/s recorded then.
 | step | what changed                                 | measured                     | timed call                     |
 |------|----------------------------------------------|------------------------------|--------------------------------|
 | 0    | the lesson kernel of §8 (what ``auto`` runs  | H200, 2026-12-01: 0.153 ms,  | method='warp_multi',           |

@@ -217,7 +217,7 @@ def plot_softmax(results, copy_bw, path):
 # ---------------------------------------------------------------------------------------------
 # Attention (§14, §23–24, §28–29, §34): TFLOP/s of naive and flash vs torch SDPA per backend
 # ---------------------------------------------------------------------------------------------
-ATTENTION_SHAPES = (            # (B, H, N, d): the issue's three, then an N sweep
+ATTENTION_SHAPES = (            # (B, H, N, d): the three main shapes, then an N sweep
     (4, 16, 1024, 64),
     (2, 16, 4096, 64),
     (1, 16, 8192, 128),
@@ -666,7 +666,7 @@ def bench_attention_tc_backward(shapes=ATTENTION_SHAPES + tc_headdim_shapes(),
 
 
 # ---------------------------------------------------------------------------------------------
-# Host overhead per public call (issue 14): ``flashlesson bench overhead``
+# Host overhead per public call: ``flashlesson bench overhead``
 # ---------------------------------------------------------------------------------------------
 def host_us_per_call(fn, calls=200, warmup=3, busy_us=None):
     """Host µs per call of ``fn``: after ``warmup`` calls (compiling, building plans), a kernel
@@ -751,10 +751,9 @@ def bench_overhead(calls=200, log=print):
 
 
 def script_parser(budget=True):
-    """The kernel-only GPU scripts' shared options (``scripts/gpu_wgmma.py``,
-    ``gpu_wgmma_bwd.py``, ``gpu_defaults.py``): --json (write the rows there), --shapes
-    (indices into the script's SHAPES, e.g. 0,1: ``picked_shapes``) and, budget, --budget-s
-    (``budget_cases``); each script adds its own."""
+    """The kernel-only GPU scripts' shared options (``scripts/gpu_wgmma.py``): --json (write
+    the rows there), --shapes (indices into the script's SHAPES, e.g. 0,1: ``picked_shapes``)
+    and, budget, --budget-s (``budget_cases``); each script adds its own."""
     import argparse
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
@@ -767,8 +766,8 @@ def script_parser(budget=True):
 
 
 def gpu_torch(script):
-    """torch for a GPU script (``scripts/diag15_*.py``), or SystemExit naming the script where
-    there is no CUDA GPU or no torch."""
+    """torch for a GPU script, or SystemExit naming the script where there is no CUDA GPU or
+    no torch."""
     torch = cuda_torch()
     if torch is None or device.SIMULATOR:
         raise SystemExit(f"{script} needs a CUDA GPU and torch")
@@ -778,7 +777,7 @@ def gpu_torch(script):
 def torch_sdpa_backward(torch, backend, q, k, v, do, causal):
     """A callable that runs torch SDPA's backward on one backend ("flash", "efficient") for
     these torch tensors: the forward once under that backend, its graph kept, then each call
-    ``autograd.grad`` of it with dO (the diagnostic scripts' torch column)."""
+    ``autograd.grad`` of it with dO (a backward comparison's torch column)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     chosen = {"flash": SDPBackend.FLASH_ATTENTION,
               "efficient": SDPBackend.EFFICIENT_ATTENTION}[backend]
@@ -789,7 +788,7 @@ def torch_sdpa_backward(torch, backend, q, k, v, do, causal):
 
 
 def backward_cases(torch, cases, picks):
-    """The backward diagnostics' cases (``scripts/diag15_*.py``): for each (B, H, N, d, fmt) of
+    """A backward comparison's cases: for each (B, H, N, d, fmt) of
     ``cases`` picked by ``picks`` (``picked_shapes``), not causal then causal, yields (B, H, N,
     d, fmt, causal, (q, k, v, do), (o, lse)) — fresh ``torch.randn`` inputs, fp16 for "fp16"
     else float32, o and lse from ``flashlesson.attention`` (the default method) — and empties
@@ -842,11 +841,10 @@ def print_built(built):
 
 
 def check_and_time(row, make, measure, flops, limit=None, e2e=False):
-    """One method's row of the kernel-only GPU scripts (``scripts/gpu_wgmma.py``,
-    ``gpu_wgmma_bwd.py``, ``gpu_defaults.py``): fn = make(), fn() once, measure(its result) →
-    (max |error| against the float64 reference, whether it holds a NaN); the row passes with
-    no NaN and, given a limit (the scripts: 2 × torch's own error plus slack), an error within
-    it. A passing row is timed kernel-only (``time_gpu_adaptive``: "ms", "TFLOP/s" = flops /
+    """One method's row of the kernel-only GPU scripts (``scripts/gpu_wgmma.py``): fn = make(),
+    fn() once, measure(its result) → (max |error| against the float64 reference, whether it
+    holds a NaN); the row passes with no NaN and, given a limit (the scripts: 2 × torch's own
+    error plus slack), an error within it. A passing row is timed kernel-only (``time_gpu_adaptive``: "ms", "TFLOP/s" = flops /
     time) and, e2e, end to end (``time_end_to_end``: "e2e ms", "e2e TFLOP/s"); a failing or
     raising one says why (the script goes on). Returns the error (None when make or fn
     raised)."""
@@ -872,8 +870,8 @@ def check_and_time(row, make, measure, flops, limit=None, e2e=False):
 
 
 def versus_table(rows, bases=("torch sdpa flash",), width=22):
-    """The closing table of the kernel-only scripts (``scripts/gpu_wgmma.py``,
-    ``gpu_wgmma_bwd.py``; their rows from ``check_and_time``): per row shape, causal, method, ms, TFLOP/s, the ratio to each of
+    """The closing table of the kernel-only scripts (``scripts/gpu_wgmma.py``; their rows from
+    ``check_and_time``): per row shape, causal, method, ms, TFLOP/s, the ratio to each of
     ``bases`` (the methods of the same shape and causal mode), the error and the check."""
     rate = {(r["shape"], r["causal"], r["method"]): r["TFLOP/s"] for r in rows
             if r.get("TFLOP/s") and r["method"] in bases}

@@ -1,4 +1,4 @@
-"""``flashlesson.calls``: the fast path of a public call on torch tensors (issue 14) — a call
+"""``flashlesson.calls``: the fast path of a public call on torch tensors — a call
 seen before replays what its first call launched.
 
 A public call (``softmax``, ``attention``, ``attention_backward``) spends most of its host time

@@ -9,7 +9,7 @@ refused call leaves nothing behind (no kernel compiled, no cache entry).
   bool, not a float), every ``bool`` field a bool, ``Optional[int]`` None or a positive int,
   ``Optional[bool]`` None or a bool; the configurations' ``__post_init__`` call it, so a bad
   one cannot even be built.
-- ``tier(value, method, lesson_methods, operation)``: "fast" or "lesson" (issue 13's two
+- ``tier(value, method, lesson_methods, operation)``: "fast" or "lesson" (the project's two
   tiers); "lesson" refused for a method without a lesson kernel.
 - ``flag(value, name)``: a bool (``causal="False"`` is a TypeError, not True).
 - ``scale(value, d)``: None → 1/√d, else a real number finite in float32 (the kernels' type).

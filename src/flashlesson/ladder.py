@@ -1,7 +1,7 @@
 """``flashlesson bench ladder``: the ladder at the top of each fast kernel file, measured.
 
 Each fast kernel file (``kernels_numba/softmax.py``, ``attention.py``, …) opens with a ladder
-(issue 13): step 0 its lesson kernel, then each step towards the tuned kernel — what it
+from the lesson tier to the fast tier: step 0 its lesson kernel, then each step towards the tuned kernel — what it
 changed, and what that bought. This module is the tables' one source: ``LADDERS`` holds, per
 file, the shape it is measured at and its steps. A step either *runs* — a public call (a
 method, a tier, a config) that the command checks against the float64 oracle and times — or is
@@ -107,7 +107,7 @@ def shape_text(op, shape):
 
 
 LESSON = {"tier": "lesson"}
-DEFAULT_FP32 = (4, 16, 1024, 64)        # the issue's first attention shape
+DEFAULT_FP32 = (4, 16, 1024, 64)        # the benchmarks' first attention shape
 
 LADDERS = (
     Ladder("softmax", SOFTMAX, (65536, 1024), "float32", (
@@ -194,10 +194,10 @@ LADDERS = (
              "shared addresses: in steps 1–3 as run today, not switchable",
              call="``flashlesson bench attention --tc``",
              recorded="H200, 2026-11-30: 0.90× SDPA flash at B2 H16 N4096 d64 (0.77–0.99× "
-                      "over the sizes, git a4b5d17)"),
+                      "over the sizes)"),
         Step("tf32", "float32 inputs on the tensor cores, 3xTF32 (``flash_tf32x3_kernel``: "
              "three tf32 mmas a product, each k8 step summed from zero and added on the CUDA cores: "
-             "the staged accumulation of git 6ad2f9a, issue 16), against the float32 lesson "
+             "the staged accumulation), against the float32 lesson "
              "kernel of §32 (before the staging: 30.3 TFLOP/s, 3–94× torch efficient's error)",
              {"method": "flash_tc"}, dtype="float32", versus="0f"),
         Step("0f", "(the lesson kernel of step tf32: ``lesson/attention.py``, CUDA cores)",
@@ -250,10 +250,10 @@ LADDERS = (
         Step("0", "the lesson kernels of §30 on CUDA cores, on float32 inputs of the same shape "
              "(there is no lesson tensor-core backward)", LESSON, dtype="float32"),
         Step("1", "D, dK/dV on the transposed problem, dQ, all on ``mma.sync``, tiles through "
-             "registers, 4 warps (git 04ac8dc; before: 0.32× / 0.29× SDPA flash backward, "
+             "registers, 4 warps (before: 0.32× / 0.29× SDPA flash backward, "
              "README)", {"config": TcBwdConfig(64, 4, 64, 4)}),
         Step("2", "ASYNC loads (cp.async stages, ldmatrix), 8 warps: the default (before: "
-             "0.62–0.84× SDPA flash backward, git a4b5d17; 166.9 TFLOP/s at B2 H16 N4096 d64, "
+             "0.62–0.84× SDPA flash backward; 166.9 TFLOP/s at B2 H16 N4096 d64, "
              "0.63×, docs/bench_attention_tc_backward_h200.json). Base-2 exponentials "
              "(``mma.ex2``) in both steps as run today",
              recorded="H200, 2026-12-01: 0.311 ms, 138 TFLOP/s, 18.20× lesson",
@@ -261,9 +261,8 @@ LADDERS = (
         Step("3", "the backward's first launch (D_i = Σ_c dO_ic·O_ic, a thread a row) reads "
              "its rows 16 bytes a load instead of a word (VEC; the same sums in the same "
              "order, the same bits): 0.020 → 0.007 ms at this shape on the wgmma backward's "
-             "form of it (scripts/diag15_drows.py, docs/results.md session 15): the "
-             "method's default (since session 9 the default method on Hopper is "
-             "``flash_wgmma``; this file's steps name theirs)", {"method": "flash_tc"}),
+             "form of it (H200, 2026-12-02, docs/results.md): the method's default (the "
+             "default method on Hopper is ``flash_wgmma``; this file's steps name theirs)", {"method": "flash_tc"}),
     )),
     Ladder("attention_wgmma_backward", BACKWARD, (1, 16, 8192, 128), "float16", (
         Step("0", "the lesson kernels of §30 on CUDA cores, on float32 inputs of the same shape "
@@ -276,12 +275,12 @@ LADDERS = (
              {"method": "flash_wgmma", "config": WgmmaBwdConfig(Bq=64, Bk=64, CWG=2, STAGES=1)}),
         Step("3", "two stages: the next tile's cp.async copies in flight during this tile's "
              "wgmmas. Steps 2 and 3 run the leaner loop and the softmax under the second "
-             "product (menu, session 8); with the lean loop alone 6.62 and 5.63 ms, before it "
+             "product (menu); with the lean loop alone 6.62 and 5.63 ms, before it "
              "7.41 and 6.4 ms (2026-12-01)",
              {"method": "flash_wgmma", "config": WgmmaBwdConfig(STAGES=2, AHEAD=False)}),
         Step("4", "AHEAD: the next tile's Sᵀ, dPᵀ (S, dP) issued behind this tile's dV, dK "
              "(dQ), so the tensor cores have the next products queued while the warpgroup "
-             "waits, arrives and copies (menu, session 9; the dQ kernel ahead at d = 128 only)",
+             "waits, arrives and copies (menu; the dQ kernel ahead at d = 128 only)",
              {"method": "flash_wgmma", "config": WgmmaBwdConfig(STAGES=2)}),
         Step("5", "three stages: with AHEAD a tile's FULL wait comes at the end of the tile "
              "before, and two stages had issued its copies only at that tile's start; three "
@@ -293,15 +292,14 @@ LADDERS = (
              "reads its rows 16 bytes a load instead of a word (VEC; the same sums in the "
              "same order, the same bits): 0.095 → 0.030 ms here, the backward 1.00× the "
              "word form at this shape and 1.06× at B4 H16 N1024 d64, where that launch was "
-             "9 % of the call (scripts/diag15_drows.py, docs/results.md session 15). The "
-             "method's default", {"method": "flash_wgmma", "config": WgmmaBwdConfig()}),
+             "9 % of the call (H200, 2026-12-02, docs/results.md). The method's default", {"method": "flash_wgmma", "config": WgmmaBwdConfig()}),
     )),
     Ladder("attention_tf32x3_backward", BACKWARD, DEFAULT_FP32, "float32", (
         Step("0", "the lesson kernels of §30 on CUDA cores (``lesson/backward.py``)", LESSON),
         Step("1", "this file: the tensor-core backward with three tf32 mmas a product (3xTF32) "
              "(before: 23.7 TFLOP/s at this shape, 0.71× SDPA efficient fp32, "
              "docs/bench_attention_tc_backward_h200.json, 2026-11-30), its products staged as the "
-             "forward's (git 6ad2f9a, issue 16; before the staging: 23.6 TFLOP/s, 12–100× torch "
+             "forward's (before the staging: 23.6 TFLOP/s, 12–100× torch "
              "efficient's error)",
              {"method": "flash_tc"}),
     )),
@@ -324,7 +322,7 @@ LADDERS = (
         Step("5", "the packing launch four words a thread (a 16-byte load of four columns, or "
              "four tokens of one column, and 16-byte stores of both parts; before: 0.550 ms "
              "at this shape, about 1.3 TB/s of its reads and writes, now 0.175 ms, "
-             "scripts/diag13_streams.py, docs/results.md session 13): the default. Steps 2 "
+             "H200, 2026-12-02, docs/results.md): the default. Steps 2 "
              "and 3, timed the same day, have it too (with one word a thread: 10.3 and "
              "7.47 ms)",
              recorded="H200, 2026-12-02: 6.06 ms, 56.7 TFLOP/s, 7.23× lesson",
@@ -332,7 +330,7 @@ LADDERS = (
         Step("6", "the D and LSE launch (``stats_kernel``, a thread a row) reads its rows 16 "
              "bytes a load instead of a float (VEC; the same float64 sums in the same order, "
              "the same bits): 0.094 → 0.038 ms at this shape, 0.22 → 0.073 ms at B1 H16 "
-             "N8192 d128 (scripts/diag15_drows.py, docs/results.md session 15): the default. "
+             "N8192 d128 (H200, 2026-12-02, docs/results.md): the default. "
              "Steps 2 and 3, timed since, have it too",
              {"method": "flash_wgmma"}),
     )),
@@ -634,7 +632,7 @@ def header(lad):
                "TFLOP/s = 4·B·H·N²·d / time (half when causal)" if lad.op == FORWARD else
                "TFLOP/s = 10·B·H·N²·d / time (2.5 × the forward's)")
     return textwrap.wrap(
-        f"Ladder (issue 13): from the lesson kernel to this file, step by step, at "
+        f"Ladder (lesson tier to fast tier): from the lesson kernel to this file, step by step, at "
         f"{shape_text(lad.op, lad.shape)} {lad.dtype} unless a step says otherwise; {rate_of}; "
         f"kernel-only CUDA-event medians; \"× lesson\" = the lesson kernel's time / the step's "
         f"on the same inputs. ``flashlesson bench ladder --only {lad.name}`` checks and times "

@@ -43,9 +43,9 @@ Streams: a launch goes to ``arrays.current_stream()``, which the public function
 otherwise.
 
 CUDA gives a kernel at most 48 KB of dynamic shared memory unless the kernel is opted in with
-``cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)`` (up to 227 KB on the H100/H200). Numba
-has no public API for it (numba-cuda issue 94); the plan sets the attribute once per compiled
-kernel through the handle above. In the simulator there is no limit to lift.
+``cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)`` (up to 227 KB on the H100/H200). Numba has
+no public API for it (feature request NVIDIA/numba-cuda#94); the plan sets the attribute once
+per compiled kernel through the handle above. In the simulator there is no limit to lift.
 """
 
 import ctypes
@@ -476,21 +476,20 @@ def launch(kernel, grid, block, args, shared_bytes=0):
 
 
 # --- two kernels side by side (a backward's dK/dV and dQ kernels) -------------------------------
-# Two kernels that read the same inputs and write disjoint outputs need not wait for each
-# other: launched back to back on one stream, the first one's last wave leaves SMs idle that
-# the second could fill. ``launch_beside`` puts the second on a side stream forked from the
-# current one (an event recorded there, the side stream waiting for it: it starts after
-# everything queued before) and joins it back (an event on the side stream that the current
-# one waits for: everything queued after waits for both). Measured on the H200 (2026-12-02,
-# scripts/diag13_streams.py, docs/results.md "Session 12"): the fp16 wgmma backward 1–6 %
-# faster, bitwise the same gradients. Per thread: one non-blocking side stream and two events
-# (no timing), made at first use and kept for the process's life (per thread, so that a
-# capture on one thread never takes in another thread's side launches, and one thread's fork
-# never waits on another's event). Host cost: four driver calls through ctypes a call (the
-# fp16 backward's replay on the H200: 57 µs in session 12, 49 µs in session 13 after the
-# context lookup per call came out; docs/results.md). A CUDA-graph capture on the current
-# stream takes the fork in (the documented fork/join pattern). FLASHLESSON_SIDE_STREAM=0 (or SIDE = False),
-# and always the simulator: one after the other.
+# Two kernels that read the same inputs and write disjoint outputs need not wait for each other:
+# launched back to back on one stream, the first one's last wave leaves SMs idle that the second
+# could fill. ``launch_beside`` puts the second on a side stream forked from the current one (an
+# event recorded there, the side stream waiting for it: it starts after everything queued before)
+# and joins it back (an event on the side stream that the current one waits for: everything queued
+# after waits for both). Measured on the H200 (2026-12-02, the public call's launches replayed both
+# ways, docs/results.md): the fp16 wgmma backward 1–6 % faster, bitwise the same gradients. Per
+# thread: one non-blocking side stream and two events (no timing), made at first use and kept for
+# the process's life (per thread, so that a capture on one thread never takes in another thread's
+# side launches, and one thread's fork never waits on another's event). Host cost: four driver
+# calls through ctypes a call (the fp16 backward's replay on the H200, 2026-12-02: 49 µs, no
+# context lookup per call; docs/results.md). A CUDA-graph capture on the current stream takes the
+# fork in (the documented fork/join pattern). FLASHLESSON_SIDE_STREAM=0 (or SIDE = False), and
+# always the simulator: one after the other.
 SIDE = os.environ.get("FLASHLESSON_SIDE_STREAM", "1").strip() != "0"
 _SIDE_LOCAL = threading.local()
 _CU_SIDE = {}                   # libcuda's functions for it, loaded at first use

@@ -38,7 +38,7 @@ H200_GEMM_TILES = (64, 64, 16, 16)          # configs.GEMM_TILES on a GPU
 # are refused by FlashConfig.check (too much shared memory; too many values per thread).
 # (Br, Bc, TR, TC, KU, GROUP); the first eight are candidates of scripts/tune_attention.py.
 TILE_D = 64
-TILE_SHAPE = (2, 16, 4096)                  # B, H, N (B2 H16 N4096 d64: the shape)
+TILE_SHAPE = (2, 16, 4096)                  # B, H, N (B2 H16 N4096 d64: a main benchmark shape)
 TILE_CONFIGS = tuple(FlashConfig(*c) for c in (
     (32, 32, 8, 4, 1, 4), (32, 64, 8, 8, 1, 4), (64, 32, 16, 4, 1, 4), (64, 64, 8, 8, 1, 4),
     (64, 64, 16, 8, 1, 4), (128, 32, 16, 8, 1, 4), (128, 64, 16, 8, 1, 4),

@@ -401,8 +401,8 @@ class WgmmaConfig:
     warpgroup's softmax runs while another's products do (CWG ≥ 2). SWIZZLE: Q, K and V tiles
     in the 128-byte swizzle (hopper.sw128_index: a row's 64-column half in one 128-byte line,
     so a quarter-warp's copies read one line and write one; V read MN-major), against the
-    L2 requests that bound the unswizzled kernel (docs/results.md, session 6; the descriptors:
-    docs/hopper_sw128.md); the default on the GPU since 2026-12-02 (default_wgmma_config)."""
+    L2 requests that bound the unswizzled kernel (docs/results.md; the descriptors:
+    docs/hopper_sw128.md); the default on the GPU (default_wgmma_config)."""
     Bc: int = 128
     CWG: int = 2
     STAGES: int = 3
@@ -469,23 +469,19 @@ def wgmma_is_default(q, dropout_p):
     simulator), d = 64 or 128, no dropout. Measured on the H200, 2026-12-02 (kernel-only,
     flash_wgmma's default against flash_tc's, docs/logs/gpu_swizzle_h200.log): 1.24× and
     1.19× at B4 H16 N1024 d64 (not causal / causal), 1.39× and 1.43× at B2 H16 N4096 d64,
-    1.91× and 1.86× at B1 H16 N8192 d128. (Before the swizzle flash_tc kept d = 64 without a
-    causal mask over fewer than 2048 keys, where the two ran level.)"""
+    1.91× and 1.86× at B1 H16 N8192 d128."""
     return _wgmma_head_dim(q, dropout_p) is not None
 
 
 def wgmma_bwd_is_default(q, dropout_p):
     """Whether ``attention_backward`` with the default method runs "flash_wgmma" rather than
     "flash_tc": fp16/bf16 inputs on a Hopper GPU (not the simulator), d = 64 or 128, no
-    dropout, causal or not. Measured on the H200 (2026-12-02, kernel-only, after the copies,
-    descriptors and dS step of both kernels were cut to about half their instructions;
-    docs/logs/gpu_lean_bwd_h200.log): 1.22× and 1.02× flash_tc at B4 H16 N1024 d64 (not
-    causal / causal), 1.35× and 1.09× at B2 H16 N4096 d64, 1.31× and 1.25× at B1 H16 N8192
-    d128. (Before, 2026-12-01: ahead without a causal mask only, 1.03–1.14×, behind with it,
-    0.81–0.99×, docs/logs/gpu_wgmma_bwd_h200.log.) Session 8's leaner loop (final run,
-    docs/logs/gpu_session8_h200.log): 1.24× and 1.08×, 1.39× and 1.16×, 1.35× and 1.23×.
-    Session 9's AHEAD and three stages (run 4, docs/logs/gpu_session9_h200.log): 1.34× and
-    1.14×, 1.56× and 1.28×, 1.62× and 1.38×."""
+    dropout, causal or not. Measured on the H200 (2026-12-02, kernel-only, the default
+    ``WgmmaBwdConfig()`` against flash_tc's default, docs/results.md): 1.34× and 1.14× at B4
+    H16 N1024 d64 (not causal / causal), 1.56× and 1.28× at B2 H16 N4096 d64, 1.62× and 1.38×
+    at B1 H16 N8192 d128. Without the instruction savings of attention_wgmma_backward's menu
+    ("Instructions") the wgmma backward was behind flash_tc causal (0.81–0.99×, H200,
+    2026-12-01, docs/logs/gpu_wgmma_bwd_h200.log)."""
     return _wgmma_head_dim(q, dropout_p) is not None
 
 
@@ -614,10 +610,9 @@ def default_wgmma_tf32_config(d):
     """The simulator: one warpgroup, tiles of 32 keys (its smallest block). The GPU: at d = 64
     two consumer warpgroups and tiles of 32 keys (128 KB of shared memory, 168 registers a
     thread: attention_wgmma.block_reg_cap), at d = 128 one warpgroup and tiles of 32 keys
-    (192 KB); two stages — the fastest of ``scripts/gpu_wgmma_tf32.py --sweep`` (H200,
-    2026-12-02, docs/logs/gpu_session10_h200.log, run 4: at d = 64 1.05–1.09× one warpgroup
-    with tiles of 64 and three stages, 1.21–1.38× one with tiles of 32; at d = 128 1.14–1.42×
-    one stage of 32 or 64 keys)."""
+    (192 KB); two stages — the fastest of a sweep of these configs (H200, 2026-12-02,
+    docs/results.md: at d = 64 1.05–1.09× one warpgroup with tiles of 64 and three stages,
+    1.21–1.38× one with tiles of 32; at d = 128 1.14–1.42× one stage of 32 or 64 keys)."""
     if device.SIMULATOR or d == 128:
         return WgmmaTf32Config(Bc=32, CWG=1, STAGES=2)
     return WgmmaTf32Config(Bc=32, CWG=2, STAGES=2)
@@ -650,8 +645,7 @@ def pack_operands(q3, k3, v3, H, d, kpm, cfg):
 
 def pack_for_wgmma_tf32(q, k, v, config=None):
     """The packing step alone of ``attention(q, k, v, method="flash_wgmma")`` on float32 q, k, v
-    (no key mask): its share of the call (scripts/gpu_wgmma_tf32.py). Returns what
-    pack_operands does."""
+    (no key mask), to time its share of the call. Returns what pack_operands does."""
     (qo, _), (ko, _), (vo, _) = _operand(q, "q"), _operand(k, "k"), _operand(v, "v")
     B, H, nq, nk, d = _shapes(qo, ko, vo)
     cfg = config or default_wgmma_tf32_config(d)
@@ -848,14 +842,14 @@ class WgmmaBwdConfig:
     load, wait, compute; 2 or 3: the next tiles in flight), FUSED: no dQ kernel — the dK/dV
     kernel adds dS K to a float32 dQ in key-block order (Bq = 64; Bk unused). SWIZZLE: every
     tile in the 128-byte swizzle, as WgmmaConfig.SWIZZLE (not with FUSED; correct on the H200,
-    and 0.94–1.02× the default of then — two stages, no AHEAD — 2026-12-02: the backward is
-    not bound by its copies' L2 requests — docs/logs/gpu_swizzle_h200.log). AHEAD: the next
+    and 0.94–1.02× unswizzled with two stages, no AHEAD, 2026-12-02: the backward is not bound
+    by its copies' L2 requests — docs/logs/gpu_swizzle_h200.log). AHEAD: the next
     tile's first products (Sᵀ, dPᵀ; S, dP) issued at the end of this tile, behind its last
     ones (the kernel file's menu, "AHEAD"); it needs the next tile in flight and the loop's
     end free (STAGES ≥ 2, not FUSED). None (the default): the dK/dV kernel ahead wherever it can be,
     the dQ kernel at d = 128 only — at d = 64 ahead costs it its second block an SM (139
     registers, not 122): both kernels ahead 0.82–0.96× SDPA flash, the dK/dV kernel alone
-    0.95–1.03× (H200, 2026-12-02, session 9, run 2); True: both kernels; False: neither.
+    0.95–1.03× (H200, 2026-12-02, docs/results.md); True: both kernels; False: neither.
     Shared memory bounds STAGES: Bk = 128 at d = 128 takes two at most (three: 256 KB)."""
     Bq: int = 64
     Bk: int = 64
@@ -913,10 +907,10 @@ def default_wgmma_bwd_config(d):
     """The simulator: one consumer warpgroup, tiles of 64, two stages (the smallest blocks).
     On the GPU: ``WgmmaBwdConfig()`` — 2 consumer warpgroups (128 keys or queries a block),
     tiles of 64, three stages, AHEAD (at d = 128: 162 KB of shared memory a block). Three
-    stages measured 1.00–1.04× two with AHEAD (H200, 2026-12-02, session 9, one run; without
-    AHEAD, session 8, within 3 % either way): AHEAD waits for a tile's copies at the end of
-    the tile before, and with two stages they were issued only at that tile's start, with
-    three a tile earlier. CWG = 1, Bk = 128 slower, Bq = 128 (d = 64) level."""
+    stages measured 1.00–1.04× two with AHEAD (H200, 2026-12-02, one run; without AHEAD
+    within 3 % either way): AHEAD waits for a tile's copies at the end of the tile before,
+    and with two stages they are issued only at that tile's start, with three a tile
+    earlier. CWG = 1, Bk = 128 slower, Bq = 128 (d = 64) level."""
     if device.SIMULATOR:
         return WgmmaBwdConfig(Bq=64, Bk=64, CWG=1, STAGES=2)
     return WgmmaBwdConfig()
@@ -1046,13 +1040,12 @@ class WgmmaTf32BwdConfig:
 def default_wgmma_tf32_bwd_config(d):
     """The GPU at d = 64: two consumer warpgroups in the dQ kernel (224 KB; 122–126 registers
     a thread on the H200, no local memory), two stages, tiles of 32 — 1.07–1.17× one
-    warpgroup (160 KB, no spills) and 1.24–1.71× one stage at the three shapes of
-    ``scripts/gpu_wgmma_tf32.py --backward --sweep`` (H200, 2026-12-02, docs/logs/
-    gpu_session11_h200.log, run 1; the packing of one word a thread then,
-    attention_wgmma_tf32_backward.pack_kernel). At d = 128: one warpgroup, two stages of
-    tiles of 16 (each kernel 224 KB) — 1.28× tiles of 32 queries in one stage at B1 H16
-    N8192 d128 not causal, 1.20× causal (H200, 2026-12-02, docs/logs/gpu_session14_h200.log,
-    run 2). The simulator: one warpgroup (fewer simulated threads)."""
+    warpgroup (160 KB, no spills) and 1.24–1.71× one stage at the three shapes of a sweep
+    of these configs (H200, 2026-12-02, docs/results.md; with the packing of one word a
+    thread, attention_wgmma_tf32_backward.pack_kernel's non-VEC form). At d = 128: one
+    warpgroup, two stages of tiles of 16 (each kernel 224 KB) — 1.28× tiles of 32 queries in
+    one stage at B1 H16 N8192 d128 not causal, 1.20× causal (H200, 2026-12-02,
+    docs/results.md). The simulator: one warpgroup (fewer simulated threads)."""
     if d == 128:
         return WgmmaTf32BwdConfig(Q_CWG=1, Bq=16, Bk=16)
     return WgmmaTf32BwdConfig(Q_CWG=1 if device.SIMULATOR else 2)

@@ -62,7 +62,7 @@ case n·u. Magnitudes are measured on the inputs (row norms, max |v|), never on 
    For a score, Σ_c|q_c·k_c|·scale and √(Σ_c (q_c·k_c)²)·scale are both ≤ A_i
    (Cauchy–Schwarz), for O both ≤ (P|V|)_ic ≤ V: e_s and o each gain (TF32X3_BLOCK +
    λ·TF32X3_SPLIT_STD)·u·(A_i or V). (Adding a k8 step's three mmas straight into a running
-   accumulator, as the kernels did until issue 16, rounds toward zero 3·N/8 times: an error
+   accumulator rounds toward zero 3·N/8 times: an error
    that grows as N, outside this model — tests/test_tf32x3_accuracy.py.)
 
 **Attention backward** (``backward_tol(q, k, …)``), relative to each gradient's largest |value|

@@ -194,7 +194,7 @@ def attention_check(section, topic, kernel, o, lse, q, k, v, *, causal=False, sc
 
 
 def tier_timing(section, topic, kernel, launch):
-    """Issue 13's "measured difference" between the two tiers: ``launch(tier)`` runs the
+    """The "measured difference" between the two tiers: ``launch(tier)`` runs the
     kernel(s) once on device arrays for tier "lesson" or "fast". On a GPU: CUDA-event medians
     (``flashlesson.bench.time_gpu``) of both, as a "measured" Check (lesson ms, fast ms, the
     ratio); in the simulator a "not performed" one (timing is GPU-only)."""
