@@ -10,7 +10,8 @@ import pytest
 from flashlesson import tour
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ["README.md", "docs/lesson.md", "docs/results.md"]
+DOCS = ["README.md", "docs/lesson.md", "docs/results.md", "docs/api.md", "docs/methods.md",
+        "docs/gpu.md", "docs/design.md"]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")        # [text](target) and ![alt](target)
 CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)         # code spans and blocks hold no links
 

@@ -1,4 +1,4 @@
-"""One registry feeds the dispatcher, the CLI, the tests and the README: check they agree."""
+"""One registry feeds the dispatcher, the CLI, the tests and docs/methods.md: check they agree."""
 
 import importlib.util
 import re
@@ -10,19 +10,19 @@ from flashlesson import softmax_methods as sm
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _update_readme_module():
-    spec = importlib.util.spec_from_file_location("update_readme", ROOT / "scripts" /
-                                                  "update_readme.py")
+def _update_docs_module():
+    spec = importlib.util.spec_from_file_location("update_docs", ROOT / "scripts" /
+                                                  "update_docs.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-def test_readme_tables_match_the_registry():
-    mod = _update_readme_module()
-    text = (ROOT / "README.md").read_text()
+def test_methods_md_tables_match_the_registry():
+    mod = _update_docs_module()
+    text = (ROOT / "docs" / "methods.md").read_text(encoding="utf-8")
     assert mod.render(text, mod.generated()) == text, (
-        "README.md is out of date with the registry: run scripts/update_readme.py")
+        "docs/methods.md is out of date with the registry: run scripts/update_docs.py")
 
 
 def test_cli_choices_are_the_registry():
