@@ -78,7 +78,7 @@ come last. The same NumPy model (dV alone, Bq = 16, d = 128, causal; ``scripts/t
 staging): N = 2048 ``--seed 0`` 1.27e-6 → 5.8e-7 (1.50e-6), ``--seed 1`` 3.45e-6 → 7.1e-7
 (1.81e-6); N = 4096 ``--seed 12`` 2.10e-6 → 4.1e-7 (1.67e-6). Not causal, no query is special
 and the order changes nothing. Measured (H200, 2026-12-02, ``flashlesson bench attention --tc
---backward --quick``, docs/logs/gpu_swizzle_default_h200.log): max error 0.36–0.73× torch
+--backward --quick``, docs/logs/2026-12-02_swizzle_default_calls_h200.log): max error 0.36–0.73× torch
 efficient's causal at the three main shapes (0.42× at B1 H16 N8192 d128, 5.2× diagonal first),
 1.03–1.35× not causal — within 2× everywhere. ptxas 13.5: 180 and 174 registers at d = 64
 (170, 168 diagonal first), 255 at d = 128 with no spill without a causal mask and 8 bytes

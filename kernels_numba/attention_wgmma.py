@@ -246,7 +246,7 @@ unswizzled three-stage block against torch SDPA's flash kernel on the same input
 docs/results.md): 1.71 ms and 1.54 ms; issue slots busy 34 % and 44 %; the tensor pipe 34 % and
 55 %; L2 throughput 88 % and 25 % for the same K/V bytes (L2 hit rate 98.5 % and 96 %; DRAM
 1.6 % and 1.9 %); L2's tag requests at 88 %, 240 M requests for 241 M sectors, 1.76× the K/V
-bytes read (docs/logs/gpu_l2_breakdown_h200.log). Each 16-byte copy goes to L2 alone, as a
+bytes read (docs/logs/2026-12-01_ncu_l2_breakdown_h200.log). Each 16-byte copy goes to L2 alone, as a
 whole sector, and unswizzled a quarter-warp's 8 copies are one 128-byte line on one side only:
 in shared memory unpadded, in global memory padded. (16 bytes of padding after each 16-byte
 chunk column, LBO = 16·(rows + 1), so that a warp copies whole 128-byte lines, keeps L2 at
@@ -274,7 +274,7 @@ uniform_u32 and ring_slot (the descriptors in uniform registers): the d = 128 lo
 is 673 SASS instructions (717 with per-thread addresses; the time the same within run-to-run
 spread, 1.47/1.78× against 1.45/1.79× SDPA flash at d = 128, not causal/causal, H200, 2026-12-02).
 Measured (H200, 2026-12-02, kernel-only, ``scripts/gpu_wgmma.py --swizzle``,
-docs/logs/gpu_swizzle_h200.log and gpu_swizzle_default_h200.log, two runs): 1.17–1.57× the
+docs/logs/2026-12-02_swizzle_forward_h200.log and 2026-12-02_swizzle_default_calls_h200.log, two runs): 1.17–1.57× the
 unswizzled block with three stages, at B4 H16 N1024 d64, B2 H16 N4096 d64 and B1 H16 N8192 d128,
 causal and not (the larger d, the larger the gain); with the swizzle three stages ran level with
 two (0.97–1.01×) and two take less shared memory, so two is the default. With the swizzle (the same

@@ -90,7 +90,7 @@ B = the block's K rows read N-major); then it waits for its turn on sem[Q tile] 
 sem_wait_geq: key blocks in order, CWG turns each), adds its part to a float32 dQ with
 atomic adds, and gives the turn on (sem_release_add). The preprocess zeroes the accumulator
 and the turns; ``dq_finish`` writes dq = scale · accumulator in the inputs' format.
-Measured (H200, 2026-12-01, kernel-only, docs/logs/gpu_wgmma_bwd_h200.log): 0.46–0.61×
+Measured (H200, 2026-12-01, kernel-only, docs/logs/2026-12-01_wgmma_backward_fused_h200.log): 0.46–0.61×
 SDPA flash, 0.68–0.88× the two kernels without AHEAD — slower, so opt-in. Every tile waits for
 a turn (an acquire load and a release at GPU scope, about two L2 round trips), both
 warpgroups meet at a syncthreads, and the dQ product runs alone after dV, dK; the two kernels
@@ -279,7 +279,7 @@ SASS per tile (ptxas 13.5, d = 128, Bq = Bk = 64, CWG = 2, fp16, without AHEAD):
 items take dK/dV 1560 → 783 and dQ 1045 → 485 (d = 64: 1185 → 612, 700 → 350; partial-tile branches
 counted), the last three, on a full tile's path alone, 572 → 406 and 350 → 337; the dK/dV kernel's
 20 bytes of spills gone. Measured (H200, 2026-12-02, kernel-only, × torch SDPA flash backward, not
-causal / causal, docs/logs/gpu_lean_bwd_h200.log and docs/results.md): the first three items took
+causal / causal, docs/logs/2026-12-02_wgmma_backward_lean_loop_h200.log and docs/results.md): the first three items took
 0.71 / 0.65 to 0.81 / 0.86 at B1 H16 N8192 d128, 0.69 / 0.58 to 0.87 / 0.83 at B2 H16 N4096 d64,
 0.74 / 0.70 to 0.89 / 0.93 at B4 H16 N1024 d64 — ahead of flash_tc causal too (1.02–1.25×), so the
 default method on Hopper causal or not (``tc_methods.wgmma_bwd_is_default``); the last three 2–4 %

@@ -12,8 +12,8 @@ for step in "$@"; do
     tune) python3 scripts/tune_attention.py ${TUNE_ARGS:-} > "$OUT/tune_attention.log" 2>&1; tail -40 "$OUT/tune_attention.log" ;;
     bench) python3 -m flashlesson.cli bench attention --json "$OUT/bench_attention.json" > "$OUT/bench_attention.log" 2>&1 || rc=1
            tail -30 "$OUT/bench_attention.log" ;;
-    train) python3 examples/train_tiny_transformer.py > "$OUT/train_tiny_transformer.log" 2>&1 || rc=1
-           tail -16 "$OUT/train_tiny_transformer.log" ;;
+    train) python3 examples/train_tiny_transformer.py > "$OUT/2026-11-30_train_tiny_transformer_h200.log" 2>&1 || rc=1
+           tail -16 "$OUT/2026-11-30_train_tiny_transformer_h200.log" ;;
     sections) python3 -m flashlesson.cli section ${SECTIONS:-30 31 35 36} > "$OUT/sections.log" 2>&1 || rc=1
            grep -E "checks|FAIL|fail" "$OUT/sections.log" | tail -8 ;;
     tunebwd) python3 scripts/tune_backward.py ${TUNEBWD_ARGS:-} > "$OUT/tune_backward.log" 2>&1; tail -14 "$OUT/tune_backward.log" ;;

@@ -5,7 +5,7 @@
 # causal: the tensor pipe's share, shared-memory wavefronts and bank conflicts (the no-swizzle
 # core-matrix layout), the warps' stall reasons, issue slots. The PINGPONG and wide-tile
 # configurations measured no faster (docs/logs/gpu_wide_pingpong_h200.log). What it showed
-# (2026-12-01, docs/logs/gpu_ncu_wgmma_s6_h200.log): L2 at 88 % of its throughput against
+# (2026-12-01, docs/logs/2026-12-01_ncu_wgmma_forward_h200.log): L2 at 88 % of its throughput against
 # torch's 25 %, issue slots 34 % against 44 %; padding the tiles so the copies read whole
 # lines left L2 where it was (docs/results.md, session 6). Logs under $OUT.
 #   device run: bash scripts/gpu_ncu_wgmma.sh   (carry .whl; NCU_SHAPES="1,16,8192,128": these

@@ -7,9 +7,9 @@
 # where the change reaches it) put first on the path: the "before" on the same machine, minutes
 # apart; (4) the launch layer's host-time check (OVER=0: none); (5) scripts/gpu_defaults.py in
 # what is left of CAP (540) seconds. Logs under $OUT; each step under its own timeout (DIAG_S,
-# OVER_S). Runs 1, 3, 4 of docs/logs/gpu_session13_h200.log; session 12's gpu_session12.sh
+# OVER_S). Runs 1, 3, 4 of docs/logs/2026-12-02_causal_dq_packing_host_time_h200.log; session 12's gpu_session12.sh
 # is this with SEED=20261211, its TEST_FILES, DIAG_SHAPES=0,1,2,3,4 (docs/logs/
-# gpu_session12_h200.log, run 3).
+# 2026-12-02_backward_side_stream_h200.log, run 3).
 #   device run: BEFORE=s13_before bash scripts/gpu_session13.sh   (carry .whl)
 source scripts/gpu_env.sh
 gpu_facts > "$OUT/facts.log" 2>&1

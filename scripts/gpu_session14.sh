@@ -6,7 +6,7 @@
 # configurations too), kernel-only and end to end, torch in the same process; (3) DIAG=1:
 # scripts/diag13_streams.py on its case 5 (float32 B1 H16 N8192 d128): each kernel of the
 # default call alone, kernel-only. Logs under $OUT.
-# Runs 1–3 of docs/logs/gpu_session14_h200.log (run 3 with TESTS=0 DIAG=1, then
+# Runs 1–3 of docs/logs/2026-12-02_tf32_backward_d128_cudnn_h200.log (run 3 with TESTS=0 DIAG=1, then
 # scripts/gpu_green.sh on half of the suite with BUDGET).
 #   device run: bash scripts/gpu_session14.sh   (carry .whl)
 source scripts/gpu_env.sh

@@ -116,7 +116,7 @@ PINGPONG = {
 
 # --swizzle: the 128-byte swizzled tiles (WgmmaConfig.SWIZZLE: a quarter-warp's copies one line
 # on both sides, against the L2 tag requests that bound the unswizzled kernel, docs/results.md
-# session 6) — the default since 2026-12-02 (docs/logs/gpu_swizzle_h200.log) — beside the
+# session 6) — the default since 2026-12-02 (docs/logs/2026-12-02_swizzle_forward_h200.log) — beside the
 # unswizzled block it replaced, and with it the schedules that measured no faster without it
 # (three stages, OVERLAP, PINGPONG, the wide d = 128 tile); torch's cuDNN backend too (the
 # issue's stretch target)

@@ -20,7 +20,7 @@ IO model (``src/flashlesson/io_model.py``, ``loop_order.py``). For each mutant t
     python3 scripts/mutate.py --list               # the mutants, nothing run
     python3 scripts/mutate.py --check              # each mutant's text is found (no tests)
     python3 scripts/mutate.py --baseline           # the subsets pass unmutated first
-    python3 scripts/mutate.py --log docs/logs/mutation_sim.log
+    python3 scripts/mutate.py --log docs/logs/2026-12-02_mutants_simulator.log
 
 Exit status: 0 when the score reaches ``--target`` (default 0.95) and no mutant is stale
 (its text not found: the kernel changed; update the table), 1 otherwise.

@@ -43,7 +43,7 @@ False``, sends every call through the full path). They were written against a fa
 (``scripts/profile_host.py --check``, in the tests) and then checked on the H200 on 2026-12-01
 by ``scripts/gpu_overhead_check.py``: every replay equal bitwise to its first call and to
 Numba's own launch, a ``flashlesson.torch`` step captured in a CUDA graph and replayed, 743
-replays of 23 recorded keys (docs/logs/gpu_overhead_h200.log). Call plans follow the launch
+replays of 23 recorded keys (docs/logs/2026-12-01_host_time_h200.log). Call plans follow the launch
 layer's switch too (``FLASHLESSON_FAST_LAUNCH=0``
 or a fast path that turned itself off: no replay). ``launch.clear_plans()`` forgets them.
 """

@@ -166,7 +166,7 @@ def async_config(d, nq=None, bh=None, config=None, producers=0, stages=None):
 def measured_async_config(cfg, producers):
     """flash_async's tiles on the GPU at d ≤ 64, from flash's default ``cfg``: the
     tiles measured fastest on the H200 (2026-12-01, B2 H16 N4096 d64 fp32,
-    docs/logs/gpu_async_h200.log; flash 31.4 TFLOP/s). §42: Bc = 32, so that two blocks fit on
+    docs/logs/2026-12-01_async_loop_order_h200.log; flash 31.4 TFLOP/s). §42: Bc = 32, so that two blocks fit on
     an SM (31.2 TFLOP/s; Bc = 64: 21.6, one block). §43: two consumer warpgroups (Br and TR
     doubled: 35.5 TFLOP/s, 1.13× flash; one: 27.0, at 2, 3 or 4 stages alike)."""
     if producers:

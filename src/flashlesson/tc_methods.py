@@ -451,11 +451,11 @@ def default_wgmma_config(d):
     """The simulator: the smallest block (one consumer warpgroup, Bc = 64, no producer). On the
     GPU: Bc = 128, a producer, 2 consumer warpgroups at d = 128 and 3 at d = 64 (Br = 192,
     FlashAttention-3's block for d = 64: 1.19–1.26× two at B2 H16 N4096 d64, ``scripts/
-    gpu_wgmma.py --cwg3``, docs/logs/gpu_wgmma_cwg3_h200.log), every tile in the 128-byte
+    gpu_wgmma.py --cwg3``, docs/logs/2026-12-01_wgmma_forward_cwg3_h200.log), every tile in the 128-byte
     swizzle with two stages in the ring. The swizzle: 1.17–1.57× the unswizzled default (three
     stages) at B4 H16 N1024 d64, B2 H16 N4096 d64 and B1 H16 N8192 d128, causal and not; with
     it two stages ran level with three (0.99–1.03×) in less shared memory (``scripts/
-    gpu_wgmma.py --swizzle``, H200, 2026-12-02, docs/logs/gpu_swizzle_h200.log)."""
+    gpu_wgmma.py --swizzle``, H200, 2026-12-02, docs/logs/2026-12-02_swizzle_forward_h200.log)."""
     if device.SIMULATOR:
         return WgmmaConfig(Bc=64, CWG=1, STAGES=2, PRODUCER=False)
     if d == 64:
@@ -467,7 +467,7 @@ def wgmma_is_default(q, dropout_p):
     """Whether ``attention(q, k, v)`` with the default method ("flash") runs "flash_wgmma"
     rather than "flash_tc": fp16/bf16 inputs on a Hopper GPU (compute capability 9.0, not the
     simulator), d = 64 or 128, no dropout. Measured on the H200, 2026-12-02 (kernel-only,
-    flash_wgmma's default against flash_tc's, docs/logs/gpu_swizzle_h200.log): 1.24× and
+    flash_wgmma's default against flash_tc's, docs/logs/2026-12-02_swizzle_forward_h200.log): 1.24× and
     1.19× at B4 H16 N1024 d64 (not causal / causal), 1.39× and 1.43× at B2 H16 N4096 d64,
     1.91× and 1.86× at B1 H16 N8192 d128."""
     return _wgmma_head_dim(q, dropout_p) is not None
@@ -481,7 +481,7 @@ def wgmma_bwd_is_default(q, dropout_p):
     H16 N1024 d64 (not causal / causal), 1.56× and 1.28× at B2 H16 N4096 d64, 1.62× and 1.38×
     at B1 H16 N8192 d128. Without the instruction savings of attention_wgmma_backward's menu
     ("Instructions") the wgmma backward was behind flash_tc causal (0.81–0.99×, H200,
-    2026-12-01, docs/logs/gpu_wgmma_bwd_h200.log)."""
+    2026-12-01, docs/logs/2026-12-01_wgmma_backward_fused_h200.log)."""
     return _wgmma_head_dim(q, dropout_p) is not None
 
 
@@ -709,7 +709,7 @@ def default_tc_bwd_config(d, tf32=False):  # (fp16/bf16: by the padded D, as the
     same process: both kernels ASYNC with 8 warps; Q tiles of 64 (d ≤ 64) or 32 (d ≤ 128), K/V
     tiles of 64: 0.63 / 0.62 non-causal in the README's bench (the register-staged 4-warp
     kernels: 0.32 / 0.29). A later sweep had dQ tiles of 32 at 0.68 for d = 64 (log:
-    docs/logs/tune_tc_bwd_h200.log), not adopted without a full bench. Above d = 128: the
+    docs/logs/2026-11-30_tune_tc_backward_h200.log), not adopted without a full bench. Above d = 128: the
     register-staged kernels with tiles of 32 (they spill). 3xTF32 (float32 operands, twice
     the registers): tiles of 32, and 16 above d = 64."""
     if device.SIMULATOR:
@@ -843,7 +843,7 @@ class WgmmaBwdConfig:
     kernel adds dS K to a float32 dQ in key-block order (Bq = 64; Bk unused). SWIZZLE: every
     tile in the 128-byte swizzle, as WgmmaConfig.SWIZZLE (not with FUSED; correct on the H200,
     and 0.94–1.02× unswizzled with two stages, no AHEAD, 2026-12-02: the backward is not bound
-    by its copies' L2 requests — docs/logs/gpu_swizzle_h200.log). AHEAD: the next
+    by its copies' L2 requests — docs/logs/2026-12-02_swizzle_forward_h200.log). AHEAD: the next
     tile's first products (Sᵀ, dPᵀ; S, dP) issued at the end of this tile, behind its last
     ones (the kernel file's menu, "AHEAD"); it needs the next tile in flight and the loop's
     end free (STAGES ≥ 2, not FUSED). None (the default): the dK/dV kernel ahead wherever it can be,
