@@ -1,6 +1,7 @@
 """The repository speaks of the project, not of how it was made: no file that a reader sees
 (code, docstrings, tests, examples, scripts, README, docs, data and log files, file names)
-numbers the steps of the work ("session 12", "issue 14") or points at a commit as history.
+numbers the steps of the work (a work session or an issue with its number) or points at a
+commit as history.
 Measurements say instead what a reader needs to trust and repeat them: the device, the date,
 the versions and the command. History lives in git."""
 
@@ -12,8 +13,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# A step of the work ("session 12", "issues 3-5", "issue #14", "session7"), or a commit named
-# as history ("commit 3e471d5", "main @ c976f59").
+# A step of the work (the word session or issue, singular or plural, then a number, with or
+# without a space, '_', '-' or '#' between), or a commit named as history ("commit" or "@",
+# then seven or more hex digits). The cases below spell their examples in two halves.
 WORK_LOG = re.compile(r"(?<![a-z])(sessions?|issues?)[\s_-]*#?\d|\bcommit [0-9a-f]{7,}\b"
                       r"|@ [0-9a-f]{7,}\b", re.IGNORECASE)
 TEXT_SUFFIXES = {".py", ".md", ".txt", ".cfg", ".toml", ".sh", ".json", ".log", ".ini", ".yml",
