@@ -80,3 +80,47 @@ def test_refuses_what_it_does_not_do():
         fl_sdpa(q.half(), q, q)
     with pytest.raises(ValueError, match="dropout_p: the tensor-core kernels"):
         fl_sdpa(q.half(), q.half(), q.half(), dropout_p=0.1)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_double_backward_raises_instead_of_a_gradient_without_its_graph(dtype):
+    """A gradient penalty, d/dq [f + |∂f/∂q|²], needs the backward's own derivative, which the
+    kernels do not have: the second backward raises (as torch's flash backend does). The same
+    penalty through SDPA's math backend is computed (the control: the test's penalty is a real
+    second derivative)."""
+    from flashlesson.torch import scaled_dot_product_attention as fl_sdpa
+    F = torch.nn.functional
+    dt = getattr(torch, dtype)
+    q, k, v = (torch.randn(1, 2, 40, 32, device="cuda", dtype=dt, requires_grad=True)
+               for _ in range(3))
+
+    def penalty(sdpa):
+        out = sdpa(q, k, v)
+        (gq,) = torch.autograd.grad(out.float().square().sum(), q, create_graph=True)
+        return out.float().sum() + gq.float().square().sum()
+
+    with pytest.raises(RuntimeError, match="once_differentiable|differentiate twice"):
+        penalty(fl_sdpa).backward()
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        math = penalty(F.scaled_dot_product_attention)
+    (g2,) = torch.autograd.grad(math, q)
+    assert torch.isfinite(g2).all() and float(g2.abs().max()) > 0
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_a_negated_view_is_read_as_negated(dtype):
+    """torch's lazy negation (``torch._neg_view``, also made inside autograd) leaves the memory
+    holding x while the tensor means −x: attention(−q) must differ from attention(q), through
+    the public call (twice: the second call with the same key would replay a call plan) and
+    through flashlesson.torch."""
+    import flashlesson as fl
+    from flashlesson.torch import scaled_dot_product_attention as fl_sdpa
+    dt = getattr(torch, dtype)
+    q, k, v = (torch.randn(1, 2, 64, 64, device="cuda", dtype=dt) for _ in range(3))
+    neg = torch._neg_view(q)
+    assert neg.is_neg()
+    want = fl.attention(-q, k, v)                          # a plain tensor holding −q
+    for got in (fl.attention(q, k, v) * 0 + fl.attention(neg, k, v), fl.attention(neg, k, v),
+                fl_sdpa(neg, k, v)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert not torch.equal(fl.attention(q, k, v), want)

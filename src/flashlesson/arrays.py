@@ -61,6 +61,10 @@ class Operand:
         self.name = name
         self.torch = None
         if not device.SIMULATOR and _is_torch_cuda(obj):
+            if obj.is_neg() or obj.is_conj():
+                # torch's lazy negation (a -x view, also made inside autograd) or conjugation:
+                # the memory holds x, so read a resolved copy, as torch's own kernels do
+                obj = obj.resolve_neg().resolve_conj()
             dtype = torch_to_numpy(obj.dtype)
             self._check(name, dtype, tuple(obj.shape), dtypes, min_ndim, ndim,
                         shown=str(obj.dtype).replace("torch.", ""))

@@ -77,8 +77,9 @@ def no_dropout(p):
 def tensor_facts(tensors):
     """(facts, pointers) of torch CUDA tensors for a call key — per tensor (shape, dtype,
     device index, address modulo 16) — or (None, None) when one is not
-    exactly a contiguous CUDA ``torch.Tensor`` (a subclass, a CPU, sparse or strided one: those
-    calls take the full path, which accepts or names them)."""
+    exactly a contiguous CUDA ``torch.Tensor`` (a subclass, a CPU, sparse or strided one, or one
+    carrying torch's lazy negation or conjugation bit: those calls take the full path, which
+    accepts, resolves or names them)."""
     torch = sys.modules.get("torch")
     if torch is None or not ENABLED or device.SIMULATOR:
         return None, None
@@ -86,8 +87,9 @@ def tensor_facts(tensors):
     facts, ptrs = [], []
     try:
         for t in tensors:
-            if type(t) is not tensor or not t.is_cuda or not t.is_contiguous():
-                return None, None
+            if type(t) is not tensor or not t.is_cuda or not t.is_contiguous() or \
+                    t.is_neg() or t.is_conj():
+                return None, None           # (a lazy negation: the full path resolves it)
             p = t.data_ptr()
             ptrs.append(p)
             facts += (t.shape, t.dtype, t.get_device(), p & 15)

@@ -21,8 +21,10 @@ a float one is refused (it would read as an additive mask, the opposite conventi
 dropout draws its Philox seed from torch's CUDA generator unless ``seed`` is given, and the same
 seed regenerates the same keep-mask in the backward (``flashlesson.dropout_keep_mask`` shows it).
 float32 runs the CUDA-core kernels (§32, §30); float16 and bfloat16 run the tensor-core kernels
-(§37: ``flash_tc`` forward and backward; no dropout there). Grouped-query attention is not
-supported.
+(§37: ``flash_wgmma`` on Hopper, ``flash_tc`` elsewhere, forward and backward; no dropout there).
+Grouped-query attention is not supported. The backward is differentiable once: a gradient taken
+with ``create_graph=True`` and differentiated again (a gradient penalty) raises, as torch's own
+flash backend does, instead of returning a gradient without its graph.
 
 Needs torch with CUDA (``pip install -e ".[torch]"``); importing this module without torch raises
 ImportError.
@@ -70,14 +72,21 @@ class FlashAttentionFunction(torch.autograd.Function):
                            key_padding_mask=key_padding_mask, dropout_p=dropout_p, seed=seed,
                            return_lse=True)
         o, lse = _tensor(o, q), _tensor(lse, q)
-        ctx.save_for_backward(q, k, v, o, lse)
-        ctx.options = (causal, scale, key_padding_mask, dropout_p, seed)
+        if key_padding_mask is None:
+            ctx.save_for_backward(q, k, v, o, lse)
+        else:
+            ctx.save_for_backward(q, k, v, o, lse, key_padding_mask)
+        ctx.options = (causal, scale, dropout_p, seed)
         return o
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx, do):
-        q, k, v, o, lse = ctx.saved_tensors
-        causal, scale, key_padding_mask, dropout_p, seed = ctx.options
+        # once_differentiable: the kernels are not themselves differentiable, so a second
+        # derivative through them raises rather than coming back as the first-order term only.
+        q, k, v, o, lse, *mask = ctx.saved_tensors
+        key_padding_mask = mask[0] if mask else None
+        causal, scale, dropout_p, seed = ctx.options
         dq, dk, dv = attention_backward(do if do.is_contiguous() else do.contiguous(), q, k, v,
                                         o, lse, causal=causal, scale=scale,
                                         key_padding_mask=key_padding_mask,
