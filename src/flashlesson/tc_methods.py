@@ -29,6 +29,7 @@ for 3xTF32; causal, key padding and LSE as in ``attention``; no dropout (the CUD
 method has it).
 """
 
+import sys
 from dataclasses import dataclass
 from typing import Optional
 
@@ -43,7 +44,7 @@ from .kernels_numba import attention_wgmma_tf32_backward as KWFB
 from .kernels_numba.lesson import tensor_core as LT
 
 from . import checks, device
-from .arrays import Operand, empty, is_device_array, result, using
+from .arrays import DevArray, Operand, empty, is_device_array, result, using
 from .configs import MAX_HEAD_DIM
 from .launch import aligned16, compute_capability, dummy, launch, launch_beside, max_shared_bytes, \
     rows16, stride_grid
@@ -177,15 +178,38 @@ def low_precision(x):
 
 
 def _operand(x, name):
-    """(Operand over 4-byte words or float32, format) with format 'f16', 'bf16' or 'tf32'."""
+    """(Operand over 4-byte words or float32, format) with format 'f16', 'bf16' or 'tf32'; a
+    device input that does not start on a 16-byte boundary is read from an aligned copy
+    (``_aligned``)."""
     if is_torch_bf16(x):
         if not device.SIMULATOR:                # read directly: a bf16 tensor, bits as uint16
-            return Operand(x, name, (np.uint16,), ndim=4), "bf16"
+            return _aligned(Operand(x, name, (np.uint16,), ndim=4)), "bf16"
         x = _torch_bf16(x)
     if isinstance(x, BFloat16):
-        return Operand(x.bits, name, (np.uint16,), ndim=4), "bf16"
+        return _aligned(Operand(x.bits, name, (np.uint16,), ndim=4)), "bf16"
     op = Operand(x, name, (np.float16, np.float32), ndim=4)
-    return op, ("f16" if op.dtype == np.float16 else "tf32")
+    return _aligned(op), ("f16" if op.dtype == np.float16 else "tf32")
+
+
+def _aligned(op):
+    """The tensor-core kernels read rows 16 bytes at a time (cp.async, bulk copies, vector
+    loads of float32 rows), which needs each row to start on a 16-byte boundary: a fresh
+    allocation does (and then every row of d % 8 == 0 halves or d % 4 == 0 floats), a view at a
+    storage offset may not. Such an input is read from an aligned copy, made once per call on
+    the call's stream; since a call plan's key holds each input's address modulo 16, a call
+    with an aligned input never replays a call that copied (the copy is no noted allocation:
+    that key is not replayable and always takes this path)."""
+    if op.on_host or aligned16(op.obj):
+        return op
+    if op.torch is not None:                    # torch's allocator aligns to 512 bytes
+        t = op.torch.clone(memory_format=sys.modules["torch"].contiguous_format)
+        op.torch, op.obj = t, DevArray(t.data_ptr(), op.shape, op.dtype, t)
+    else:
+        src = op.obj.numba() if isinstance(op.obj, DevArray) else op.obj
+        dst = cuda.device_array(op.shape, op.dtype)
+        dst.copy_to_device(src)
+        op.obj = DevArray.from_interface(dst, op.name)
+    return op
 
 
 def _shapes(qo, ko, vo):
