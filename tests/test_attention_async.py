@@ -6,7 +6,8 @@ shapes that break tiling, with every output poisoned (NaN) before the kernel run
 
 In the simulator the mbarriers, the bulk copies (landing when a thread waits on their
 mbarrier), the named barrier and setmaxnreg are ``kernels_numba/sim/hopper.py``'s twins; a
-wait that can never end raises there. On an H200: ``bash scripts/gpu_async.sh``."""
+wait that can never end raises there. On an H200 (sm_90) the same tests run the real
+instructions (``bash scripts/gpu_green.sh``, or this file alone with FLASHLESSON_DEVICE=gpu)."""
 
 import numpy as np
 import pytest
