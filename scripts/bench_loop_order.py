@@ -2,9 +2,9 @@
 the double-buffered K/V variant (``flash_db``), the producer/consumer one, and both on Hopper's
 machinery (``flash_async``) — checked, then timed.
 
-For each shape (B2 H16 N4096 d64 and B1 H16 N8192 d128, the issue's) and causal mode, every
-variant is first checked against the float64 oracle (``reference.attention`` on head (0, 0), the
-whole head), then timed with ``flashlesson.bench``'s CUDA-event medians (warm-up first: the first
+For each shape (B2 H16 N4096 d64 and B1 H16 N8192 d128, two of the main shapes) and causal
+mode, every variant is first checked against the float64 oracle (``reference.attention`` on
+head (0, 0), the whole head), then timed with ``flashlesson.bench``'s CUDA-event medians (warm-up first: the first
 call compiles; the launches of a sample enqueued behind a sleeping kernel). TFLOP/s from
 4·B·H·N²·d (halved when causal); "vs flash" is flash's time / the variant's time (> 1: faster).
 

@@ -5,18 +5,18 @@
 # workers both hit the 570 s limit on 2026-12-01 (docs/logs/gpu_green_h200_seed7117.log: the
 # pytest summary, with the failures' tracebacks, never came), so the tour is off by default.
 #   device run: bash scripts/gpu_green.sh SEED_TESTS SEED_TOUR   (carry .whl)
-# 2026-12-02 (session 13): 2892 tests in 543 s at WORKERS=14, near the 570 s budget; split the
-# suite over two calls with TESTS (e.g. TESTS="tests/test_[a-l]*.py", then "tests/test_[m-z]*.py"):
-# session 14, 14 workers, 380 s and 282 s.
+# H200, 2026-12-02: 2892 tests in 543 s at WORKERS=14, near the 570 s budget; split the suite
+# over two calls with TESTS (TESTS="tests/test_[a-l]*.py", then "tests/test_[m-z]*.py": 14
+# workers, 380 s and 282 s).
 # BUDGET (570) bounds the script, for a call that runs something else first. Optional:
 # SANITIZE=1 runs scripts/gpu_sanitize.sh (compute-sanitizer) beside both; OVERHEAD=1 runs
-# scripts/gpu_overhead_check.py (issue 14's launch layer) first.
+# scripts/gpu_overhead_check.py (the launch layer's check) first.
 set -uo pipefail
 . "$(dirname "$0")/gpu_env.sh"        # wheels, PYTHONPATH, FLASHLESSON_DEVICE=gpu, $OUT
 seed_tests=${1:-$RANDOM$RANDOM}; seed_tour=${2:-$RANDOM$RANDOM}
 gpu_facts > "$OUT/gpu.txt" 2>&1
 start=$(date +%s)
-if [ "${OVERHEAD:-0}" = 1 ]; then       # issue 14's launch-layer check first (< 60 s)
+if [ "${OVERHEAD:-0}" = 1 ]; then       # the launch layer's check first (< 60 s)
   timeout 120 python3 scripts/gpu_overhead_check.py --json "$OUT/bench_overhead.json" > "$OUT/overhead.log" 2>&1
   echo "--- overhead check rc=$?"; tail -25 "$OUT/overhead.log"
 fi

@@ -1,4 +1,5 @@
-"""Quick GPU check of the launch layer (issue 14), < 60 s on an H200:
+"""Quick GPU check of the launch layer (``flashlesson.launch``, ``flashlesson.calls``), < 60 s on
+an H200:
 
 1. both launch paths (the fast cuda.core path and Numba's call, FLASHLESSON_FAST_LAUNCH=0
    equivalent) agree bitwise with each other and with torch (within the dtype's error) on a
@@ -20,8 +21,7 @@ import os
 import sys
 import time
 
-sys.path[:0] = [os.path.join(os.path.dirname(__file__), "..", "src"),
-                os.path.join(os.path.dirname(__file__), "..")]
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
 # this script is the GPU check of call plans (flashlesson.calls), off by default until it passes
 os.environ.setdefault("FLASHLESSON_CALL_PLANS", "1")

@@ -6,23 +6,18 @@
 # cross tile edges (softmax methods, flash/fa1/db/naive forward with causal, padding, dropout,
 # the backward, varlen, linear attention, the tensor-core kernels fp16/bf16/3xTF32, ASYNC and
 # prefetching configs). Sanitized kernels run 10–100× slower: a few small launches only.
-#   device run: bash scripts/gpu_sanitize.sh (carry .whl, as gpu_attention.sh); logs under $OUT
+#   device run: bash scripts/gpu_sanitize.sh (carry .whl, see gpu_env.sh); logs under $OUT
 #   env: SANITIZE_TOOLS (default "racecheck memcheck"), SANITIZE_ONLY (groups, comma-separated,
 #        passed to --only), SANITIZE_TIMEOUT (seconds per tool, default 80)
 # Exit status: 0 when every tool reports 0 errors and every launch is ok, 1 otherwise (2 when no
 # compute-sanitizer is found).
 set -uo pipefail
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-fi
-export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 FLASHLESSON_DEVICE=gpu
+. "$(dirname "$0")/gpu_env.sh"        # wheels, PYTHONPATH, FLASHLESSON_DEVICE=gpu, $OUT
 # Numba under the sanitizer: no debug build (NUMBA_CUDA_DEBUGINFO=1 would change the code being
 # checked, and numba-cuda 0.30 has no environment switch for line info: reports name the
 # kernel's mangled Python name, enough to find it); the driver's PTX JIT cache off, so every
 # module is JIT-loaded, and instrumented, in this process.
 export NUMBA_CUDA_DEBUGINFO=0 CUDA_CACHE_DISABLE=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 
 CS=$(command -v compute-sanitizer || true)
 if [ -z "$CS" ]; then

@@ -1,4 +1,4 @@
-"""GPU micro-costs behind a public call (issue 14): torch accessors, stream lookups, one
+"""GPU micro-costs behind a public call: torch accessors, stream lookups, one
 Numba-compiled kernel launched through cuda.core and through a packed launch (``launch.Packed``:
 on another output, another stream, a fresh thread), autograd.Function overhead, and where a
 flashlesson.torch step spends its time (forward and backward bodies against the whole step; the

@@ -274,8 +274,8 @@ MUTANTS = [
       "                              d0, d1, d2, d3)\n"
       "    return mma_tf32(A0, A1, A2, A3, B0, B1, d0, d1, d2, d3)",
       ["tests/test_tf32x3_accuracy.py::test_3xtf32_product_is_staged"],
-      "3xTF32: a k8 step's three mmas straight into the accumulator (issue 16's bug)"),
-    # ---- kernels_numba/attention_wgmma_backward.py, attention_wgmma.py (Hopper, issue 16) ----
+      "3xTF32: a k8 step's three mmas straight into the accumulator (unstaged)"),
+    # ---- kernels_numba/attention_wgmma_backward.py, attention_wgmma.py (Hopper) ----
     M("wgb-d-vec", KN + "attention_tc_backward.py",
       "total = add_word(add_word(add_word(add_word(total, o0, g0), o1, g1),",
       "total = add_word(add_word(add_word(add_word(total, o0, g0), o1, g0),",
@@ -315,7 +315,7 @@ MUTANTS = [
       "ring_slot: every lap waits for parity 0"),
     M("wgf-stage", KN + "attention_wgmma.py", "k_addr = uint32(ring + uint32(8 * KVW) * s)",
       "k_addr = uint32(ring)", WGMMA_FWD, "forward: every tile's K read from stage 0"),
-    # ---- kernels_numba/attention_wgmma_tf32.py: 3xTF32 on wgmma (session 10) ----
+    # ---- kernels_numba/attention_wgmma_tf32.py: 3xTF32 on wgmma ----
     M("wgt-perm", KN + "attention_wgmma_tf32.py", "PERM = (0, 2, 4, 6, 1, 3, 5, 7)     #",
       "PERM = (0, 1, 2, 3, 4, 5, 6, 7)     #", WGMMA_TF32,
       "Vᵀ packed in key order, not in P's (k = t ↔ key 2t)"),
@@ -335,7 +335,7 @@ MUTANTS = [
       "mbar_try_wait_parity(bars, EMPTY + s, ph ^ uint32(1))",
       "mbar_try_wait_parity(bars, EMPTY + s, ph)", WGMMA_TF32,
       "producer: waits for the EMPTY phase of the wrong lap"),
-    # ---- kernels_numba/attention_wgmma_tf32_backward.py: the float32 backward (session 11) ----
+    # ---- kernels_numba/attention_wgmma_tf32_backward.py: the float32 backward ----
     M("wtb-perm", KN + "attention_wgmma_tf32_backward.py",
       "tok = 8 * (kw // 8) + (kw % 8) // 4", "tok = 8 * (kw // 8) + (kw % 8)",
       TF32_PACK,

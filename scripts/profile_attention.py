@@ -2,7 +2,7 @@
 
     ncu --clock-control none -k regex:flash_forward --launch-skip 1 --launch-count 1 \
         python scripts/profile_attention.py --b 2 --h 16 --n 4096 --d 64 [--causal]
-    … --dtype fp16 --method flash_wgmma      (ncu -k regex:flash_wgmma; scripts/gpu_ncu_wgmma.sh)
+    … --dtype fp16 --method flash_wgmma      (ncu -k regex:flash_wgmma)
     … --dtype fp16 --method torch            (torch SDPA's flash backend, the same inputs)
     … --dtype fp16 --method flash_wgmma --backward   (the backward after one forward:
                  ncu -k regex:"dkdv|dq_kernel" --launch-skip 2 --launch-count 2)

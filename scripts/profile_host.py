@@ -1,4 +1,4 @@
-"""Host (Python) time per public call, with or without a GPU (issue 14).
+"""Host (Python) time per public call, with or without a GPU (the launch layer's cost).
 
     python scripts/profile_host.py            # no GPU needed: fake driver
     python scripts/profile_host.py --real     # on a GPU: real torch, real launches
@@ -24,7 +24,7 @@ with everything that touches the driver replaced by fakes, for profiling only:
   ``autograd.Function.apply``) — so a "torch" figure here is flashlesson's Python around a
   torch call, with torch's own C++ cost left out.
 
-What is left is what the issue asks to measure: validation, plan lookup, parameter packing and
+What is left is the library's own host cost: validation, plan lookup, parameter packing and
 result wrapping. The table gives µs per call of each public call and of its stages
 (``Operand``, ``plan_for``, ``Plan.params``, ``empty``/``result``), and ``--profile NAME``
 prints cProfile's view sorted by cumulative time. With ``--real`` (a GPU) the same calls run

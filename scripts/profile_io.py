@@ -207,7 +207,7 @@ def markdown(headers, rows):
 # The worker: runs under ncu (or alone)
 # ---------------------------------------------------------------------------------------------
 def worker(plan, manifest_path):
-    sys.path[:0] = [os.path.join(ROOT, "src"), ROOT]
+    sys.path.insert(0, os.path.join(ROOT, "src"))
     os.environ.setdefault("FLASHLESSON_DEVICE", "gpu")
     import flashlesson  # noqa: F401 - picks the device (FLASHLESSON_DEVICE=gpu above)
     from numba import cuda

@@ -1,4 +1,4 @@
-"""Where the 3xTF32 kernels' error comes from (issue 16, item 4): a NumPy emulation of their
+"""Where the 3xTF32 kernels' error comes from: a NumPy emulation of their
 arithmetic, step by step, on the tensor core as NVIDIA's hardware computes it.
 
 The H200 measured the 3xTF32 forward 3–94× and the backward 12–100× less accurate than torch's
@@ -28,7 +28,7 @@ as √N. torch's kernels (CUTLASS ``OpMultiplyAddFastF32``, the same three mmas)
 added to the running accumulator on the CUDA cores (round to nearest):
 aten/src/ATen/native/transformers/cuda/mem_eff_attention/gemm/custom_mma_multistage.h and
 mma_from_smem.h ("tf32x3 kernels use staging accumulation"); Triton's tf32x3 has done the same
-since triton-lang/triton#4934 (issue #4603: "accumulating the small parts directly into C …
+since triton-lang/triton#4934 (triton-lang/triton#4603: "accumulating the small parts directly into C …
 pretty much negates the 3xtf32 effect").
 
 The emulation, one head (B = H = 1), mirrors the kernels line by line: S = Q Kᵀ over d per
@@ -59,8 +59,7 @@ import time
 
 import numpy as np
 
-sys.path[:0] = [os.path.join(os.path.dirname(__file__), "..", "src"),
-                os.path.join(os.path.dirname(__file__), "..")]
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
 from flashlesson.kernels_numba.sim.mma import tf32_block_fma as mma_tc  # noqa: E402  (Hopper's block FMA)
 from flashlesson.reference import attention, attention_backward  # noqa: E402
@@ -246,7 +245,7 @@ def err(x, ref):
 
 def configurations():
     """(name, Arith keywords, summary?) of the table's rows: each step of the kernels as they
-    were alone (the rest exact), the variants of the products over the tile (issue 16's
+    were alone (the rest exact), the variants of the products over the tile (the
     suspects), then everything at once: before, the simulator's old twin, now, torch."""
     was = dict(mma=mma_tc)                               # three mmas a k8 step into C
     now = dict(mma=mma_tc, stage=1)                      # each k8 step from zero, added in f32
@@ -316,8 +315,7 @@ def accumulation(n=4096, d=64, causal=True, seed=0, tile=32, log=print):
     products exact (P and dO split, small·small dropped), each k8 step's sum cut toward zero
     once (an mma from zero), then added in float32 to nearest — into dV at once (one level),
     into a partial of ``tile`` queries added to dV once a tile (two levels; the tiles in
-    order, the causal diagonal's first, or last to first, as the dK/dV kernel takes them since
-    session 6), or chained on the tensor core over 4 steps before the add (torch's staging).
+    order, the causal diagonal's first, or last to first, as the dK/dV kernel takes them), or chained on the tensor core over 4 steps before the add (torch's staging).
     → {name: max |error|} against float64."""
     rng = np.random.default_rng(seed)
     q, k, do = (rng.standard_normal((n, d)).astype(F32) for _ in range(3))

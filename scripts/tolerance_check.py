@@ -27,8 +27,7 @@ import sys
 
 import numpy as np
 
-sys.path[:0] = [os.path.join(os.path.dirname(__file__), "..", "src"),
-                os.path.join(os.path.dirname(__file__), "..")]
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
 from flashlesson import tolerance  # noqa: E402
 from flashlesson.reference import attention, attention_backward_intermediates, causal_mask, \

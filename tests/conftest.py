@@ -217,6 +217,8 @@ def check_tc_grads(grads, refs, fmt, q64, k64, torch_errs=None, *, v64, do64, ca
 
 
 def pytest_report_header(config):
+    """The device in pytest's header; said there, no kernel launch of the run says it again."""
+    flashlesson.device.announced_elsewhere()
     return f"flashlesson device: {flashlesson.MODE} ({flashlesson.device.REASON})"
 
 

@@ -246,7 +246,7 @@ def test_bad_inputs():
         call(k=np.zeros((1, 1, 4, 7), np.float32))
     with pytest.raises(ValueError, match="do: expected q's shape"):
         call(do=np.zeros((1, 1, 5, 8), np.float32))
-    with pytest.raises(TypeError, match="do: dtype float16"):
+    with pytest.raises(TypeError, match="do, q, k, v, o must share one dtype; got do float16"):
         call(do=z.astype(np.float16))
     with pytest.raises(ValueError, match="o: expected q's shape"):
         call(o=np.zeros((1, 1, 4, 9), np.float32))

@@ -1,7 +1,7 @@
-"""``flashlesson.bench.check_and_time``: the GPU timing scripts' rule (scripts/gpu_wgmma.py) that
-only a checked result is timed; their shared options. Its refusals need no GPU: a NaN, an error
-over the limit and a raising call each fail the row with the reason and leave it untimed (a
-timed row needs the GPU: the scripts' own runs)."""
+"""``flashlesson.bench.check_and_time``: the kernel-only GPU script's rule that only a checked
+result is timed (scripts/bench_hopper.py); its options. Its refusals need no GPU: a NaN, an
+error over the limit and a raising call each fail the row with the reason and leave it untimed
+(a timed row needs the GPU: the script's own runs)."""
 
 import math
 

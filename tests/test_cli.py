@@ -1,5 +1,8 @@
-"""The ``flashlesson`` command: info, methods, bench (GPU only: a clear error in the simulator)."""
+"""The ``flashlesson`` command: its help (plain text, every command named, also with no command),
+--version, info, methods, bench (GPU only: a clear error in the simulator), the device said once
+by a command that runs kernels and by nothing else, and device errors as one line."""
 
+import argparse
 import os
 import pathlib
 import subprocess
@@ -8,8 +11,9 @@ import sys
 import pytest
 from conftest import SIM
 
+import flashlesson
 from flashlesson import SOFTMAX_METHODS
-from flashlesson.cli import main
+from flashlesson.cli import build_parser, main
 
 
 def test_info(capsys):
@@ -67,15 +71,15 @@ def test_section_argument_must_be_a_number():
 
 
 # ---------------------------------------------------------------------------------------------
-# Failing politely (issue 12): a bad FLASHLESSON_DEVICE, or a GPU asked for and missing, is one
-# line on stderr and exit status 2 — through the console script and through python -m.
+# Failing politely: a bad FLASHLESSON_DEVICE, or a GPU asked for and missing, is one line on
+# stderr and exit status 2 — through the console script and through python -m.
 # ---------------------------------------------------------------------------------------------
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+BANNER = "flashlesson: running kernels"
 
 
-def _run(argv, env_device, tmp_path, script):
-    env = {**os.environ, "FLASHLESSON_DEVICE": env_device,
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+def _run(argv, env_device, tmp_path, script=False):
+    env = {**os.environ, "FLASHLESSON_DEVICE": env_device, "PYTHONPATH": str(ROOT / "src")}
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     if script:          # what pip's console script for `flashlesson` contains
         path = tmp_path / "flashlesson"
@@ -113,3 +117,80 @@ def test_methods_titles_its_two_tables(capsys):
     out = capsys.readouterr().out
     soft, att = out.index("Softmax methods"), out.index("Attention methods")
     assert soft < out.index("`warp_multi`") < att < out.index("`flash_fa1`")
+
+
+# ---------------------------------------------------------------------------------------------
+# Help, version, no command
+# ---------------------------------------------------------------------------------------------
+def _commands():
+    """{name: one-line help} of every subcommand the parser has."""
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return {c.dest: c.help for c in sub._choices_actions}
+
+
+def test_help_is_plain_text_naming_every_command(tmp_path):
+    run = _run(["--help"], "sim", tmp_path)
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+    out = run.stdout
+    assert out.startswith("usage: flashlesson") and "``" not in out and ":func:" not in out
+    commands = _commands()
+    assert {"info", "methods", "tour", "section", "bench", "traffic", "plot",
+            "resources"} <= set(commands)
+    lines = out.splitlines()
+    for name, help in commands.items():     # one line each: the name, then its help
+        line = next((x for x in lines if x.split()[:1] == [name]), None)
+        assert line is not None and help and help in line, (name, help, out)
+    methods = next(x for x in lines if x.split()[:1] == ["methods"])
+    assert "softmax" in methods and "attention" in methods
+
+
+def test_command_help_is_plain_text(capsys):
+    for name in _commands():
+        with pytest.raises(SystemExit) as exc:
+            main([name, "--help"])
+        assert exc.value.code == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"usage: flashlesson {name}") and "``" not in out, out
+
+
+def test_no_command_prints_the_help(capsys):
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: flashlesson") and all(n in out for n in _commands())
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out == f"flashlesson {flashlesson.__version__}\n"
+    assert flashlesson.__version__ == "1.0.0"
+
+
+# ---------------------------------------------------------------------------------------------
+# The device is said once, by what runs kernels only
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], [], ["methods"], ["info"],
+                                  ["section", "eight"], ["section", "99"], ["nope"]],
+                         ids=lambda a: " ".join(a) or "bare")
+def test_no_banner_without_kernels(tmp_path, argv):
+    """Help, the version, the listings (info prints the device itself) and errors: no banner."""
+    run = _run(argv, "sim", tmp_path)
+    assert BANNER not in run.stderr and BANNER not in run.stdout, run.stderr
+
+
+def test_a_kernel_command_says_the_device_once_first(tmp_path):
+    run = _run(["traffic", "softmax", "--shape", "2", "32"], "sim", tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.startswith(BANNER) and run.stderr.count(BANNER) == 1, run.stderr
+
+
+def test_import_is_silent_and_the_first_launch_says_the_device(tmp_path):
+    code = ("import sys, numpy as np, flashlesson as fl; print('imported', file=sys.stderr); "
+            "x = np.ones((2, 32), np.float32); fl.softmax(x); fl.softmax(x)")
+    env = {**os.environ, "FLASHLESSON_DEVICE": "sim", "PYTHONPATH": str(ROOT / "src")}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    lines = run.stderr.splitlines()
+    assert lines[0] == "imported" and lines[1].startswith(BANNER) and len(lines) == 2, lines

@@ -2,7 +2,8 @@
 traffic") as ``numba.cuda`` kernels, each checked against a NumPy float64 oracle.
 
 Importing this package chooses where kernels run (the GPU, or Numba's CUDA simulator on the CPU)
-before Numba's CUDA target loads, and says once which one it is; see ``flashlesson.device``.
+before Numba's CUDA target loads, silently; the first kernel launch says once which one it is
+(on stderr). See ``flashlesson.device``.
 """
 
 import os as _os
@@ -17,8 +18,6 @@ if (not _os.path.isdir(_os.path.join(__path__[0], "kernels_numba"))
     __path__.append(_checkout)
 
 from . import device  # noqa: E402, I001 - before any kernel: it sets NUMBA_ENABLE_CUDASIM if needed
-
-device.announce()
 
 from .device import DeviceError, MODE, SIMULATOR  # noqa: E402
 from .softmax_methods import METHODS as SOFTMAX_METHODS, choose as choose_softmax, softmax  # noqa: E402

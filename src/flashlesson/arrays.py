@@ -50,6 +50,9 @@ def _from_dlpack(obj, name):
                     "pass a NumPy array or a __cuda_array_interface__ object instead")
 
 
+NOT_AN_ARRAY = "expected a NumPy array, a Numba device array or a torch tensor"
+
+
 class Operand:
     """One validated array argument: where it lives, and a 2-D (or N-D) device view of it.
 
@@ -60,6 +63,7 @@ class Operand:
     def __init__(self, obj, name, dtypes, min_ndim=1, ndim=None):
         self.name = name
         self.torch = None
+        sequence = None                 # a list or tuple given: its type, for the messages
         if not device.SIMULATOR and _is_torch_cuda(obj):
             if obj.is_neg() or obj.is_conj():
                 # torch's lazy negation (a -x view, also made inside autograd) or conjugation:
@@ -80,17 +84,22 @@ class Operand:
             if hasattr(obj, "__dlpack__") and not device.SIMULATOR:
                 obj = _from_dlpack(obj, name)
             elif isinstance(obj, (list, tuple)):
-                obj = np.asarray(obj)
+                sequence = type(obj).__name__
+                try:
+                    obj = np.asarray(obj)
+                except ValueError:              # ragged: no array at all
+                    raise TypeError(f"{name}: {NOT_AN_ARRAY}, got a {sequence} that is no "
+                                    "rectangular array") from None
             else:
-                raise TypeError(f"{name}: expected a NumPy array or a CUDA device array "
-                                f"(__cuda_array_interface__), got {type(obj).__name__}")
+                raise TypeError(f"{name}: {NOT_AN_ARRAY}, got {type(obj).__name__}")
         self.on_host = isinstance(obj, np.ndarray)
         if not self.on_host and not device.SIMULATOR:
             if _is_torch_cuda(obj):             # (a DLPack object that torch took)
                 self.__init__(obj, name, dtypes, min_ndim, ndim)
                 return
             obj = DevArray.from_interface(obj, name)
-        self._check(name, np.dtype(obj.dtype), tuple(obj.shape), dtypes, min_ndim, ndim)
+        self._check(name, np.dtype(obj.dtype), tuple(obj.shape), dtypes, min_ndim, ndim,
+                    sequence=sequence)
         if self.on_host:
             obj = np.ascontiguousarray(obj)
         elif not device.SIMULATOR:
@@ -100,10 +109,13 @@ class Operand:
                              f"{obj.strides} for shape {self.shape}); make a contiguous copy")
         self.obj = obj
 
-    def _check(self, name, dtype, shape, dtypes, min_ndim, ndim, shown=None):
+    def _check(self, name, dtype, shape, dtypes, min_ndim, ndim, shown=None, sequence=None):
         self.dtype, self.shape = dtype, shape
         if dtype is None or dtype not in [np.dtype(d) for d in dtypes]:
             allowed = ", ".join(np.dtype(d).name for d in dtypes)
+            if sequence is not None:            # a list whose values make no array of ours
+                raise TypeError(f"{name}: {NOT_AN_ARRAY}, got {sequence} (as a NumPy array "
+                                f"its dtype would be {dtype.name}; expected {allowed})")
             raise TypeError(f"{name}: dtype {shown or dtype.name} is not supported; expected "
                             f"{allowed}")
         if ndim is not None and len(shape) != ndim:

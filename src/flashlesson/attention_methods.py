@@ -87,6 +87,7 @@ FLOAT32_METHODS = tuple(m for m in METHODS if m != "flash_wgmma")
 def operands(q, k, v):
     """Validate attention's q [B, H, Nq, d], k and v [B, H, Nk, d] (float32, one side, matching
     shapes, 1 ≤ d ≤ 256; B, H, Nq, Nk may be 0: an empty problem). Returns three Operands."""
+    checks.one_dtype(("q", q), ("k", k), ("v", v))
     qo = Operand(q, "q", (np.float32,), ndim=4)
     ko = Operand(k, "k", (np.float32,), ndim=4)
     vo = Operand(v, "v", (np.float32,), ndim=4)
@@ -392,6 +393,7 @@ def varlen_operands(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     """Validate §35's packed operands (shared by the forward and the backward): q [total_q, H,
     d], k and v [total_k, H, d] float32, offsets int32 [B + 1], max lengths covering the longest
     sequence. Returns (q, k, v Operands, B, cu_q and cu_k on the device)."""
+    checks.one_dtype(("q", q), ("k", k), ("v", v))
     qo = Operand(q, "q", (np.float32,), ndim=3)
     ko = Operand(k, "k", (np.float32,), ndim=3)
     vo = Operand(v, "v", (np.float32,), ndim=3)

@@ -187,6 +187,7 @@ def _backward_call(do, q, k, v, o, lse, causal, scale, key_padding_mask, dropout
         return tc_methods.attention_backward_tc(do, q, k, v, o, lse, causal=causal, scale=scale,
                                                 key_padding_mask=key_padding_mask,
                                                 dropout_p=dropout_p, config=config)
+    checks.one_dtype(("do", do), ("q", q), ("k", k), ("v", v), ("o", o))
     qo, ko, vo = operands(q, k, v)
     B, H, nq, d = qo.shape
     nk = ko.shape[2]
@@ -314,6 +315,7 @@ def varlen_attention_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, *
     NumPy in → NumPy out; device arrays in → device arrays out, without host copies.
     Returns (dq [total_q, H, d], dk [total_k, H, d], dv [total_k, H, d]), float32.
     """
+    checks.one_dtype(("do", do), ("q", q), ("k", k), ("v", v), ("o", o))
     qo, ko, vo, batch, cu_q, cu_k = varlen_operands(q, k, v, cu_seqlens_q, cu_seqlens_k,
                                                     max_seqlen_q, max_seqlen_k)
     total_q, H, d = qo.shape

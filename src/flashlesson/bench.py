@@ -12,7 +12,6 @@ Method, as the lesson's claims need it (§4: softmax is bound by memory, not by 
 """
 
 import contextlib
-import json
 import math
 import statistics
 import sys
@@ -751,9 +750,9 @@ def bench_overhead(calls=200, log=print):
 
 
 def script_parser(budget=True):
-    """The kernel-only GPU scripts' shared options (``scripts/gpu_wgmma.py``): --json (write
-    the rows there), --shapes (indices into the script's SHAPES, e.g. 0,1: ``picked_shapes``)
-    and, budget, --budget-s (``budget_cases``); each script adds its own."""
+    """The kernel-only GPU script's options (``scripts/bench_hopper.py``): --json (write the
+    rows there), --shapes (indices into the script's SHAPES, e.g. 0,1: ``picked_shapes``) and,
+    budget, --budget-s (``budget_cases``); the script adds its own."""
     import argparse
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
@@ -765,59 +764,13 @@ def script_parser(budget=True):
     return ap
 
 
-def gpu_torch(script):
-    """torch for a GPU script, or SystemExit naming the script where there is no CUDA GPU or
-    no torch."""
-    torch = cuda_torch()
-    if torch is None or device.SIMULATOR:
-        raise SystemExit(f"{script} needs a CUDA GPU and torch")
-    return torch
-
-
-def torch_sdpa_backward(torch, backend, q, k, v, do, causal):
-    """A callable that runs torch SDPA's backward on one backend ("flash", "efficient") for
-    these torch tensors: the forward once under that backend, its graph kept, then each call
-    ``autograd.grad`` of it with dO (a backward comparison's torch column)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    chosen = {"flash": SDPBackend.FLASH_ATTENTION,
-              "efficient": SDPBackend.EFFICIENT_ATTENTION}[backend]
-    xs = [x.detach().requires_grad_(True) for x in (q, k, v)]
-    with sdpa_kernel(chosen):
-        out = torch.nn.functional.scaled_dot_product_attention(*xs, is_causal=causal)
-    return lambda: torch.autograd.grad(out, xs, do, retain_graph=True)
-
-
-def backward_cases(torch, cases, picks):
-    """A backward comparison's cases: for each (B, H, N, d, fmt) of
-    ``cases`` picked by ``picks`` (``picked_shapes``), not causal then causal, yields (B, H, N,
-    d, fmt, causal, (q, k, v, do), (o, lse)) — fresh ``torch.randn`` inputs, fp16 for "fp16"
-    else float32, o and lse from ``flashlesson.attention`` (the default method) — and empties
-    torch's cache after each (what the caller still holds of a case stays: two cases at most
-    are alive)."""
-    import flashlesson
-    for B, H, N, d, fmt in picked_shapes(cases, picks):
-        dt = torch.float16 if fmt == "fp16" else torch.float32
-        for causal in (False, True):
-            ins = tuple(torch.randn(B, H, N, d, device="cuda", dtype=dt) for _ in range(4))
-            yield B, H, N, d, fmt, causal, ins, flashlesson.attention(*ins[:3], causal=causal,
-                                                                      return_lse=True)
-            torch.cuda.empty_cache()
-
-
-def save_rows(path, rows):
-    """The scripts' --json: their rows as JSON (None: nothing written)."""
-    if path:
-        with open(path, "w") as f:
-            json.dump(rows, f, indent=1, default=str)
-
-
 def picked_shapes(shapes, picks):
     """shapes[i] for the comma-separated indices of picks ("0,2"), or all of them (None)."""
     return list(shapes) if picks is None else [shapes[int(i)] for i in picks.split(",")]
 
 
 def budget_cases(shapes, start, budget_s):
-    """The kernel-only GPU scripts' cases: (b, h, n, d, causal) for each shape, not causal then
+    """The kernel-only GPU script's cases: (b, h, n, d, causal) for each shape, not causal then
     causal; one that would begin more than budget_s seconds after start (time.time()) is
     skipped, and said (the device call's time limit is the budget's reason)."""
     for (b, h, n, d) in shapes:
@@ -828,26 +781,13 @@ def budget_cases(shapes, start, budget_s):
             yield b, h, n, d, causal
 
 
-def print_built(built):
-    """Registers and local memory a thread of each kernel in a kernel file's ``BUILT``
-    ((factory, *arguments) → dispatcher; the GPU scripts print them after their warm-up)."""
-    for key, kern in built.items():
-        try:
-            print(f"{key}: {kern.get_regs_per_thread()} registers, "
-                  f"{kern.get_local_mem_per_thread()} bytes of local memory a thread",
-                  flush=True)
-        except Exception as exc:            # (a report only)
-            print(f"{key}: {type(exc).__name__}: {exc}", flush=True)
-
-
-def check_and_time(row, make, measure, flops, limit=None, e2e=False):
-    """One method's row of the kernel-only GPU scripts (``scripts/gpu_wgmma.py``): fn = make(),
-    fn() once, measure(its result) → (max |error| against the float64 reference, whether it
-    holds a NaN); the row passes with no NaN and, given a limit (the scripts: 2 × torch's own
-    error plus slack), an error within it. A passing row is timed kernel-only (``time_gpu_adaptive``: "ms", "TFLOP/s" = flops /
-    time) and, e2e, end to end (``time_end_to_end``: "e2e ms", "e2e TFLOP/s"); a failing or
-    raising one says why (the script goes on). Returns the error (None when make or fn
-    raised)."""
+def check_and_time(row, make, measure, flops, limit=None):
+    """One method's row of the kernel-only GPU script (``scripts/bench_hopper.py``): fn =
+    make(), fn() once, measure(its result) → (max |error| against the float64 reference,
+    whether it holds a NaN); the row passes with no NaN and, given a limit (the script: 2 ×
+    torch's own error plus slack), an error within it. A passing row is timed kernel-only
+    (``time_gpu_adaptive``: "ms", "TFLOP/s" = flops / time); a failing or raising one says why
+    (the script goes on). Returns the error (None when make or fn raised)."""
     try:
         fn = make()
         err, nan = measure(fn())
@@ -858,9 +798,6 @@ def check_and_time(row, make, measure, flops, limit=None, e2e=False):
             return err
         ms = time_gpu_adaptive(fn)
         row.update({"ms": ms, "TFLOP/s": flops / ms / 1e9})
-        if e2e:
-            ms = time_end_to_end(fn)
-            row.update({"e2e ms": ms, "e2e TFLOP/s": flops / ms / 1e9})
         return err
     except Exception as exc:                    # reported, the next method still runs
         row["ok"] = False
@@ -870,7 +807,7 @@ def check_and_time(row, make, measure, flops, limit=None, e2e=False):
 
 
 def versus_table(rows, bases=("torch sdpa flash",), width=22):
-    """The closing table of the kernel-only scripts (``scripts/gpu_wgmma.py``; their rows from
+    """The closing table of the kernel-only script (``scripts/bench_hopper.py``; its rows from
     ``check_and_time``): per row shape, causal, method, ms, TFLOP/s, the ratio to each of
     ``bases`` (the methods of the same shape and causal mode), the error and the check."""
     rate = {(r["shape"], r["causal"], r["method"]): r["TFLOP/s"] for r in rows

@@ -140,6 +140,40 @@ def scale(value, d):
 MASK_DTYPES = (np.bool_, np.uint8)
 
 
+def dtype_name(x):
+    """The dtype of an array argument as the messages write it ("float32", "float16",
+    "bfloat16" for a ``BFloat16`` or a torch bfloat16 tensor), or None for a value that is no
+    array (its own check names what it is)."""
+    if type(x).__name__ == "BFloat16" and hasattr(x, "bits"):
+        return "bfloat16"
+    dt = getattr(x, "dtype", None)
+    if dt is None or isinstance(x, np.generic):
+        return None
+    text = str(dt)
+    if text.startswith("torch."):
+        return text[len("torch."):]
+    try:
+        return np.dtype(dt).name
+    except TypeError:
+        return None
+
+
+ATTENTION_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def one_dtype(*named, dtypes=ATTENTION_DTYPES):
+    """(name, array) pairs that must share one dtype (attention's q, k, v; the backward's do,
+    q, k, v, o): a TypeError naming every one's dtype where they differ. Only dtypes of
+    ``dtypes`` take part: an array of another dtype, or a value that is no array, is left to
+    its own check (which names the argument and what it takes)."""
+    got = [(name, dtype_name(x)) for name, x in named]
+    if any(d is not None and d not in dtypes for _, d in got):
+        return
+    if len({d for _, d in got if d is not None}) > 1:
+        raise TypeError(f"{', '.join(name for name, _ in named)} must share one dtype; got "
+                        + ", ".join(f"{name} {d}" for name, d in got if d is not None))
+
+
 def key_padding_mask(mask, batch, nk, on_host=None):
     """§35's key padding mask as a device array [B, Nk] of bool or uint8 (True / nonzero = the
     key takes part), or None. The same dtypes everywhere (forward, backward, every method).

@@ -1,28 +1,12 @@
-"""The ``flashlesson`` command: tour, section N, methods, info, bench.
+"""The ``flashlesson`` command (console script, or ``python -m flashlesson``): ``build_parser``
+holds every subcommand and its options, ``main`` runs one. Its ``--help`` texts are
+``DESCRIPTION``, ``EPILOG`` and each subparser's ``help``/``description``, written as plain
+text for a terminal.
 
-    flashlesson tour                  run every section's example and check, then a summary table
-    flashlesson section 8             run one section's example
-    flashlesson methods               the registries of softmax and attention methods
-    flashlesson info                  device, versions, mode (GPU or simulator)
-    flashlesson bench softmax [...]   GPU only: every method × N × dtype, GB/s, vs torch
-    flashlesson bench attention       GPU only: naive and flash, TFLOP/s, vs torch SDPA
-    flashlesson bench attention --backward   the same for the backward pass (§30–31)
-    flashlesson bench attention --tc         tensor cores (§37) vs torch SDPA flash/cuDNN
-                                      [--headdims 64,80,96,111,128]: d vs its padded D
-    flashlesson bench hierarchy       GPU only: §26 GB/s of HBM, L2, shared memory, registers
-    flashlesson bench overhead [--json F]   GPU + torch: host µs per public call vs torch
-    flashlesson bench ladder [--only NAME …] [--json F] [--write]   GPU: each fast kernel file's
-                                      ladder (lesson kernel → each step) checked and timed;
-                                      --write puts the numbers into the files' tables
-    flashlesson bench ladder --write --from F.json   (any machine) a saved run into the tables
-    flashlesson traffic softmax --method M --shape ROWS N      global reads/writes per array:
-    flashlesson traffic attention --method naive|flash --shape B H NQ NK D [--causal]
-                                      [--backward] [--key-padding L]
-                                      the model beside the count (simulator; see traffic.py)
-    flashlesson traffic sram --shape N D [--sram KIB ...] [--plot F.png]   §48: HBM bytes vs
-                                      on-chip SRAM size, flash vs naive vs the paper's bounds
-    flashlesson resources             §47: registers, shared memory, occupancy per kernel (GPU)
-    flashlesson plot RESULTS.json OUT.png     a saved bench JSON as a picture (matplotlib)
+A command that runs kernels (tour, section, bench, traffic's counter, resources on a GPU) says
+first, on stderr, which device runs them (``flashlesson.device.announce``), once its arguments
+are checked; ``--help``, ``--version``, ``info``, ``methods``, ``plot`` and argument errors say
+nothing of it.
 """
 
 import argparse
@@ -30,6 +14,63 @@ import json
 import sys
 
 from tabulate import tabulate
+
+DESCRIPTION = """\
+Lesson 22 ("why softmax is hard to make fast, and how FlashAttention cuts
+memory traffic") as numba.cuda kernels, each checked against a float64 NumPy
+oracle and timed against PyTorch. Kernels run on the CUDA GPU, or in Numba's
+CUDA simulator on the CPU when there is none (FLASHLESSON_DEVICE=gpu or sim
+chooses)."""
+
+EPILOG = """\
+examples:
+  flashlesson tour                         every section's example and checks
+  flashlesson section 8 30                 the examples of §8 and §30
+  flashlesson methods                      the softmax and attention methods
+  flashlesson bench attention --backward   GPU: the backward pass vs torch SDPA
+  flashlesson traffic attention --shape 1 2 64 64 16 --causal
+  flashlesson COMMAND --help               the options of one command"""
+
+BENCH_DESCRIPTION = """\
+GPU benchmarks (the simulator refuses them, except ladder --tiny). Each kernel
+is checked against a float64 reference on the benchmark's data before it is
+timed.
+
+  softmax             every method x N x dtype: GB/s, % of a device copy, vs
+                      torch (--n N ..., --dtype ..., --method M ..., --elements)
+  attention           naive and flash: TFLOP/s vs torch SDPA math and efficient
+                      (--quick: the three main shapes, no N sweep)
+  attention --backward    the same for the backward pass (§30-31)
+  attention --tc      tensor cores (§37), fp16, bf16, 3xTF32 vs torch SDPA
+                      flash, cuDNN, efficient (--headdims D,D,...: d vs its
+                      padded D)
+  hierarchy           §26: GB/s of HBM, L2, shared memory and registers
+  overhead            host microseconds per public call, beside torch's
+  ladder              each fast kernel file's ladder (lesson kernel, then each
+                      step) checked and timed (--only NAME ...; --write: the
+                      numbers into the files' tables; --from F.json: a saved
+                      run's numbers)
+
+--json F writes the results, --plot F.png draws them (needs matplotlib)."""
+
+TRAFFIC_DESCRIPTION = """\
+Global-memory reads and writes per array: the model (flashlesson.traffic) beside
+the count of the kernels' element accesses, run in Numba's CUDA simulator.
+
+  softmax     --shape ROWS N [--method M] [--dtype ...] [--threads T]
+  attention   --shape B H NQ NK D [--method M] [--causal] [--backward]
+              [--key-padding L ...]
+  sram        --shape N D [--sram KIB ...] [--plot F.png]: §48, HBM bytes vs
+              on-chip SRAM size, flash vs naive vs the paper's bounds (a model)
+
+--model-only prints the model alone (any size, no simulation)."""
+
+
+def _announce():
+    """Say which device runs the kernels (once a process: ``flashlesson.device.announce``); a
+    command calls it when its arguments are checked and it is about to run kernels."""
+    from . import device
+    device.announce()
 
 
 def _cmd_info(args):
@@ -51,13 +92,29 @@ def _cmd_methods(args):
     return 0
 
 
+def _tour_can_start(sections):
+    """Whether the examples are there, one for each of ``sections`` (None: all); where not,
+    ``run_tour`` says why and the device is not announced."""
+    from . import tour
+    try:
+        examples = tour.list_examples()
+    except tour.TourError:
+        return False
+    available = {s for secs, _ in examples for s in secs}
+    return bool(examples) and (sections is None or set(sections) <= available)
+
+
 def _cmd_tour(args):
     from .tour import run_tour
+    if _tour_can_start(None):
+        _announce()
     return run_tour(sections=None, verbose=args.verbose)
 
 
 def _cmd_section(args):
     from .tour import run_tour
+    if _tour_can_start(args.numbers):
+        _announce()
     return run_tour(sections=args.numbers, verbose=True)
 
 
@@ -81,6 +138,7 @@ def _cmd_bench_attention(args):
         return 2
     tc_shapes = (bench.tc_headdim_shapes(args.headdims) if args.headdims else
                  bench.ATTENTION_SHAPES + (() if args.quick else bench.tc_headdim_shapes()))
+    _announce_gpu()
     if args.tc and args.backward:
         results = bench.bench_attention_tc_backward(shapes=tc_shapes)
         kernels = bench.tc_kernel_report()
@@ -131,9 +189,18 @@ def _cmd_bench_attention(args):
     return 0
 
 
+def _announce_gpu():
+    """_announce where kernels will run: on a GPU (the simulator refuses benchmarks with an
+    error of its own)."""
+    from . import device
+    if not device.SIMULATOR:
+        _announce()
+
+
 def _cmd_bench_hierarchy(args):
     """§26: GB/s of HBM, L2, shared memory and registers (flashlesson.hierarchy)."""
     from . import hierarchy
+    _announce_gpu()
     result = hierarchy.measure()
     print()
     print(f"{result['device']}, {result['SMs']} SMs, {result['date']}")
@@ -149,8 +216,9 @@ def _cmd_bench_hierarchy(args):
 
 
 def _cmd_bench_overhead(args):
-    """Host µs per public call on torch tensors, beside torch's (issue 14)."""
+    """Host µs per public call on torch tensors, beside torch's (flashlesson.bench)."""
     from . import bench
+    _announce_gpu()
     records = bench.bench_overhead()
     print()
     print(tabulate([[r["function"], r["host_us"], r["torch_host_us"] or ""] for r in records],
@@ -162,7 +230,7 @@ def _cmd_bench_overhead(args):
 
 
 def _cmd_bench_ladder(args):
-    """Issue 13's ladders: every fast kernel file's steps, checked and timed (flashlesson.ladder);
+    """The ladders: every fast kernel file's steps, checked and timed (flashlesson.ladder);
     --write: their numbers into the files' tables; --from: a saved run instead of measuring."""
     from . import device, ladder
     names = ladder.ladder_names()
@@ -189,6 +257,10 @@ def _cmd_bench_ladder(args):
         if args.tiny and not device.SIMULATOR:
             print("--tiny: runs in the simulator (FLASHLESSON_DEVICE=sim)", file=sys.stderr)
             return 2
+        if args.tiny:
+            _announce()
+        else:
+            _announce_gpu()
         results = ladder.measure(chosen, tiny=args.tiny)
         dev = "simulator" if device.SIMULATOR else \
             ladder.short_device(device.describe()["device"])
@@ -226,6 +298,7 @@ def _cmd_bench(args):
             print(f"--method: expected one of {', '.join(softmax.CHOICES)}; got {m!r}",
                   file=sys.stderr)
             return 2
+    _announce_gpu()
     results, copy_bw = bench.bench_softmax(ns=args.n or bench.DEFAULT_NS, dtypes=args.dtype,
                                            methods=methods, elements=args.elements)
     cols = ["dtype", "N", "method", "runs", "ms", "GB/s", "% copy", "torch GB/s", "vs torch",
@@ -283,6 +356,8 @@ def _cmd_traffic(args):
               file=sys.stderr)
         return 2
     where = "simulator" if device.SIMULATOR else "GPU"
+    if not args.model_only:
+        _announce()
     try:
         if args.what == "softmax":
             rows, n = args.shape
@@ -336,23 +411,49 @@ def _cmd_traffic(args):
     return 0
 
 
+class _TopFormatter(argparse.RawDescriptionHelpFormatter):
+    """The top-level help: every command's line beside its name ("resources" included, which
+    argparse's measure of the names would put on a line of its own)."""
+
+    def __init__(self, prog):
+        super().__init__(prog)
+        self._action_max_length = 16
+
+
 def build_parser():
-    p = argparse.ArgumentParser(prog="flashlesson", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("info", help="device, versions, mode")
+    import flashlesson
+    raw = argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(prog="flashlesson", description=DESCRIPTION, epilog=EPILOG,
+                                formatter_class=_TopFormatter)
+    p.add_argument("--version", action="version", version=f"flashlesson {flashlesson.__version__}")
+    sub = p.add_subparsers(dest="cmd", title="commands", metavar="COMMAND")
+
+    def command(name, help, description=None):
+        description = description or help          # (a block laid out by hand stays as it is)
+        return sub.add_parser(name, help=help, description=description, formatter_class=(
+            raw if "\n" in description else argparse.HelpFormatter))
+
+    s = command("info", "the device (GPU or simulator, and why), the versions",
+                "The device that runs the kernels (the GPU, or Numba's CUDA simulator, and why), "
+                "its facts and the versions of the software.")
     s.set_defaults(fn=_cmd_info)
-    s = sub.add_parser("methods", help="the softmax methods of the registry")
+    s = command("methods", "the softmax and attention methods, their sections",
+                "The softmax and attention methods of the registry: each method's sections, "
+                "tiers and limits.")
     s.add_argument("--format", default="github", help="tabulate format (default: github)")
     s.set_defaults(fn=_cmd_methods)
-    s = sub.add_parser("tour", help="run every section in order, then a summary table")
+    s = command("tour", "every section's example and checks, then a summary",
+                "Run every section's example and its checks in § order, then a summary table.")
     s.add_argument("-v", "--verbose", action="store_true", help="show each example's output")
     s.set_defaults(fn=_cmd_tour)
-    s = sub.add_parser("section", help="run the example of one or more sections")
-    s.add_argument("numbers", nargs="+", type=int, metavar="N")
+    s = command("section", "the examples of the given sections (section 8 30)",
+                "Run the examples of the sections given, with their output and checks.")
+    s.add_argument("numbers", nargs="+", type=int, metavar="N", help="a section (§) number")
     s.set_defaults(fn=_cmd_section)
-    s = sub.add_parser("bench", help="GPU benchmarks")
-    s.add_argument("what", choices=["softmax", "attention", "hierarchy", "overhead", "ladder"])
+    s = command("bench", "GPU benchmarks: softmax, attention, hierarchy, ...",
+                BENCH_DESCRIPTION)
+    s.add_argument("what", choices=["softmax", "attention", "hierarchy", "overhead", "ladder"],
+                   help="what to measure (above)")
     s.add_argument("--n", type=int, nargs="+", help="row lengths (default 32 … 32768)")
     s.add_argument("--dtype", nargs="+", default=["float32", "float16"],
                    choices=["float32", "float16"])
@@ -384,9 +485,9 @@ def build_parser():
                    help="ladder: tiny shapes in the simulator, every step checked, nothing "
                         "timed (checks the command itself)")
     s.set_defaults(fn=_cmd_bench)
-    s = sub.add_parser("traffic", help="global reads/writes per array: model vs counted "
-                       "(simulator)")
-    s.add_argument("what", choices=["softmax", "attention", "sram"])
+    s = command("traffic", "global reads/writes per array: model vs count",
+                TRAFFIC_DESCRIPTION)
+    s.add_argument("what", choices=["softmax", "attention", "sram"], help="what to model (above)")
     s.add_argument("--method", help="softmax: auto or a registry method (default auto); "
                    "attention: naive or flash (default flash)")
     s.add_argument("--shape", type=int, nargs="+", required=True,
@@ -407,12 +508,16 @@ def build_parser():
     s.add_argument("--model-only", action="store_true",
                    help="print the model only (any size; no simulation)")
     s.set_defaults(fn=_cmd_traffic)
-    s = sub.add_parser("plot", help="draw a saved bench JSON as a PNG (needs matplotlib)")
+    s = command("plot", "a saved bench JSON as a PNG (needs matplotlib)",
+                "Draw a saved bench JSON (flashlesson bench ... --json F) as a PNG (needs "
+                "matplotlib).")
     s.add_argument("results", help="a JSON written by flashlesson bench … --json")
     s.add_argument("out", help="the PNG to write")
     s.set_defaults(fn=_cmd_plot)
-    s = sub.add_parser("resources", help="§47: registers, shared memory, occupancy per kernel "
-                       "(GPU; the simulator has none)")
+    s = command("resources", "§47: registers, shared memory, occupancy (GPU)",
+                "§47: registers, shared memory, spills and occupancy of each kernel, from "
+                "launches on the GPU (the simulator has none: it lists each configuration's "
+                "limits).")
     s.add_argument("--d", type=int, default=64, help="head dimension of the attention runs")
     s.add_argument("--n", type=int, default=1024, help="sequence length of the attention runs")
     s.add_argument("--json", help="also write the table as JSON to this file")
@@ -436,16 +541,23 @@ def _cmd_plot(args):
 def _cmd_resources(args):
     """§47: registers, shared memory, spills and occupancy of each kernel (GPU only)."""
     from .resources import resources_command
+    _announce_gpu()
     return resources_command(args)
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    """Run the command of ``argv`` (default: sys.argv[1:]); returns the exit status. No
+    command: the help, status 0."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.cmd is None:
+        parser.print_help()
+        return 0
     if args.cmd == "traffic" and not args.model_only and "numba.cuda" not in sys.modules:
         import os       # the counter needs the simulator: chosen before numba.cuda loads
         os.environ.setdefault("FLASHLESSON_DEVICE", "sim")
     try:
-        import flashlesson  # noqa: F401 - chooses the device and announces it once
+        import flashlesson  # noqa: F401 - chooses the device (silently)
     except RuntimeError as exc:     # flashlesson.DeviceError (the class comes with the package)
         if type(exc).__name__ != "DeviceError":
             raise

@@ -8,8 +8,8 @@ The choice has to be made before Numba's CUDA target is imported (Numba reads
 - unset: ``NUMBA_ENABLE_CUDASIM=1`` if the user set it, else the GPU when the CUDA driver
   reports one, else the simulator.
 
-Whichever it is, it is said once on stderr. There is never a silent fallback: a GPU that
-was asked for and is missing raises :class:`DeviceError`.
+Whichever it is, it is said once on stderr, at the first kernel launch (``announce``). There
+is never a silent fallback: a GPU that was asked for and is missing raises :class:`DeviceError`.
 """
 
 import ctypes
@@ -129,18 +129,30 @@ SIMULATOR = MODE == "sim"
 _announced = False
 
 
+def banner():
+    """The line that says which device runs the kernels, and why."""
+    if SIMULATOR:
+        return (f"flashlesson: running kernels in Numba's CUDA simulator on the CPU ({REASON}); "
+                "small shapes only. Set FLASHLESSON_DEVICE=gpu to require a GPU.")
+    return f"flashlesson: running kernels on the CUDA GPU ({REASON})."
+
+
 def announce(stream=None):
-    """Say once which device runs the kernels (called on import of flashlesson)."""
+    """Say once per process, on stderr, which device runs the kernels (``banner``). Importing
+    flashlesson says nothing: the first kernel launch does (``flashlesson.launch.plan_for``), or
+    the ``flashlesson`` command when it starts one that runs kernels."""
     global _announced
     if _announced:
         return
     _announced = True
-    if SIMULATOR:
-        msg = (f"flashlesson: running kernels in Numba's CUDA simulator on the CPU ({REASON}); "
-               "small shapes only. Set FLASHLESSON_DEVICE=gpu to require a GPU.")
-    else:
-        msg = f"flashlesson: running kernels on the CUDA GPU ({REASON})."
-    print(msg, file=stream or sys.stderr)
+    print(banner(), file=stream or sys.stderr)
+
+
+def announced_elsewhere():
+    """Mark the device as said by the caller in its own place (pytest's header,
+    tests/conftest.py), so that no launch says it again."""
+    global _announced
+    _announced = True
 
 
 def describe():

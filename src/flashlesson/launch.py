@@ -457,6 +457,7 @@ def plan_for(kernel, grid, block, args, shared_bytes=0):
     key = (kernel, grid, block, shared_bytes) + tuple(map(_arg_key, args))
     plan = _PLANS.get(key)
     if plan is None:
+        device.announce()                       # (once a process: the first launch says where)
         if len(_PLANS) >= MAX_PLANS:
             _PLANS.clear()
         plan = _PLANS[key] = Plan(kernel, grid, block, int(shared_bytes), args)

@@ -1,14 +1,20 @@
-"""Issue 16, items 2–3: flash_wgmma's ladder variants against flash_tc and torch SDPA flash,
-kernel-only, checked against torch in the same run (H200; ``scripts/gpu_wgmma.sh`` runs it).
+"""The Hopper (wgmma) fp16 forward against flash_tc and torch SDPA flash (and cuDNN), with the
+configurations it was chosen among: kernel-only, each method checked against float64 in the
+same run. GPU only (sm_90, torch with CUDA); on the device machine, after
+``. scripts/gpu_env.sh``:
 
-    python3 scripts/gpu_wgmma.py --json OUT.json
-    python3 scripts/gpu_wgmma.py --overlap       # OVERLAP (FA3's pipelining) vs the default
-    python3 scripts/gpu_wgmma.py --cwg3          # CWG = 3 (Br = 192, d = 64) vs the default
-    python3 scripts/gpu_wgmma.py --wide          # K/V tiles of 176 and 192 keys vs the default
-    python3 scripts/gpu_wgmma.py --pingpong      # PINGPONG (FA3's ping-pong) vs the default
-    python3 scripts/gpu_wgmma.py --cwg3 --tc     # … and flash_tc's default in the same run
-    python3 scripts/gpu_wgmma.py --swizzle --tc  # the swizzled default vs unswizzled, schedules
-    python3 scripts/gpu_wgmma.py --cudnn         # the default vs torch flash and cuDNN only
+    python3 scripts/bench_hopper.py --json OUT.json   # the ladder's steps, flash_tc, torch flash
+    python3 scripts/bench_hopper.py --cudnn       # the default vs torch flash and cuDNN only
+    python3 scripts/bench_hopper.py --overlap     # OVERLAP (FA3's pipelining) vs the default
+    python3 scripts/bench_hopper.py --cwg3        # CWG = 3 (Br = 192, d = 64) vs the default
+    python3 scripts/bench_hopper.py --wide        # K/V tiles of 176 and 192 keys vs the default
+    python3 scripts/bench_hopper.py --pingpong    # PINGPONG (FA3's ping-pong) vs the default
+    python3 scripts/bench_hopper.py --cwg3 --tc   # … and flash_tc's default in the same run
+    python3 scripts/bench_hopper.py --swizzle --tc  # the swizzled default vs unswizzled, schedules
+
+``flashlesson bench attention --tc`` times flash_tc in fp16/bf16/3xTF32 against SDPA flash,
+cuDNN and efficient; this script times flash_wgmma (the default on Hopper) and its
+configurations, which that command does not.
 
 Per shape and causal mode: the inputs as fp16 torch tensors; each method is checked first (head
 (0, 0) against float64 SDPA on the same fp16 values: its max error beside torch flash's own),
@@ -45,12 +51,10 @@ WGMMA = {   # the ladder's steps (flashlesson/ladder.py, attention_wgmma)
 }
 
 
-# The lists below (--sweep, --overlap, --cwg3, --wide, --pingpong) hold the unswizzled configs of
-# sessions 5–6, timed then against the default of their day; "wgmma default" (config None) is
-# today's (swizzled, tc_methods.default_wgmma_config), and --swizzle times the schedules with
-# the swizzle.
-# --sweep: more shapes of the block and the ring (session 5: at d = 64 the ladder's config lost
-# to flash_tc)
+# The lists below (--sweep, --overlap, --cwg3, --wide, --pingpong) hold unswizzled configs;
+# "wgmma default" (config None) is the default (swizzled, tc_methods.default_wgmma_config), and
+# --swizzle times the schedules with the swizzle.
+# --sweep: more shapes of the block and the ring than the ladder's steps
 SWEEP = {
     "wgmma Bc64 CWG2 ST2 P": WgmmaConfig(Bc=64, CWG=2, STAGES=2, PRODUCER=True),
     "wgmma Bc64 CWG2 ST3 P": WgmmaConfig(Bc=64, CWG=2, STAGES=3, PRODUCER=True),
@@ -63,7 +67,7 @@ SWEEP = {
 # --overlap: FA3's intra-warpgroup pipelining (WgmmaConfig.OVERLAP) beside the default it
 # would replace; STAGES = 2 holds the ring back (a stage is freed one tile later), Bc = 64
 # halves the registers S and P take
-CUDNN = {"wgmma default": None}     # --cudnn: issue 16's stretch (≥ 0.8× SDPA cuDNN)
+CUDNN = {"wgmma default": None}     # --cudnn: the default beside SDPA cuDNN (target ≥ 0.8×)
 OVERLAP = {
     "wgmma default": None,
     "wgmma OVERLAP ST3": WgmmaConfig(OVERLAP=True),
@@ -83,7 +87,7 @@ CWG3 = {
 
 
 # --wide: K/V tiles wider than 128 keys beside each head dim's default (config None: CWG = 2 at d =
-# 128, CWG = 3 at d = 64, Bc = 128, swizzled since session 7), a config timed at the head dims it is
+# 128, CWG = 3 at d = 64, Bc = 128, swizzled), a config timed at the head dims it is
 # listed for. d = 128: FA3's Bc = 176 and 192 with 2 stages (3 exceed 227 KB), 176 with OVERLAP (192
 # with OVERLAP is refused: its consumers spill, attention_wgmma.widest_bc); d = 64: the widest for
 # CWG = 3 (176; 192 refused) and CWG = 2 (192)
@@ -115,11 +119,10 @@ PINGPONG = {
 
 
 # --swizzle: the 128-byte swizzled tiles (WgmmaConfig.SWIZZLE: a quarter-warp's copies one line
-# on both sides, against the L2 tag requests that bound the unswizzled kernel, docs/results.md
-# session 6) — the default since 2026-12-02 (docs/logs/2026-12-02_swizzle_forward_h200.log) — beside the
-# unswizzled block it replaced, and with it the schedules that measured no faster without it
-# (three stages, OVERLAP, PINGPONG, the wide d = 128 tile); torch's cuDNN backend too (the
-# issue's stretch target)
+# on both sides, against the L2 tag requests that bound the unswizzled kernel, docs/results.md)
+# — the default since 2026-12-02 (docs/logs/2026-12-02_swizzle_forward_h200.log) — beside the unswizzled block
+# it replaced, and with it the schedules that measured no faster without it (three stages,
+# OVERLAP, PINGPONG, the wide d = 128 tile); torch's cuDNN backend too
 _NOSW = {128: WgmmaConfig(), 64: WgmmaConfig(**_CWG3)}
 SWIZZLE = {
     "wgmma default": {64: None, 128: None},
@@ -229,7 +232,7 @@ def main():
     shapes = picked_shapes(SHAPES, picks)
     torch = cuda_torch()
     if torch is None or flashlesson.SIMULATOR:
-        raise SystemExit("gpu_wgmma.py needs a CUDA GPU and torch")
+        raise SystemExit("bench_hopper.py needs a CUDA GPU and torch")
     start = time.time()
     fns = methods(torch, args.sweep, only, args.tc)
     if only is not None:
