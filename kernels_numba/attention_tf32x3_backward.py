@@ -60,7 +60,7 @@ Why: a NumPy model of the accumulation (exact products, each step's mma sum cut 
 float32 adds: ``scripts/tf32x3_error.py --accumulation``) gives, over 8 draws of B1 H1 N4096
 d64 causal, dV errors of 2.3–4.8e-6 with one level, 1.4–2.4e-6 with torch's staging and with
 the per-tile partial (0.7–1.1e-6 with a partial over 128 queries, but two persistent partials
-spill); on the H200 (2026-12-01, docs/logs/gpu_wide_pingpong_h200.log) that case measured up
+spill); on the H200 (2026-12-01, docs/results.md) that case measured up
 to 2.2–2.9× torch efficient's dV error with one level, 0.88–1.18× with two. At d = 128 (B1
 H1 N2048 causal) the model at full size puts one level's worst element at key 3, column 122
 (|dV| 2.27): 4.3–4.7e-6, of which 4.4e-6 the float32 adds of 256 k8 steps into an accumulator

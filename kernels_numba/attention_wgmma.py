@@ -167,7 +167,7 @@ but where CWG = 3 with a key padding mask spills (56 bytes; OVERLAP 8). The
 simulator counts each barrier's arrivals: a turn never passed on fails there (named barrier …
 never fills), where the GPU would hang. Measured (H200, 2026-12-01, kernel-only, × the
 unswizzled block without turns in the same run, non-causal / causal,
-docs/logs/gpu_wide_pingpong_h200.log; its GPU tests pass): no gain, so opt-in — d = 128
+docs/results.md; its GPU tests pass): no gain, so opt-in — d = 128
 1.00 / 1.00, with OVERLAP 0.97 / 0.97; d = 64 (CWG = 3) 0.99 / 0.95–0.97, with OVERLAP
 0.94–0.98 / 1.01; on the wide tiles as without turns (not profiled; a likely cause: the
 warpgroups fall out of step on their own, so the turns add waits and no overlap).
@@ -220,7 +220,7 @@ limits (``WgmmaConfig.check`` refuses wider); the PAD mask reads its byte in the
 test (``mask_scores_tc(…, CLAMPED=True)``: in a branch of its own LLVM leaves the mask loop
 rolled at Bc = 192 and S goes to local memory). Measured (H200, 2026-12-01, kernel-only,
 × each head dim's unswizzled default block in the same run, non-causal / causal; docs/logs/
-gpu_wide_pingpong_h200.log; correct: their GPU tests pass): none is faster, so opt-in — d = 128
+docs/results.md; correct: their GPU tests pass): none is faster, so opt-in — d = 128
 Bc = 176 0.99 / 0.95, 192 0.99 / 0.97, 176 with OVERLAP 0.64 / 0.60 (its spills); d = 64
 CWG = 3 Bc = 176 0.94–0.98 / 0.84–0.91, CWG = 2 Bc = 192 0.74–0.79 / 0.79–0.86.
 
@@ -273,7 +273,7 @@ built once a k16 loop (hopper.desc_step), and Q's and the stage's addresses come
 uniform_u32 and ring_slot (the descriptors in uniform registers): the d = 128 loop with two stages
 is 673 SASS instructions (717 with per-thread addresses; the time the same within run-to-run
 spread, 1.47/1.78× against 1.45/1.79× SDPA flash at d = 128, not causal/causal, H200, 2026-12-02).
-Measured (H200, 2026-12-02, kernel-only, ``scripts/gpu_wgmma.py --swizzle``,
+Measured (H200, 2026-12-02, kernel-only, ``scripts/bench_hopper.py --swizzle``,
 docs/logs/2026-12-02_swizzle_forward_h200.log and 2026-12-02_swizzle_default_calls_h200.log, two runs): 1.17–1.57× the
 unswizzled block with three stages, at B4 H16 N1024 d64, B2 H16 N4096 d64 and B1 H16 N8192 d128,
 causal and not (the larger d, the larger the gain); with the swizzle three stages ran level with
@@ -285,7 +285,7 @@ of one configuration differ by.
 How to run: ``attention(q16, k16, v16, method="flash_wgmma", config=WgmmaConfig(...))``
 (``WgmmaConfig(OVERLAP=True)``: the pipelined loop; ``PINGPONG=True``: the turns),
 ``pytest tests/test_attention_tc.py -k wgmma``; on a Hopper GPU ``flashlesson bench ladder
---only attention_wgmma`` and ``python3 scripts/gpu_wgmma.py`` (``--overlap``: the OVERLAP
+--only attention_wgmma`` and ``python3 scripts/bench_hopper.py`` (``--overlap``: the OVERLAP
 configs timed beside the default; ``--cwg3``: the CWG = 3 configs at d = 64; ``--wide``: the
 wide tiles; ``--pingpong``: the PINGPONG configs at both head dims; ``--swizzle --tc``: the
 default beside the unswizzled block and the schedules with the swizzle; ``--cudnn``: torch's

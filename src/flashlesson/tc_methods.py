@@ -475,11 +475,11 @@ def default_wgmma_config(d):
     """The simulator: the smallest block (one consumer warpgroup, Bc = 64, no producer). On the
     GPU: Bc = 128, a producer, 2 consumer warpgroups at d = 128 and 3 at d = 64 (Br = 192,
     FlashAttention-3's block for d = 64: 1.19–1.26× two at B2 H16 N4096 d64, ``scripts/
-    gpu_wgmma.py --cwg3``, docs/logs/2026-12-01_wgmma_forward_cwg3_h200.log), every tile in the 128-byte
+    bench_hopper.py --cwg3``, docs/logs/2026-12-01_wgmma_forward_cwg3_h200.log), every tile in the 128-byte
     swizzle with two stages in the ring. The swizzle: 1.17–1.57× the unswizzled default (three
     stages) at B4 H16 N1024 d64, B2 H16 N4096 d64 and B1 H16 N8192 d128, causal and not; with
     it two stages ran level with three (0.99–1.03×) in less shared memory (``scripts/
-    gpu_wgmma.py --swizzle``, H200, 2026-12-02, docs/logs/2026-12-02_swizzle_forward_h200.log)."""
+    bench_hopper.py --swizzle``, H200, 2026-12-02, docs/logs/2026-12-02_swizzle_forward_h200.log)."""
     if device.SIMULATOR:
         return WgmmaConfig(Bc=64, CWG=1, STAGES=2, PRODUCER=False)
     if d == 64:
