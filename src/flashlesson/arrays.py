@@ -81,6 +81,10 @@ class Operand:
             self.obj = DevArray(obj.data_ptr(), self.shape, self.dtype, obj)
             return
         if not isinstance(obj, np.ndarray) and not is_device_array(obj):
+            if type(obj).__module__.startswith("torch") and \
+                    getattr(getattr(obj, "device", None), "type", None) == "cpu":
+                raise TypeError(f"{name}: a torch tensor on the CPU; pass torch CUDA tensors "
+                                "(.cuda()) or NumPy arrays (.numpy()), every argument alike")
             if hasattr(obj, "__dlpack__") and not device.SIMULATOR:
                 obj = _from_dlpack(obj, name)
             elif isinstance(obj, (list, tuple)):
