@@ -127,13 +127,17 @@ def _install_fake_torch():
     class Size(tuple):
         pass
 
+    torch.contiguous_format = "contiguous_format"
+
     _next = [1 << 32]
+    _clones = {}
 
     class Tensor:
         def __init__(self, shape, dt, ptr=None, requires_grad=False):
             self.shape = Size(int(n) for n in shape)
             self.dtype, self.device, self.is_cuda = dt, device(), True
-            if ptr is None:
+            if ptr is None:                     # (torch's allocator: 512-byte aligned)
+                _next[0] += -_next[0] % 512
                 ptr = _next[0]
                 _next[0] += max(self.numel() * dt.itemsize, 1) + 256
             self._ptr, self.requires_grad, self.grad = ptr, requires_grad, None
@@ -159,11 +163,25 @@ def _install_fake_torch():
         def is_contiguous(self):
             return True
 
+        def is_neg(self):
+            return False
+
+        def is_conj(self):
+            return False
+
         def contiguous(self):
             return self
 
         def detach(self):
             return Tensor(self.shape, self.dtype, self._ptr)
+
+        def clone(self, memory_format=None):
+            # a fresh allocation, the same one each time the same tensor is cloned: the check
+            # compares a case's launches, pointers included, between its runs
+            key = (self._ptr, tuple(self.shape), self.dtype.name)
+            if key not in _clones:
+                _clones[key] = Tensor(self.shape, self.dtype)._ptr
+            return Tensor(self.shape, self.dtype, _clones[key])
 
         def stride(self):
             out, step = [], 1
@@ -246,8 +264,12 @@ def _install_fake_torch():
 
     autograd = types.ModuleType("torch.autograd")
     autograd.Function = Function
+    function = types.ModuleType("torch.autograd.function")
+    function.once_differentiable = lambda backward: backward    # (no graph here to guard)
+    autograd.function = function
     torch.autograd = autograd
-    sys.modules.update({"torch": torch, "torch.cuda": cuda_mod, "torch.autograd": autograd})
+    sys.modules.update({"torch": torch, "torch.cuda": cuda_mod, "torch.autograd": autograd,
+                        "torch.autograd.function": function})
     return torch
 
 
