@@ -56,6 +56,8 @@ def test_the_pattern_leaves_project_words_alone(line):
 def test_no_file_reads_as_a_work_log():
     found = []
     for path in tracked_files():
+        if not path.exists():           # (listed by an index older than the files: not here)
+            continue
         rel = path.relative_to(ROOT)
         if WORK_LOG.search(str(rel)):
             found.append(f"{rel}: the file name")
