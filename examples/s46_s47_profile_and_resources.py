@@ -19,7 +19,7 @@ they allow) and a sentence saying why.
 
 The hardware numbers — DRAM bytes read and written per kernel, duration, achieved occupancy,
 measured next to this model — come from ``python3 scripts/profile_io.py --out DIR`` on a GPU
-with Nsight Compute (README, "IO model, plots and profile").
+with Nsight Compute (docs/gpu.md).
 
 Run: ``python examples/s46_s47_profile_and_resources.py`` (or
 ``flashlesson section 46``).

@@ -103,7 +103,7 @@ Inputs are [BH, N, d] float32 arrays (batch and heads flattened, C-contiguous); 
 O [BH, Nq, d] float32, LSE [BH, Nq] float32 (natural log; −inf and O = 0 for a row that sees no
 key). Causal is aligned bottom-right: query i sees key j iff j ≤ i + Nk − Nq (flash-attn ≥ 2.1).
 
-Masked keys contribute exactly nothing, even holding NaN/±inf (README): scores masked by select
+Masked keys contribute exactly nothing, even holding NaN/±inf (docs/api.md): scores masked by select
 (s = −inf, never s + (−inf)); keys past Nk (in varlen the next sequence's) are loaded as
 zeros, so P = 0 meets V = 0; the tiles that hold hidden keys — every tile with PAD, the causal
 diagonal tiles — take the P Vj that skips P = 0 (``flash_steps.pv_product(GUARD)``); the
@@ -253,7 +253,7 @@ def flash_forward_kernel(D, Br, Bc, TR, TC, CAUSAL, VEC=False, KU=1, GROUP=4, PA
         # how many K/V tiles this Q tile visits: all of them, or (causal) up to the diagonal
         n_tiles = kv_tiles(CAUSAL, q0, Br, Bc, n_q, n_k)
 
-        # masked keys contribute nothing, even holding NaN/inf (README): keys past Nk (varlen:
+        # masked keys contribute nothing, even holding NaN/inf (docs/api.md): keys past Nk (varlen:
         # the next sequence's) are loaded as zeros; the tiles that hold hidden keys (PAD, the
         # causal diagonal) take the P Vj that skips P = 0 (guarded), the others the plain one
         for j in range(n_tiles):

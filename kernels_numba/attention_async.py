@@ -69,7 +69,7 @@ conflict). The copy engine puts a row wherever it is told, so key
 r goes to slot (r mod 4)·Bc/4 + r div 4: for one (h, e) the TC lanes read slots c + tc,
 consecutive rows (D + 4)·4 bytes apart — 16-byte offsets of odd count: no conflict.
 
-Masked keys contribute exactly nothing (README), as in ``flash_forward_kernel``, by other means:
+Masked keys contribute exactly nothing (docs/api.md), as in ``flash_forward_kernel``, by other means:
 the copies stop at key Nk (rows = min(Bc, Nk − k0)), so the last tile's rows past Nk hold
 whatever a stage held before (an earlier tile's keys, even NaN ones, or never-written memory).
 They are masked by select (s = −inf) and, like padded and causally hidden keys, pass through the

@@ -143,7 +143,7 @@ How to run: ``flashlesson.attention_backward(do, q, k, v, o, lse, method="flash"
 ``flashlesson.varlen_attention_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, ...)``;
 ``pytest tests/test_attention_backward.py tests/test_varlen_backward.py``.
 
-Masked keys contribute exactly nothing, even holding NaN/±inf (README): keys past Nk are
+Masked keys contribute exactly nothing, even holding NaN/±inf (docs/api.md): keys past Nk are
 loaded as zeros; scores are masked by select; with CAUSAL or PAD, dS is selected to 0 where
 P = 0 (a NaN dP of a hidden key's V row stays out), and the dQ kernel accumulates dS Kj skipping
 dS = 0 on the tiles with hidden keys only (PAD: all; causal: the diagonal ones;
@@ -610,7 +610,7 @@ def flash_bwd_dq_kernel(D, Br, Bc, TR, TC, CAUSAL, PAD, DROPOUT, VEC=False, VARL
 
         # how many K/V tiles this Q tile visits: all of them, or (causal) up to the diagonal
         n_tiles = kv_tiles(CAUSAL, q0, Br, Bc, n_q, n_k)
-        # hidden keys add nothing even holding NaN/inf (README): keys past Nk are loaded as
+        # hidden keys add nothing even holding NaN/inf (docs/api.md): keys past Nk are loaded as
         # zeros; the tiles with hidden keys (PAD, the causal diagonal) take the dS Kj that
         # skips dS = 0 (guarded), the others the plain one
 

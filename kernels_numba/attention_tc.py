@@ -103,7 +103,7 @@ halves) or [BH, N, D] float32 (3xTF32); outputs O in the input's format, LSE [BH
 j iff j ≤ i + Nk − Nq), like the CUDA-core kernel. No dropout, no varlen here (the CUDA-core
 kernel has them).
 
-Masked keys (README, "Masked keys contribute exactly nothing"): the scores are masked by
+Masked keys (docs/api.md, "Masked keys contribute exactly nothing"): the scores are masked by
 select (S = −inf), and keys past Nk and (PAD) padded keys are zeros on chip — the loaders
 (``kv_loader_tc``, ``rows_async`` by cp.async's zero-fill form, ``rows_f32``) read the key's
 mask byte and do not issue its load — so P = 0 meets V = 0 and their K/V rows never reach an

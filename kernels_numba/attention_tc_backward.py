@@ -25,7 +25,7 @@ in the code) and keeps the TFLOP/s recorded then.
 | 1    | D, dK/dV on the transposed problem, dQ, all  | H200, 2026-12-02: 0.44 ms,   | config=TcBwdConfig(Bq=64,      |
 |      | on ``mma.sync``, tiles through registers, 4  | 97.7 TFLOP/s, 12.90× lesson  | KV_WARPS=4, Bk=64, Q_WARPS=4,  |
 |      | warps (before: 0.32× / 0.29× SDPA flash      |                              | KV_ASYNC=False, Q_ASYNC=False) |
-|      | backward, README)                            |                              |                                |
+|      | backward, docs/results.md)                   |                              |                                |
 | 2    | ASYNC loads (cp.async stages, ldmatrix), 8   | historical: H200,            | the defaults (then flash_tc)   |
 |      | warps: the default (before: 0.62–0.84× SDPA  | 2026-12-01: 0.311 ms, 138    | before step 3                  |
 |      | flash backward; 166.9 TFLOP/s at B2 H16      | TFLOP/s, 18.20× lesson       |                                |
@@ -77,7 +77,7 @@ ASYNC: only rows in shared memory, two stages by ``cp.async`` (the next tile's r
 in flight while this one is computed; one barrier a tile); the transposed operands are read by
 ``ldmatrix.trans`` from the rows, and the block's own rows (K and V in the dK/dV kernel, Q
 and dO in the dQ kernel) stay in shared memory, their A fragments read by ``ldmatrix`` at each
-use instead of held in registers (the defaults on the H200: README, "Attention on tensor
+use instead of held in registers (the defaults on the H200: docs/results.md, "Tensor
 cores"). Causal grids run their heaviest blocks first (lane_rows). Limits: any head dim d in
 1 … 256, run as D = d rounded up to a multiple of 16 with zeros in columns d … D − 1 on chip
 and nothing written there (attention_tc.head_io: Q, K, V, dO zero-padded give dK = dSᵀ Q and
@@ -85,7 +85,7 @@ dQ = dS K zero there, and D_i sums the true d); no dropout, no varlen (the fp32 
 them). Inputs/outputs [BH, N, d/2] uint32 words of two halves (d % 8 ≠ 0: [BH, N, d] uint16
 halves, loaded one by one); LSE and D [BH, Nq] float32.
 
-Masked keys (README; attention_tc's menu): with PAD, padded keys' K and V rows are zeros on chip —
+Masked keys (docs/api.md; attention_tc's menu): with PAD, padded keys' K and V rows are zeros on chip —
 the dQ kernel's streamed tiles (both loader forms), the dK/dV kernel's own rows (A fragments or
 cp.async rows, once per block) — so no NaN of theirs enters a product, and the dK/dV kernel writes
 dk = dv = 0 for them (their rows of Pᵀ, dSᵀ there are not 0 — ds_transposed with KILL False — but

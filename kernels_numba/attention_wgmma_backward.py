@@ -233,7 +233,7 @@ wgmma's own summation order is fixed by the hardware): bitwise the same from run
 two kernels share no output, so the host launches them side by side (flashlesson's
 launch.launch_beside: the dQ kernel on a forked stream; 1–4 % faster on the H200, 2026-12-02).
 
-Masks (as flash_tc's backward; README): causal bottom-right (query i sees key j iff j ≤ i +
+Masks (as flash_tc's backward; docs/api.md): causal bottom-right (query i sees key j iff j ≤ i +
 Nk − Nq), tiles that no row of the block sees skipped (the dK/dV kernel starts at
 ``first_q_tile``, the dQ kernel stops at ``kv_tiles``); padded keys' and keys past Nk's rows
 are zeros on chip (cp.async zero-fill, no global read), so a NaN in a masked K or V row never

@@ -59,7 +59,7 @@ def tile_product(RM, CN, K, AS, BS, W, KU, GUARD=False):
     (``load4``). Both products of the loop: S = Qi Kjᵀ (At = Qtᵀ, B = Kjᵀ, K = D) and P Vj
     (At = Pᵀ, B = Vj, K = Bc). GUARD (P Vj on the tiles that mix seen and unseen keys only): a
     row's term with At = 0 is skipped, so a key the row does not see adds nothing even if its V
-    row holds NaN/inf (0 · NaN = NaN; the masking rule, README)."""
+    row holds NaN/inf (0 · NaN = NaN; the masking rule, docs/api.md)."""
 
     @pure_device
     def product(c, At, B, r0, tc, a, b):

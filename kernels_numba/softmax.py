@@ -14,8 +14,8 @@ code) and keeps the GB/s recorded then.
 |      | at N = 1024): ``softmax_warp_multi(32)``, a  | 3508 GB/s (84% of copy)      | tier='lesson'                  |
 |      | warp a row, ``math.exp``, ``%``/``//``       |                              |                                |
 |      | indices                                      |                              |                                |
-| 1    | the project's first fast version (per-method | historical: H200,            | (README; no script left)       |
-|      | launch shapes)                               | 2026-11-30: N = 1024: 3300   |                                |
+| 1    | the project's first fast version (per-method | historical: H200,            | (no script left;               |
+|      | launch shapes)                               | 2026-11-30: N = 1024: 3300   | docs/results.md)               |
 |      |                                              | GB/s fp32, 1685 GB/s fp16    |                                |
 | 2    | ``fast_exp`` (``__expf``) instead of the     | H200, 2026-12-01: 0.133 ms,  | method='warp_multi'            |
 |      | rounded expf, lane indices as masks (``tid & | 4047 GB/s (97% of copy),     |                                |
@@ -25,7 +25,7 @@ code) and keeps the GB/s recorded then.
 |      | 32 lanes a row, K = 32 values a lane), so    |                              |                                |
 |      | the gain is these changes alone (before:     |                              |                                |
 |      | "together these halved the instructions per  |                              |                                |
-|      | element", README)                            |                              |                                |
+|      | element", docs/results.md)                   |                              |                                |
 | 3    | §8 with G < 32 lanes a row below N = 256     | H200, 2026-12-01: 0.13 ms,   | method='warp_multi'            |
 |      | (8–16 values a lane, 4–8 loads in flight), R | 4120 GB/s (99% of copy),     |                                |
 |      | rounds of rows for fp16:                     | 1.34× lesson                 |                                |

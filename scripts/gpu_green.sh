@@ -2,7 +2,7 @@
 # One call on the H200: the whole test suite (pytest -n WORKERS, 12 by default; it includes the
 # tour as tests/test_tour.py) and, with TOUR=1, beside it in a second process `flashlesson tour`
 # with its own seed (two fresh draws of every random input). Logs under $OUT. With TOUR=1 and 12
-# workers both hit the 570 s limit on 2026-12-01 (docs/logs/gpu_green_h200_seed7117.log: the
+# workers both hit the 570 s limit on 2026-12-01 (the
 # pytest summary, with the failures' tracebacks, never came), so the tour is off by default.
 #   device run: bash scripts/gpu_green.sh SEED_TESTS SEED_TOUR   (carry .whl)
 # H200, 2026-12-02: 2892 tests in 543 s at WORKERS=14, near the 570 s budget; split the suite

@@ -5,7 +5,7 @@ Every case is one of two classes, and its test id says which:
 - ``refuse-<Error>-<argument>-<label>``: the call raises that error, and the message starts with
   the argument's name (``scale: …``, ``FlashConfig.Br: …``, ``k, v: …``) — checked by
   ``check_refusal``. These refuse before any kernel runs, so they cost almost nothing.
-- ``documented-<function>-<label>``: the call returns the result the README and docstrings
+- ``documented-<function>-<label>``: the call returns the result docs/api.md and the docstrings
   promise (empty shapes, zeros and −inf for rows that see no key, …), compared with the float64
   oracle of ``reference/`` or with the stated values. Tiny shapes: each one runs a few simulated
   blocks at most.

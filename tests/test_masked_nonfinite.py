@@ -1,6 +1,6 @@
 """A masked key contributes exactly nothing, even when its K and V rows hold NaN or ±inf.
 
-The rule (README, attention section; ``reference.attention``): a key hidden from query i — by
+The rule (docs/api.md, "Masked keys contribute exactly nothing"; ``reference.attention``): a key hidden from query i — by
 ``key_padding_mask``, by ``causal``, by belonging to another sequence in varlen, or by lying
 past Nk at a tile's edge — adds no term to row i's max, sum, O, LSE or gradients. Not
 0·NaN = NaN, not −inf + NaN. A *visible* non-finite key makes its rows non-finite, as IEEE
@@ -19,7 +19,7 @@ arithmetic does. So here:
 On tensor cores (``flash_tc``, fp16/bf16 and 3xTF32) padded keys are exact too: their loaders
 write a padded key's K and V rows as zeros on chip, both loader forms (register-staged and
 cp.async) — the staged and the async configurations are both run here. The documented
-exception (README; ``kernels_numba/attention_tc.py``'s menu): P·V and dS·K are mma
+exception (docs/api.md; ``kernels_numba/attention_tc.py``'s menu): P·V and dS·K are mma
 instructions where 0·NaN is NaN, and a causal diagonal tile mixes keys a row sees with keys it
 does not. ``test_tensor_cores_causal_limit`` asserts exactly what is documented.
 """

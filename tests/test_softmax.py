@@ -1,7 +1,7 @@
 """Every softmax method of the registry (§1–§11, §18–§20) against the float64 oracle.
 
 The method list comes from ``flashlesson.SOFTMAX_METHODS``, the same registry the dispatcher,
-the CLI and the README read. Outputs are device arrays filled with NaN before each launch, so an
+the CLI and docs/methods.md read. Outputs are device arrays filled with NaN before each launch, so an
 element a kernel forgets to write fails the comparison. Tiny shapes in the simulator, bigger on
 the GPU (``by_device``).
 """

@@ -44,7 +44,7 @@ def test_blocks_per_sm(threads, smem, regs, blocks, limiter):
 
 def test_register_rounding_by_hand():
     # 168 registers: 5376 per warp, a multiple of 256 → 65536 // 5376 = 12 warps → 3 blocks
-    # of 4 warps (the README's "three blocks per SM" at 168 registers)
+    # of 4 warps ("three blocks per SM" at 168 registers, docs/results.md)
     assert blocks_per_sm(128, 0, 168)["by registers"] == 3
     assert blocks_per_sm(128, 0, 169)["by registers"] == 2       # 5408 → 5632: 11 warps
     assert H200.smem == 233472 and H200.smem_per_block == 232448

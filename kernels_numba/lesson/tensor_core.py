@@ -36,7 +36,7 @@ Arrays: q, k, v as uint32 words of two fp16 halves, [B·H, N, d/2]; o the same f
 32 threads. Keys past Nk and padded keys are loaded as zeros and get S = −inf (a select), so
 their P = 0 meets a zero V row (no 0·NaN). Causal (bottom-right) masks by select too; a hidden
 key *inside* the diagonal tile still enters P Vj with P = 0 — a NaN in its V row would reach
-the row (the fast kernel's documented limit, README).
+the row (the fast kernel's documented limit, docs/api.md).
 """
 
 import math

@@ -77,7 +77,7 @@ class FlashConfig:
 _CHECKED = set()
 
 
-# Defaults per head dimension, from the H200 sweep (scripts/tune_attention.py; README).
+# Defaults per head dimension, from the H200 sweep (scripts/tune_attention.py; docs/results.md).
 # In the simulator: small tiles and one warp (the tests add multi-warp configurations).
 # Measured 2026-11-30 at B1 H16 N4096, fp32 (TFLOP/s), with the grouped 16-byte tile loads:
 # d=64 (128, 64, 16, 8, KU=2, GROUP=2) 28.9 vs 27.0 with KU=1, GROUP=4 and 24.5 for

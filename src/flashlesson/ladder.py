@@ -115,13 +115,13 @@ LADDERS = (
              "``softmax_warp_multi(32)``, a warp a row, ``math.exp``, ``%``/``//`` indices",
              {"method": "warp_multi", "tier": "lesson"}),
         Step("1", "the project's first fast version (per-method launch shapes)",
-             call="(README; no script left)",
+             call="(no script left; docs/results.md)",
              recorded="H200, 2026-11-30: N = 1024: 3300 GB/s fp32, 1685 GB/s fp16"),
         Step("2", "``fast_exp`` (``__expf``) instead of the rounded expf, lane indices as "
              "masks (``tid & 31``), the row's max and sum by butterfly (``lanes_max``): "
              "``warp_multi_kernel(32, 1, 32)``, at N = 1024 the lesson's layout (G = 32 lanes "
              "a row, K = 32 values a lane), so the gain is these changes alone "
-             "(before: \"together these halved the instructions per element\", README)",
+             "(before: \"together these halved the instructions per element\", docs/results.md)",
              {"method": "warp_multi"}),
         Step("3", "§8 with G < 32 lanes a row below N = 256 (8–16 values a lane, 4–8 loads in "
              "flight), R rounds of rows for fp16: ``warp_multi_shape`` gives G = 16 at "
@@ -251,7 +251,7 @@ LADDERS = (
              "(there is no lesson tensor-core backward)", LESSON, dtype="float32"),
         Step("1", "D, dK/dV on the transposed problem, dQ, all on ``mma.sync``, tiles through "
              "registers, 4 warps (before: 0.32× / 0.29× SDPA flash backward, "
-             "README)", {"config": TcBwdConfig(64, 4, 64, 4)}),
+             "docs/results.md)", {"config": TcBwdConfig(64, 4, 64, 4)}),
         Step("2", "ASYNC loads (cp.async stages, ldmatrix), 8 warps: the default (before: "
              "0.62–0.84× SDPA flash backward; 166.9 TFLOP/s at B2 H16 N4096 d64, "
              "0.63×, docs/bench_attention_tc_backward_h200.json). Base-2 exponentials "

@@ -1,7 +1,7 @@
-"""The one registry the README, the CLI and the tests read: every kernel variant by lesson §.
+"""The one registry docs/methods.md, the CLI and the tests read: every kernel variant by lesson §.
 
 ``softmax_table()`` renders ``flashlesson.softmax_methods.METHODS`` (each method's fast kernel
-and, beside it, its lesson-tier kernel: ``tier="lesson"``); the README's section map embeds its
+and, beside it, its lesson-tier kernel: ``tier="lesson"``); docs/methods.md's section map embeds its
 output verbatim, and tests/test_registry.py fails when the two drift apart.
 """
 

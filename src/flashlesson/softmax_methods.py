@@ -4,7 +4,7 @@ The kernels are in ``kernels_numba/softmax.py`` (the fast tier) and
 ``kernels_numba/lesson/softmax.py`` (the lesson tier, ``tier="lesson"``); this module only
 decides how to launch them.
 ``METHODS`` is the single list of methods: the dispatcher, the CLI's choices, the tests'
-parameters and the README's section map are all read from it.
+parameters and docs/methods.md's section map are all read from it.
 """
 
 from dataclasses import dataclass
@@ -66,7 +66,7 @@ class Method:
 
 
 # ---------------------------------------------------------------------------------------------
-# Launch geometry. On the GPU: sizes measured on the H200 (see README, "Performance"). In the
+# Launch geometry. On the GPU: sizes measured on the H200 (docs/results.md, "Softmax"). In the
 # simulator every CUDA thread is a Python thread, so blocks are kept small there (but still
 # two warps, so that the two-level reductions of §10 are exercised).
 # ---------------------------------------------------------------------------------------------
@@ -112,7 +112,7 @@ def _launch_warp(x2, y2, threads):
 
 
 def warp_multi_shape(n, dtype=np.float32):
-    """(K, R, G) for the §8 kernel, from the H200 sweep (scripts/tune_softmax.py, README).
+    """(K, R, G) for the §8 kernel, from the H200 sweep (scripts/tune_softmax.py, docs/results.md).
 
     G lanes per row: pow2(N)/8 clamped to [8, 32], so a lane holds K = pow2(N)/G values (8 for
     N ≤ 256, up to 32 at N = 1024); the lesson's layout (G = 32) from N = 256 on. R = 2 rounds

@@ -352,7 +352,7 @@ def describe_crossover(result, fast, slow):
 # §40's launch/overhead model
 # ---------------------------------------------------------------------------------------------
 LAUNCH_US = 16.0      # Python's cost of one Numba launch, H200 machine (kernels_numba/timing.py)
-COPY_GBS = 4214.0     # device-to-device copy, H200 (bytes read + written; shared/gpu README)
+COPY_GBS = 4214.0     # device-to-device copy, H200 (bytes read + written; docs/results.md, "Softmax")
 FLASH_TFLOPS = 28.9   # the d = 64 tiles at B1 H16 N4096 on the H200 (configs.py)
 
 

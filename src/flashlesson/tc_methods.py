@@ -107,7 +107,7 @@ def default_tc_config(d, tf32):
     # two mmas), 8 warps 0.80, 4 warps 0.74; the register-staged MT = 2 0.59; B1 H16 N8192
     # d128 — ASYNC, Bc 128, 8 warps 0.66; Bc 64 0.52; register-staged 8 warps 0.47; the
     # register prefetch (PF) lost at both. (With mma.ex2 and 32-bit shared addresses since:
-    # 0.90 and 0.77 in the README's bench.)
+    # 0.90 and 0.77 in docs/results.md's tables.)
     if d <= 64:
         return TcConfig(Bc=64, WARPS=8, MT=2, ASYNC=True)
     if d <= 128:                # 136 KB of shared memory at d = 128; on a GPU allowing less
@@ -731,7 +731,7 @@ class TcBwdConfig:
 def default_tc_bwd_config(d, tf32=False):  # (fp16/bf16: by the padded D, as the forward)
     """fp16/bf16: scripts/tune_tc_bwd.py on the H200 (2026-11-30), × SDPA flash backward in the
     same process: both kernels ASYNC with 8 warps; Q tiles of 64 (d ≤ 64) or 32 (d ≤ 128), K/V
-    tiles of 64: 0.63 / 0.62 non-causal in the README's bench (the register-staged 4-warp
+    tiles of 64: 0.63 / 0.62 non-causal in docs/results.md's tables (the register-staged 4-warp
     kernels: 0.32 / 0.29). A later sweep had dQ tiles of 32 at 0.68 for d = 64 (log:
     docs/logs/2026-11-30_tune_tc_backward_h200.log), not adopted without a full bench. Above d = 128: the
     register-staged kernels with tiles of 32 (they spill). 3xTF32 (float32 operands, twice
